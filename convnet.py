@@ -1,0 +1,14 @@
+#!/usr/bin/env python3
+"""Command-line launcher: ``python convnet.py [options]``.
+
+This file shares its name with the ``convnet`` package; when Python imports
+``convnet`` the package wins, so this launcher only calls the package's entry
+point (also installed as the ``convnet`` console script).
+"""
+
+import sys
+
+from convnet.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+"""A multi-device training engine for cuda-convnet2 style network configs.
+
+The package turns a layer-def and a layer-params file into a typed layer graph
+(:mod:`convnet.config`), plans where every layer replica runs and which copies
+cross devices (:mod:`convnet.planner`), and walks that plan on logical devices.
+The layer math lives in the top-level packages ``layers`` and ``kernels``.
+"""
+
+__version__ = "0.1.0"

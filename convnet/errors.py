@@ -1,0 +1,67 @@
+"""User-facing error types.
+
+Every problem a user can cause (a bad config, a plan that breaks a rule, missing
+data, an unusable checkpoint, a NaN cost) raises a subclass of
+:class:`ConvnetError`.  The command line prints ``str(error)`` on one line and
+exits non-zero; anything else escaping is a bug in the engine.
+"""
+
+from __future__ import annotations
+
+
+class ConvnetError(Exception):
+    """Base class of all errors that are the user's to fix."""
+
+    exit_code = 1
+
+
+class ConfigError(ConvnetError):
+    """A layer-def or layer-params file that cannot be used.
+
+    Carries where the problem is (file, section, key) so the message always
+    points at the line to edit, plus an optional "did you mean" suggestion.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, file: str | None = None, section: str | None = None,
+                 key: str | None = None, suggestion: str | None = None):
+        self.message = message
+        self.file = file
+        self.section = section
+        self.key = key
+        self.suggestion = suggestion
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = []
+        if self.file:
+            where.append(str(self.file))
+        if self.section is not None:
+            where.append(f"[{self.section}]")
+        if self.key is not None:
+            where.append(f"key '{self.key}'")
+        text = (": ".join([" ".join(where), self.message]) if where else self.message)
+        if self.suggestion:
+            text += f" (did you mean '{self.suggestion}'?)"
+        return text
+
+
+class PlanError(ConfigError):
+    """A config that parses but breaks a placement rule of SPEC section 3 or 4."""
+
+
+class DataError(ConvnetError):
+    """Missing, unreadable or mis-shaped training data."""
+
+
+class CheckpointError(ConvnetError):
+    """A checkpoint that cannot be written or read back."""
+
+
+class TrainingError(ConvnetError):
+    """Training cannot go on, e.g. a NaN cost or activation."""
+
+
+class DeviceError(ConvnetError):
+    """A logical device that cannot be used (bad index, missing backend)."""

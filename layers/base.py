@@ -1,0 +1,71 @@
+"""The interface every layer implementation follows.
+
+A layer object holds a :class:`~convnet.config.model.LayerDef` and knows its
+math; it holds no weights and no activations.  Weights are a plain dict of
+arrays owned by the executor (one dict per replica), so the same layer object
+serves every replica and every device: the array module is taken from the
+arrays passed in (numpy on the CPU, CuPy on a GPU).
+
+Gradients follow cuda-convnet2: cost layers return the gradient of
+``coeff * sum over cases`` of their cost, and weight gradients are sums over
+the cases of the shard; the optimiser divides by the number of cases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from convnet.config.model import LayerDef
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a forward/backward call needs to know beyond its arrays.
+
+    ``case_offset`` is the index, within the whole minibatch, of the shard's
+    first case: dropout masks are a function of (seed, step, layer, case
+    index), so they do not depend on how the minibatch was split (SPEC 5.5).
+    """
+
+    train: bool = True
+    seed: int = 0
+    step: int = 0
+    case_offset: int = 0
+
+
+class Layer:
+    """Base class: forward and backward of one layer type, neuron included.
+
+    Subclasses set ``type_names`` (the config ``type`` values they implement)
+    and override :meth:`init_params`, :meth:`forward` and :meth:`backward`.
+    """
+
+    type_names: tuple[str, ...] = ()
+
+    def __init__(self, ldef: LayerDef):
+        self.ldef = ldef
+
+    @property
+    def name(self) -> str:
+        return self.ldef.name
+
+    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Fresh float32 host weights: ``W0``, ``W1``, ... per input, and ``b``."""
+        return {}
+
+    def forward(self, inputs: list, params: dict, ctx: Context) -> tuple[Any, Any]:
+        """Return ``(output, state)``; ``state`` is handed back to :meth:`backward`."""
+        raise NotImplementedError
+
+    def backward(self, grad_output, inputs: list, output, params: dict, state, ctx: Context,
+                 need_input_grads: list[bool]) -> tuple[list, dict]:
+        """Return ``(input_grads, param_grads)``.
+
+        ``input_grads[i]`` is ``None`` where ``need_input_grads[i]`` is false.
+        ``param_grads`` has the keys of ``params``.  Cost layers get
+        ``grad_output=None``.
+        """
+        raise NotImplementedError
