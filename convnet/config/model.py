@@ -141,6 +141,36 @@ class LayerDef:
     def is_data(self) -> bool:
         return self.type == "data"
 
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shapes of this layer's weight arrays (``W0``, ``W1``, ... and ``b``).
+
+        The one place that knows them: the layer library allocates from it
+        and the planner counts parameters with it.  Needs shape inference.
+        """
+        if not self.has_weights:
+            return {}
+        a = self.attrs
+        shapes: dict[str, tuple[int, ...]] = {}
+        if self.type == "fc":
+            for i, shape in enumerate(self.input_shapes):
+                shapes[f"W{i}"] = (int(math.prod(shape)), a["outputs"])
+            shapes["b"] = (a["outputs"],)
+            return shapes
+        filters, modules = a["filters"], a["modulesX"]
+        for i in range(len(self.inputs)):
+            fs, fch = a["filterSize"][i], a["filterChannels"][i]
+            if self.type == "conv":
+                shapes[f"W{i}"] = (filters, fch, fs, fs)
+            else:
+                shapes[f"W{i}"] = (modules * modules, filters, fch, fs, fs)
+        shared = self.type == "conv" and a.get("sharedBiases", True)
+        shapes["b"] = (filters,) if shared else (filters, modules, modules)
+        return shapes
+
+    @property
+    def param_count(self) -> int:
+        return sum(int(math.prod(s)) for s in self.param_shapes().values())
+
     @property
     def outputs(self) -> int:
         """Number of features per case (cuda-convnet2's ``outputs``)."""
