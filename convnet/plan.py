@@ -1,0 +1,218 @@
+"""The execution plan: a plain data structure the executors walk.
+
+A :class:`Plan` is a flat list of operations in one valid global order.  Each
+operation runs on one logical device (an :class:`AllReduce` runs on all of its
+devices together) and lists the indices of the earlier operations it needs.
+
+That makes both executors short:
+
+* a sequential walk runs ``plan.ops`` in order;
+* a parallel walk gives each device worker ``plan.ops_for_device(d)`` (a
+  subsequence of the global order, hence deadlock-free) and has it wait for
+  each op's cross-device ``deps`` before running it.
+
+Buffer ownership keeps results deterministic: every write into a device's
+buffers is made by that device's own worker (copies are *pulled* by the
+destination), so the order of accumulations is the list order, whatever the
+thread timing.
+
+Shards and passes follow SPEC section 3: a minibatch is cut into
+``num_shards`` (= Rmax) contiguous shards and runs in ``num_passes``
+(= Rmax / Rmin) passes.  A layer with R replicas is active every
+``period`` = R / Rmin passes; in the activation starting at pass p its replica
+i processes shard ``p * Rmin + i`` (the SPEC writes ``p + i``, which is the same
+whenever Rmin = 1, as in every reference config; ``p * Rmin + i`` keeps "every
+shard exactly once" true when Rmin > 1).  Forward runs in the first pass of
+an activation, backward in its last, so consumers that run more often have
+sent back every shard's gradient by then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FLOAT_BYTES = 4  # activations, gradients and weights are float32
+
+
+@dataclass(frozen=True)
+class Op:
+    """Base of all plan operations."""
+
+    index: int
+    pass_index: int
+    layer: str
+    deps: tuple[int, ...]
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__.lower()
+
+
+@dataclass(frozen=True)
+class Load(Op):
+    """Put a data layer's shard (images or labels) onto ``device``."""
+
+    shard: int
+    device: int
+    nbytes: int
+
+    @property
+    def devices(self):
+        return (self.device,)
+
+
+@dataclass(frozen=True)
+class Forward(Op):
+    """Replica ``replica`` of ``layer`` computes ``shard`` on ``device``."""
+
+    replica: int
+    shard: int
+    device: int
+
+    @property
+    def devices(self):
+        return (self.device,)
+
+
+@dataclass(frozen=True)
+class Copy(Op):
+    """Pull ``layer``'s activation of ``shard`` from ``src`` to ``dst`` (run by dst)."""
+
+    shard: int
+    src: int
+    dst: int
+    nbytes: int
+
+    @property
+    def devices(self):
+        return (self.dst,)
+
+
+@dataclass(frozen=True)
+class Backward(Op):
+    """Replica ``replica`` of ``layer`` back-propagates ``shard`` on ``device``.
+
+    Input gradients for inputs on the same device are added into the input's
+    gradient buffer; those for inputs on other devices are left for a
+    :class:`GradCopy` to pull.
+    """
+
+    replica: int
+    shard: int
+    device: int
+
+    @property
+    def devices(self):
+        return (self.device,)
+
+
+@dataclass(frozen=True)
+class GradCopy(Op):
+    """Pull the gradient that ``consumer`` computed for ``layer``'s ``shard``
+    from ``src`` and add it into ``layer``'s gradient on ``dst`` (run by dst)."""
+
+    consumer: str
+    shard: int
+    src: int
+    dst: int
+    nbytes: int
+
+    @property
+    def devices(self):
+        return (self.dst,)
+
+
+@dataclass(frozen=True)
+class AllReduce(Op):
+    """Sum ``layer``'s weight gradients over its replicas' devices (a collective)."""
+
+    replica_devices: tuple[int, ...]
+    nbytes: int
+
+    @property
+    def devices(self):
+        return self.replica_devices
+
+
+@dataclass(frozen=True)
+class Update(Op):
+    """Apply the accumulated gradient to replica ``replica``'s weights."""
+
+    replica: int
+    device: int
+    num_cases_scale: float  # numCases = num_cases_scale * M for a minibatch of M
+
+    @property
+    def devices(self):
+        return (self.device,)
+
+
+@dataclass(frozen=True)
+class LayerPlacement:
+    """Where and how often one layer runs."""
+
+    name: str
+    type: str
+    devices: tuple[int, ...]
+    period: int
+    scheme: str  # 'data', 'model' or 'single'
+    gpu_source: str  # 'config', 'inherited from X', 'default 0 (first input is data)', ...
+    output_shape: tuple[int, ...]
+    param_count: int
+    update_period: int = 0  # effective U for weight layers, else 0
+    needs_backward: bool = False
+    input_grads: tuple[bool, ...] = ()
+
+    @property
+    def replicas(self) -> int:
+        return len(self.devices)
+
+    def shard(self, pass_index: int, replica: int, rmin: int) -> int:
+        return pass_index * rmin + replica
+
+    def active_passes(self, num_passes: int) -> range:
+        return range(0, num_passes, self.period)
+
+
+@dataclass
+class Plan:
+    """Placement of every layer and the operations of one minibatch."""
+
+    layers: dict[str, LayerPlacement]
+    ops: list[Op]
+    num_devices: int
+    physical_devices: tuple[int, ...]
+    num_shards: int
+    num_passes: int
+    rmin: int
+    scheme: str  # 'single', 'data', 'model' or 'hybrid'
+    minibatch: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def shard_size(self) -> int:
+        return self.minibatch // self.num_shards
+
+    def ops_for_device(self, device: int) -> list[Op]:
+        return [op for op in self.ops if device in op.devices]
+
+    def producer_of(self, layer: str, shard: int) -> tuple[int, int]:
+        """(replica, device) of the replica of ``layer`` that computes ``shard``."""
+        placement = self.layers[layer]
+        replica = shard % placement.replicas
+        return replica, placement.devices[replica]
+
+
+def shard_bounds(num_cases: int, num_shards: int) -> list[tuple[int, int]]:
+    """Contiguous [start, stop) of each shard, as even as possible (SPEC 3)."""
+    base, extra = divmod(num_cases, num_shards)
+    bounds, start = [], 0
+    for s in range(num_shards):
+        stop = start + base + (1 if s < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds

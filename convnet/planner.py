@@ -1,0 +1,343 @@
+"""Place every layer replica on a logical device and schedule one minibatch.
+
+``make_plan(net, gpus, minibatch)`` applies SPEC sections 3 and 4: it resolves
+each layer's device list (explicit ``gpu=``, inherited from the first input,
+or device 0 next to a data layer), checks every placement rule, derives
+shards, passes and activation periods, and emits the operation list of
+:mod:`convnet.plan` with a copy wherever an activation or a gradient crosses
+devices.  Every broken rule raises :class:`PlanError` naming the layers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from convnet.config.model import LayerDef, NetConfig
+from convnet.errors import PlanError
+from convnet.plan import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy,
+                          LayerPlacement, Load, Op, Plan, Update)
+
+
+def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int) -> Plan:
+    """Plan ``net`` on the logical devices ``0..len(gpus)-1`` for minibatches of ``minibatch``."""
+    gpus = tuple(int(g) for g in gpus)
+    if not gpus:
+        raise PlanError("--gpu lists no device")
+    devices, sources = _resolve_devices(net, len(gpus))
+    _check_rules(net, devices)
+    counts = {name: len(d) for name, d in devices.items()}
+    rmax, rmin = max(counts.values()), min(counts.values())
+    if minibatch <= 0 or minibatch % rmax:
+        raise PlanError(f"--mini {minibatch} must be a positive multiple of the largest replica "
+                        f"count {rmax} (layer '{_first_with(counts, rmax)}')")
+    num_passes = rmax // rmin
+    periods = {name: r // rmin for name, r in counts.items()}
+    trainable = _trainable_upstream(net)
+    to_cost = _reaches_cost(net)
+    update_periods = _update_periods(net, periods, num_passes)
+    schemes = _layer_schemes(net, devices)
+    placements = {}
+    for ldef in net:
+        needs_backward = to_cost[ldef.name] and trainable[ldef.name] and not ldef.is_data
+        placements[ldef.name] = LayerPlacement(
+            name=ldef.name, type=ldef.type, devices=devices[ldef.name],
+            period=periods[ldef.name], scheme=schemes[ldef.name], gpu_source=sources[ldef.name],
+            output_shape=tuple(ldef.output_shape), param_count=ldef.param_count,
+            update_period=update_periods.get(ldef.name, 0), needs_backward=needs_backward,
+            input_grads=tuple(needs_backward and trainable[i] and not net[i].is_data
+                              for i in ldef.inputs))
+    plan = Plan(layers=placements, ops=[], num_devices=len(gpus), physical_devices=gpus,
+                num_shards=rmax, num_passes=num_passes, rmin=rmin,
+                scheme=_net_scheme(schemes, counts, num_passes), minibatch=minibatch,
+                notes=_notes(net, sources, gpus))
+    plan.ops = _Scheduler(net, plan).build()
+    return plan
+
+
+def _first_with(counts: dict[str, int], value: int) -> str:
+    return next(name for name, c in counts.items() if c == value)
+
+
+def _error(ldef: LayerDef, message: str, key: str | None = "gpu") -> PlanError:
+    return PlanError(message, file=ldef.file, section=ldef.name, key=key)
+
+
+def _resolve_devices(net: NetConfig, num_gpus: int):
+    """Device list and its provenance for every layer (data layers from their readers)."""
+    devices: dict[str, tuple[int, ...]] = {}
+    sources: dict[str, str] = {}
+    for ldef in net:
+        if ldef.is_data:
+            continue
+        if ldef.gpu is not None:
+            for g in ldef.gpu:
+                if not 0 <= g < num_gpus:
+                    raise _error(ldef, f"device index {g} is past the --gpu list, which has "
+                                       f"{num_gpus} device(s) (logical indices 0..{num_gpus - 1})")
+            devices[ldef.name], sources[ldef.name] = tuple(ldef.gpu), "config"
+        elif not ldef.inputs:
+            raise _error(ldef, "a layer without inputs needs a gpu= list", key="inputs")
+        elif net[ldef.inputs[0]].is_data:
+            devices[ldef.name] = (0,)
+            sources[ldef.name] = f"default 0 (first input '{ldef.inputs[0]}' is a data layer)"
+        else:
+            devices[ldef.name] = devices[ldef.inputs[0]]
+            sources[ldef.name] = f"inherited from '{ldef.inputs[0]}'"
+    for ldef in net:
+        if not ldef.is_data:
+            continue
+        readers = net.consumers(ldef.name)
+        if not readers:
+            continue
+        counts = {r: len(devices[r]) for r in readers}
+        first = readers[0]
+        for r in readers[1:]:
+            if counts[r] != counts[first]:
+                raise _error(net[r], f"all consumers of a layer have equal replica counts: "
+                                     f"'{first}' and '{r}' both read '{ldef.name}' with "
+                                     f"{counts[first]} and {counts[r]} replicas")
+        devices[ldef.name] = devices[first]
+        sources[ldef.name] = f"from its readers ({', '.join(readers)})"
+    return devices, sources
+
+
+def _check_rules(net: NetConfig, devices: dict[str, tuple[int, ...]]) -> None:
+    """The placement rules of SPEC section 3, each with a message naming the layers."""
+    for ldef in net:
+        if ldef.name not in devices:
+            continue
+        devs = devices[ldef.name]
+        if len(set(devs)) != len(devs):
+            raise _error(ldef, f"replicas of one layer must be on distinct devices, "
+                               f"but '{ldef.name}' lists {','.join(map(str, devs))}")
+        if ldef.is_data:
+            continue
+        r = len(devs)
+        inputs = [i for i in ldef.inputs if i in devices]
+        for inp in inputs:
+            ri = len(devices[inp])
+            if ri % r:
+                raise _error(ldef, f"a layer's replica count must divide each input's: "
+                                   f"'{ldef.name}' has {r} replicas, its input '{inp}' has {ri}")
+        for inp in inputs[1:]:
+            if len(devices[inp]) != len(devices[inputs[0]]):
+                raise _error(ldef, f"all inputs of a layer must have equal replica counts: "
+                                   f"'{ldef.name}' reads '{inputs[0]}' ({len(devices[inputs[0]])} "
+                                   f"replicas) and '{inp}' ({len(devices[inp])} replicas)")
+        consumers = [c for c in net.consumers(ldef.name) if c in devices]
+        for c in consumers[1:]:
+            if len(devices[c]) != len(devices[consumers[0]]):
+                raise _error(net[c], f"all consumers of a layer have equal replica counts: "
+                                     f"'{consumers[0]}' ({len(devices[consumers[0]])} replicas) "
+                                     f"and '{c}' ({len(devices[c])} replicas) both read "
+                                     f"'{ldef.name}'")
+        if ldef.type == "pass":
+            for inp in inputs:
+                if len(devices[inp]) != r:
+                    raise _error(ldef, f"a pass layer has as many replicas as its inputs: "
+                                       f"'{ldef.name}' has {r}, its input '{inp}' has "
+                                       f"{len(devices[inp])}")
+    _check_pass_overlap(net, devices)
+    counts = {n: len(d) for n, d in devices.items()}
+    rmax, rmin = max(counts.values()), min(counts.values())
+    for name, c in counts.items():
+        if rmax % c:
+            raise _error(net[name], f"every replica count must divide the largest one: "
+                                    f"'{name}' has {c} replicas, '{_first_with(counts, rmax)}' "
+                                    f"has {rmax}")
+        if c % rmin:
+            raise _error(net[name], f"every replica count must be a multiple of the smallest "
+                                    f"one (so each layer runs a whole number of passes): "
+                                    f"'{name}' has {c} replicas, '{_first_with(counts, rmin)}' "
+                                    f"has {rmin}")
+
+
+def _check_pass_overlap(net: NetConfig, devices) -> None:
+    seen: dict[tuple[str, int], str] = {}
+    for ldef in net:
+        if ldef.type != "pass":
+            continue
+        for inp in ldef.inputs:
+            for d in devices[ldef.name]:
+                other = seen.get((inp, d))
+                if other is not None and other != ldef.name:
+                    raise _error(ldef, f"two pass layers may not read the same input on "
+                                       f"overlapping devices: '{other}' and '{ldef.name}' both "
+                                       f"read '{inp}' on device {d}")
+                seen[(inp, d)] = ldef.name
+
+
+def _trainable_upstream(net: NetConfig) -> dict[str, bool]:
+    """Whether a layer has weights or reads (transitively) a layer that does."""
+    out: dict[str, bool] = {}
+    for ldef in net:
+        out[ldef.name] = ldef.has_weights or any(out[i] for i in ldef.inputs)
+    return out
+
+
+def _reaches_cost(net: NetConfig) -> dict[str, bool]:
+    out: dict[str, bool] = {}
+    for ldef in reversed(list(net)):
+        out[ldef.name] = ldef.is_cost or any(out[c] for c in net.consumers(ldef.name))
+    return out
+
+
+def _update_periods(net: NetConfig, periods: dict[str, int], num_passes: int) -> dict[str, int]:
+    """Effective updatePeriod of each weight layer (SPEC 4): a multiple of T dividing P."""
+    out = {}
+    for ldef in net:
+        if not ldef.has_weights:
+            continue
+        t = periods[ldef.name]
+        u = int(ldef.params.get("updatePeriod", 0) or 0) or t
+        if u % t or num_passes % u:
+            raise PlanError(f"updatePeriod={u} must be a multiple of the layer's activation "
+                            f"period {t} and divide the pass count {num_passes}",
+                            file=ldef.params_file or ldef.file, section=ldef.name,
+                            key="updatePeriod")
+        out[ldef.name] = u
+    return out
+
+
+def _layer_schemes(net: NetConfig, devices) -> dict[str, str]:
+    """'data' for replicated layers; 'model' for one-replica towers split across devices."""
+    schemes: dict[str, str] = {}
+    for ldef in net:
+        devs = devices.get(ldef.name, ())
+        if len(devs) > 1:
+            schemes[ldef.name] = "data"
+            continue
+        siblings = {c for i in ldef.inputs for c in net.consumers(i) if c != ldef.name}
+        split_sibling = any(len(devices[s]) == 1 and devices[s] != devs for s in siblings
+                            if s in devices)
+        inputs = [i for i in ldef.inputs if not net[i].is_data]
+        continues_tower = bool(inputs) and all(schemes[i] == "model" and devices[i] == devs
+                                               for i in inputs)
+        schemes[ldef.name] = "model" if devs and (split_sibling or continues_tower) else "single"
+    return schemes
+
+
+def _net_scheme(schemes: dict[str, str], counts: dict[str, int], num_passes: int) -> str:
+    has_data = "data" in schemes.values()
+    has_model = "model" in schemes.values()
+    if num_passes > 1 or (has_data and has_model):
+        return "hybrid"
+    if has_data:
+        return "data"
+    return "model" if has_model else "single"
+
+
+def _notes(net: NetConfig, sources: dict[str, str], gpus: tuple[int, ...]) -> list[str]:
+    notes = [f"'{name}' has no gpu= and is placed on device 0: its {src[len('default 0 ('):-1]}"
+             for name, src in sources.items() if src.startswith("default 0")]
+    shared = defaultdict(list)
+    for logical, physical in enumerate(gpus):
+        shared[physical].append(logical)
+    for physical, logicals in shared.items():
+        if len(logicals) > 1:
+            notes.append(f"logical devices {', '.join(map(str, logicals))} share physical "
+                         f"device {physical}")
+    return notes
+
+
+class _Scheduler:
+    """Emits the operations of one minibatch and the dependencies between them."""
+
+    def __init__(self, net: NetConfig, plan: Plan):
+        self.net = net
+        self.plan = plan
+        self.ops: list[Op] = []
+        self.writers: dict[tuple, list[int]] = defaultdict(list)
+        self.present: dict[tuple, int] = {}  # (layer, shard, device) -> op that put it there
+
+    def build(self) -> list[Op]:
+        order = [l for l in self.net if not l.is_data and l.name in self.plan.layers]
+        for p in range(self.plan.num_passes):
+            for ldef in order:
+                if p % self.plan.layers[ldef.name].period == 0:
+                    self._forward(ldef, p)
+            for ldef in reversed(order):
+                placement = self.plan.layers[ldef.name]
+                if placement.needs_backward and (p + 1) % placement.period == 0:
+                    self._backward(ldef, p)
+        return self.ops
+
+    def _shard_bytes(self, layer: str) -> int:
+        return self.net[layer].outputs * self.plan.shard_size * FLOAT_BYTES
+
+    def _emit(self, cls, reads, writes, **fields) -> int:
+        deps = sorted({w for key in reads for w in self.writers.get(key, ())})
+        index = len(self.ops)
+        self.ops.append(cls(index=index, deps=tuple(deps), **fields))
+        for key in writes:
+            self.writers[key].append(index)
+        return index
+
+    def _bring(self, layer: str, shard: int, device: int, p: int) -> None:
+        """Make ``layer``'s activation of ``shard`` present on ``device``."""
+        if (layer, shard, device) in self.present:
+            return
+        key = ("act", layer, shard, device)
+        if self.net[layer].is_data:
+            index = self._emit(Load, (), (key,), pass_index=p, layer=layer, shard=shard,
+                               device=device, nbytes=self._shard_bytes(layer))
+        else:
+            _, src = self.plan.producer_of(layer, shard)
+            index = self._emit(Copy, (("act", layer, shard, src),), (key,), pass_index=p,
+                               layer=layer, shard=shard, src=src, dst=device,
+                               nbytes=self._shard_bytes(layer))
+        self.present[(layer, shard, device)] = index
+
+    def _forward(self, ldef: LayerDef, p: int) -> None:
+        placement = self.plan.layers[ldef.name]
+        for replica, device in enumerate(placement.devices):
+            shard = placement.shard(p, replica, self.plan.rmin)
+            for inp in ldef.inputs:
+                self._bring(inp, shard, device, p)
+            reads = [("act", i, shard, device) for i in ldef.inputs]
+            reads.append(("w", ldef.name, replica))
+            self._emit(Forward, reads, [("act", ldef.name, shard, device)], pass_index=p,
+                       layer=ldef.name, replica=replica, shard=shard, device=device)
+            self.present[(ldef.name, shard, device)] = len(self.ops) - 1
+
+    def _backward(self, ldef: LayerDef, p: int) -> None:
+        placement = self.plan.layers[ldef.name]
+        start = p - placement.period + 1
+        for replica, device in enumerate(placement.devices):
+            shard = placement.shard(start, replica, self.plan.rmin)
+            reads = [("grad", ldef.name, shard, device), ("act", ldef.name, shard, device),
+                     ("w", ldef.name, replica)]
+            reads += [("act", i, shard, device) for i in ldef.inputs]
+            writes = [("wgrad", ldef.name, replica)]
+            pulls = []
+            for inp, wanted in zip(ldef.inputs, placement.input_grads):
+                if not wanted:
+                    continue
+                _, src_device = self.plan.producer_of(inp, shard)
+                if src_device == device:
+                    writes.append(("grad", inp, shard, device))
+                else:
+                    writes.append(("gout", ldef.name, inp, shard, device))
+                    pulls.append((inp, src_device))
+            self._emit(Backward, reads, writes, pass_index=p, layer=ldef.name, replica=replica,
+                       shard=shard, device=device)
+            for inp, dst in pulls:
+                self._emit(GradCopy, [("gout", ldef.name, inp, shard, device)],
+                           [("grad", inp, shard, dst)], pass_index=p, layer=inp,
+                           consumer=ldef.name, shard=shard, src=device, dst=dst,
+                           nbytes=self._shard_bytes(inp))
+        if ldef.has_weights and (p + 1) % placement.update_period == 0:
+            self._update(ldef, placement, p)
+
+    def _update(self, ldef: LayerDef, placement: LayerPlacement, p: int) -> None:
+        wgrads = [("wgrad", ldef.name, r) for r in range(placement.replicas)]
+        if placement.replicas > 1:
+            self._emit(AllReduce, wgrads, wgrads, pass_index=p, layer=ldef.name,
+                       replica_devices=placement.devices,
+                       nbytes=placement.param_count * FLOAT_BYTES)
+        scale = placement.update_period / self.plan.num_passes
+        for replica, device in enumerate(placement.devices):
+            self._emit(Update, [("wgrad", ldef.name, replica)],
+                       [("w", ldef.name, replica), ("wgrad", ldef.name, replica)],
+                       pass_index=p, layer=ldef.name, replica=replica, device=device,
+                       num_cases_scale=scale)
