@@ -5,7 +5,7 @@ from __future__ import annotations
 from convnet.config.model import LayerDef, NetConfig, Schedule
 
 WEIGHT_PARAMS = {"epsW": [Schedule("const", 0.01)], "epsB": Schedule("const", 0.02),
-                 "momW": [0.9], "momB": [0.9], "wc": [0.0], "wball": [0.0], "updatePeriod": 0}
+                 "momW": [0.9], "momB": 0.9, "wc": [0.0], "wball": [0.0], "updatePeriod": 0}
 
 
 def fc_net(spec, features: int = 4, num_classes: int = 3) -> NetConfig:

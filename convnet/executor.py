@@ -1,0 +1,380 @@
+"""Run a plan: one training step or one evaluation of a minibatch.
+
+:class:`Executor` owns the weights, momentum and gradient accumulators of
+every replica, and the per-step activation buffers.  It runs the operations
+of :mod:`convnet.plan` either in plan order on the calling thread
+(``parallel=False``, the reference walk) or on one worker per logical device
+(``parallel=True``).  Both call the same :meth:`Executor._run` for each
+operation and every device's buffers are written only by that device's ops in
+plan order, so the two walks give bitwise-identical results.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from convnet.config.model import NetConfig
+from convnet.errors import DataError, TrainingError
+from convnet.plan import (AllReduce, Backward, Copy, Forward, GradCopy, Load, Op, Plan, Update,
+                          shard_bounds)
+from convnet.workers import DeviceWorkers
+from layers import build_layer
+from layers.base import Context
+
+
+@dataclass
+class StepResult:
+    """Costs of one minibatch: per cost layer, means over its cases."""
+
+    num_cases: int
+    costs: dict[str, dict[str, float]]
+    seconds: float = 0.0
+
+
+@dataclass
+class OpTiming:
+    """When one operation ran on one device (seconds since the step began)."""
+
+    device: int
+    kind: str
+    layer: str
+    start: float
+    end: float
+
+
+@dataclass
+class _StepBuffers:
+    """Everything one minibatch creates; dropped when the step ends."""
+
+    batch: list
+    bounds: list[tuple[int, int]]
+    ctx_base: dict
+    acts: dict = field(default_factory=dict)
+    states: dict = field(default_factory=dict)
+    grads: dict = field(default_factory=dict)
+    gouts: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)  # (cost layer, shard) -> sums over the shard
+    collectives: dict = field(default_factory=dict)
+
+
+FORWARD_KINDS = (Load, Copy, Forward)
+
+
+class Executor:
+    """Train or evaluate ``net`` on ``devices`` following ``plan``.
+
+    Weights start identical on every replica (drawn once per layer from a
+    generator seeded by ``seed`` and the layer name, then copied), and stay
+    identical because every replica applies the same all-reduced gradient.
+    """
+
+    def __init__(self, net: NetConfig, plan: Plan, devices: list, seed: int = 0,
+                 parallel: bool = True, check_finite: bool = True):
+        if len(devices) != plan.num_devices:
+            raise ValueError("one device per logical index of the plan is needed")
+        self.net = net
+        self.plan = plan
+        self.devices = devices
+        self.seed = seed
+        self.step_count = 0
+        self.check_finite = check_finite
+        self.layers = {name: build_layer(net[name]) for name, p in plan.layers.items()
+                       if not net[name].is_data}
+        self.weights: dict[str, list[dict]] = {}
+        self.momentum: dict[str, list[dict]] = {}
+        self.wgrads: dict[str, list[dict]] = {}
+        self._init_weights()
+        self._train_ops = list(plan.ops)
+        self._eval_ops = [op for op in plan.ops if isinstance(op, FORWARD_KINDS)]
+        self.workers = DeviceWorkers(devices) if parallel else None
+        self.timings: list[OpTiming] | None = None
+
+    # ----------------------------------------------------------------- weights
+    def _init_weights(self) -> None:
+        for name, layer in self.layers.items():
+            rng = np.random.default_rng([self.seed, zlib.crc32(name.encode())])
+            host = layer.init_params(rng)
+            devs = self.plan.layers[name].devices
+            self.weights[name] = [{k: self.devices[d].to_device(v) for k, v in host.items()}
+                                  for d in devs]
+            self.momentum[name] = [{k: self.devices[d].xp.zeros_like(v) for k, v in w.items()}
+                                   for d, w in zip(devs, self.weights[name])]
+            self.wgrads[name] = [{} for _ in devs]
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Weights and momentum of every layer (replica 0, on the host) for checkpoints."""
+        out = {}
+        for name in self.weights:
+            dev = self.devices[self.plan.layers[name].devices[0]]
+            for k, v in self.weights[name][0].items():
+                out[f"weights/{name}/{k}"] = dev.to_host(v)
+            for k, v in self.momentum[name][0].items():
+                out[f"momentum/{name}/{k}"] = dev.to_host(v)
+        return out
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Put checkpointed weights and momentum onto every replica (shapes must match)."""
+        for name in self.weights:
+            for group, store in (("weights", self.weights), ("momentum", self.momentum)):
+                for replica, d in enumerate(self.plan.layers[name].devices):
+                    for k, v in store[name][replica].items():
+                        key = f"{group}/{name}/{k}"
+                        if key not in arrays:
+                            raise DataError(f"checkpoint has no '{key}': it was saved from "
+                                            f"another net")
+                        if tuple(arrays[key].shape) != tuple(v.shape):
+                            raise DataError(f"checkpoint '{key}' has shape "
+                                            f"{tuple(arrays[key].shape)}, the net needs "
+                                            f"{tuple(v.shape)}")
+                        store[name][replica][k] = self.devices[d].to_device(arrays[key])
+
+    # ------------------------------------------------------------------- steps
+    def step(self, batch: list[np.ndarray], progress: float = 0.0) -> StepResult:
+        """One training step on a minibatch: forward, backward and the updates due."""
+        result = self._execute(batch, self._train_ops, train=True, progress=progress)
+        self.step_count += 1
+        return result
+
+    def evaluate(self, batch: list[np.ndarray]) -> StepResult:
+        """Forward only, in test mode (no dropout), no update."""
+        return self._execute(batch, self._eval_ops, train=False, progress=0.0)
+
+    def features(self, batch: list[np.ndarray], layer: str) -> np.ndarray:
+        """The test-mode output of ``layer`` for every case of ``batch``, on the host."""
+        buffers = self._run_ops(batch, self._eval_ops, train=False, progress=0.0)
+        placement = self.plan.layers[layer]
+        parts = []
+        for shard in range(self.plan.num_shards):
+            _, device = self.plan.producer_of(layer, shard)
+            parts.append(self.devices[device].to_host(buffers.acts[(layer, shard, device)]))
+        return np.concatenate(parts) if placement.devices else np.empty((0,))
+
+    def close(self) -> None:
+        if self.workers is not None:
+            self.workers.close()
+            self.workers = None
+
+    def _execute(self, batch, ops, train: bool, progress: float) -> StepResult:
+        start = time.perf_counter()
+        buffers = self._run_ops(batch, ops, train, progress)
+        num_cases = buffers.bounds[-1][1]
+        costs: dict[str, dict[str, float]] = {}
+        for (layer, _), sums in sorted(buffers.metrics.items()):  # fixed order: shard order
+            totals = costs.setdefault(layer, {})
+            for k, v in sums.items():
+                totals[k] = totals.get(k, 0.0) + v
+        costs = {layer: {k: v / num_cases for k, v in sums.items()}
+                 for layer, sums in costs.items()}
+        return StepResult(num_cases, costs, time.perf_counter() - start)
+
+    def _run_ops(self, batch, ops, train: bool, progress: float) -> _StepBuffers:
+        num_cases = self._check_batch(batch)
+        buffers = _StepBuffers(batch=batch, bounds=shard_bounds(num_cases, self.plan.num_shards),
+                               ctx_base={"train": train, "seed": self.seed,
+                                         "step": self.step_count})
+        self._progress = progress
+        t0 = time.perf_counter()
+        timings = [] if self.timings is not None else None
+
+        def run(op: Op, device: int | None) -> None:
+            began = time.perf_counter()
+            self._run(op, buffers, device)
+            if timings is not None:
+                for d in ([device] if device is not None else op.devices):
+                    timings.append(OpTiming(d, op.kind, op.layer, began - t0,
+                                            time.perf_counter() - t0))
+
+        if self.workers is None:
+            for op in ops:
+                run(op, None)
+        else:
+            self.workers.run(ops, run)
+        if timings is not None:
+            self.timings = timings
+        return buffers
+
+    def _check_batch(self, batch) -> int:
+        sizes = set()
+        for ldef in self.net:
+            if ldef.is_data and ldef.name in self.plan.layers and self.plan.layers[ldef.name].devices:
+                idx = ldef.attrs["dataIdx"]
+                if idx >= len(batch):
+                    raise DataError(f"data layer '{ldef.name}' reads column {idx}, but the data "
+                                    f"provider gives {len(batch)} column(s)")
+                array = batch[idx]
+                want = tuple(ldef.output_shape)
+                if tuple(array.shape[1:]) != want and int(np.prod(array.shape[1:])) != math.prod(want):
+                    raise DataError(f"data layer '{ldef.name}' expects cases of shape "
+                                    f"{'x'.join(map(str, want))}, the data provider gives "
+                                    f"{'x'.join(map(str, array.shape[1:]))}")
+                sizes.add(array.shape[0])
+        if len(sizes) != 1:
+            raise DataError(f"data columns have different case counts: {sorted(sizes)}")
+        num_cases = sizes.pop()
+        if num_cases < self.plan.num_shards:
+            raise DataError(f"a minibatch of {num_cases} case(s) cannot be split into "
+                            f"{self.plan.num_shards} shards")
+        return num_cases
+
+    # -------------------------------------------------------------- operations
+    def _ctx(self, buffers: _StepBuffers, shard: int) -> Context:
+        return Context(case_offset=buffers.bounds[shard][0], **buffers.ctx_base)
+
+    def _run(self, op: Op, buffers: _StepBuffers, device: int | None) -> None:
+        """Carry out ``op``; ``device`` is the calling worker's (None: all of the op's)."""
+        if isinstance(op, Load):
+            ldef = self.net[op.layer]
+            start, stop = buffers.bounds[op.shard]
+            column = buffers.batch[ldef.attrs["dataIdx"]][start:stop]
+            column = column.reshape((stop - start,) + tuple(ldef.output_shape))
+            buffers.acts[(op.layer, op.shard, op.device)] = self.devices[op.device].to_device(column)
+        elif isinstance(op, Copy):
+            source = buffers.acts[(op.layer, op.shard, op.src)]
+            buffers.acts[(op.layer, op.shard, op.dst)] = self.devices[op.dst].copy_from(source)
+        elif isinstance(op, Forward):
+            self._forward(op, buffers)
+        elif isinstance(op, Backward):
+            self._backward(op, buffers)
+        elif isinstance(op, GradCopy):
+            grad = buffers.gouts.pop((op.consumer, op.layer, op.shard, op.src))
+            self._accumulate(buffers.grads, (op.layer, op.shard, op.dst),
+                             self.devices[op.dst].copy_from(grad))
+        elif isinstance(op, AllReduce):
+            self._all_reduce(op, buffers, device)
+        elif isinstance(op, Update):
+            self._update(op, buffers)
+        else:
+            raise TypeError(f"unknown plan operation {op!r}")
+
+    def _forward(self, op: Forward, buffers: _StepBuffers) -> None:
+        ldef = self.net[op.layer]
+        layer = self.layers[op.layer]
+        inputs = [buffers.acts[(i, op.shard, op.device)] for i in ldef.inputs]
+        ctx = self._ctx(buffers, op.shard)
+        output, state = layer.forward(inputs, self.weights[op.layer][op.replica], ctx)
+        buffers.acts[(op.layer, op.shard, op.device)] = output
+        buffers.states[(op.layer, op.shard)] = state
+        if ldef.is_cost:
+            sums = {k: float(v) for k, v in layer.metrics(inputs, output).items()}
+            buffers.metrics[(op.layer, op.shard)] = sums
+            if self.check_finite and not math.isfinite(float(sums["cost"])):
+                raise TrainingError(self._explain_nan(op, buffers))
+
+    def _explain_nan(self, op: Forward, buffers: _StepBuffers) -> str:
+        """Name the first layer (in net order) whose output for ``op.shard`` is not finite."""
+        for ldef in self.net:
+            for (name, shard, device), value in list(buffers.acts.items()):
+                if name == ldef.name and shard == op.shard:
+                    xp = self.devices[device].xp
+                    if not bool(xp.isfinite(value).all()):
+                        return (f"non-finite values (NaN or inf) in the output of layer "
+                                f"'{name}' on device {device} at step {self.step_count}; "
+                                f"cost layer '{op.layer}' cannot be computed")
+        return (f"cost layer '{op.layer}' on device {op.device} is not finite at step "
+                f"{self.step_count}")
+
+    def _backward(self, op: Backward, buffers: _StepBuffers) -> None:
+        ldef = self.net[op.layer]
+        placement = self.plan.layers[op.layer]
+        key = (op.layer, op.shard, op.device)
+        grad_out = None if ldef.is_cost else buffers.grads.pop(key)
+        inputs = [buffers.acts[(i, op.shard, op.device)] for i in ldef.inputs]
+        input_grads, param_grads = self.layers[op.layer].backward(
+            grad_out, inputs, buffers.acts[key], self.weights[op.layer][op.replica],
+            buffers.states.pop((op.layer, op.shard)), self._ctx(buffers, op.shard),
+            list(placement.input_grads))
+        for inp, wanted, grad in zip(ldef.inputs, placement.input_grads, input_grads):
+            if not wanted:
+                continue
+            _, src_device = self.plan.producer_of(inp, op.shard)
+            if src_device == op.device:
+                self._accumulate(buffers.grads, (inp, op.shard, op.device), grad)
+            else:
+                self._accumulate(buffers.gouts, (op.layer, inp, op.shard, op.device), grad)
+        accum = self.wgrads[op.layer][op.replica]
+        for k, g in param_grads.items():
+            self._accumulate(accum, k, g)
+
+    @staticmethod
+    def _accumulate(store: dict, key, value) -> None:
+        """Sum into ``store[key]`` without writing into ``value``, which a layer may
+        have handed out as a view shared with another gradient."""
+        store[key] = store[key] + value if key in store else value
+
+    def _all_reduce(self, op: AllReduce, buffers: _StepBuffers, rank_device: int | None) -> None:
+        """Chunked all-reduce: each device sums its own slice over all replicas in
+        replica order, then every device gathers all slices."""
+        devs = op.replica_devices
+        grads = self.wgrads[op.layer]
+        collective = buffers.collectives.get(op.index)
+        if collective is None:
+            collective = buffers.collectives.setdefault(op.index, {"chunks": {}})
+        ranks = range(len(devs)) if rank_device is None else [devs.index(rank_device)]
+        keys = sorted(grads[0])
+        for rank in ranks:
+            dev = self.devices[devs[rank]]
+            sums = {}
+            for k in keys:
+                size = grads[0][k].size
+                lo, hi = _chunk(size, len(devs), rank)
+                total = dev.copy_from(grads[0][k].reshape(-1)[lo:hi])
+                for r in range(1, len(devs)):
+                    total += dev.copy_from(grads[r][k].reshape(-1)[lo:hi])
+                sums[k] = total
+            collective["chunks"][rank] = sums
+        if rank_device is not None:
+            self.workers.barrier(op.index, len(devs))
+        for rank in ranks:
+            dev = self.devices[devs[rank]]
+            for k in keys:
+                shape = grads[rank][k].shape
+                flat = dev.xp.empty(grads[rank][k].size, dtype=grads[rank][k].dtype)
+                for owner in range(len(devs)):
+                    lo, hi = _chunk(flat.size, len(devs), owner)
+                    chunk = collective["chunks"][owner][k]
+                    flat[lo:hi] = chunk if owner == rank else dev.copy_from(chunk)
+                grads[rank][k] = flat.reshape(shape)
+
+    def _update(self, op: Update, buffers: _StepBuffers) -> None:
+        """SPEC 4: inc = mom * inc - eps * (grad / numCases + wc * W); W += inc."""
+        ldef = self.net[op.layer]
+        placement = self.plan.layers[op.layer]
+        u = placement.update_period
+        first = (op.pass_index - u + 1) * self.plan.rmin
+        last = (op.pass_index + 1) * self.plan.rmin
+        num_cases = buffers.bounds[last - 1][1] - buffers.bounds[first][0]
+        grads = self.wgrads[op.layer][op.replica]
+        weights = self.weights[op.layer][op.replica]
+        momentum = self.momentum[op.layer][op.replica]
+        params = ldef.params
+        xp = self.devices[op.device].xp
+        for k, grad in grads.items():
+            if self.check_finite and not bool(xp.isfinite(grad.sum())):
+                raise TrainingError(f"non-finite gradient for weights '{k}' of layer "
+                                    f"'{op.layer}' on device {op.device} at step "
+                                    f"{self.step_count}")
+            if k == "b":
+                eps, mom, wc = params["epsB"].value(self._progress), params["momB"], 0.0
+            else:
+                i = int(k[1:])
+                eps, mom, wc = params["epsW"][i].value(self._progress), params["momW"][i], \
+                    params["wc"][i]
+            inc = momentum[k]
+            inc *= mom
+            step = grad / num_cases
+            if wc:
+                step += wc * weights[k]
+            inc -= eps * step
+            weights[k] += inc
+        grads.clear()
+
+
+def _chunk(size: int, parts: int, index: int) -> tuple[int, int]:
+    base, extra = divmod(size, parts)
+    lo = index * base + min(index, extra)
+    return lo, lo + base + (1 if index < extra else 0)
