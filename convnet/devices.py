@@ -47,10 +47,22 @@ class CpuDevice:
         """Wait for queued work (nothing is queued on the CPU)."""
 
 
+_blas_limit = None
+
+
+def limit_blas_threads(threads: int = 1) -> None:
+    """Give each CPU device's worker one BLAS thread (process-wide, kept for the run)."""
+    global _blas_limit
+    from threadpoolctl import threadpool_limits
+
+    _blas_limit = threadpool_limits(limits=threads, user_api="blas")
+
+
 def make_devices(gpus: tuple[int, ...], backend: str) -> list:
     """One logical device per ``--gpu`` entry, on the chosen backend."""
     if backend == "cuda":
         from convnet.cuda_device import CudaDevice  # imported only when CuPy is wanted
 
         return [CudaDevice(i, p) for i, p in enumerate(gpus)]
+    limit_blas_threads(1)
     return [CpuDevice(i, p) for i, p in enumerate(gpus)]
