@@ -18,7 +18,9 @@ config language (camelCase) so that an error about a key can quote it.
 
 ``data``      dataIdx:int
 ``conv``/``local``
-              filters:int, filterSize:[int], padding:[int], stride:[int],
+              filters:int (the total, filters x groups: the file's ``filters``
+              counts per group, as in cuda-convnet2), filterSize:[int],
+              padding:[int], stride:[int],
               channels:[int], groups:[int], sharedBiases:bool (conv only),
               initW:[float], initB:float,
               imgSize:[int] (input side), modulesX:int (output side),
@@ -29,22 +31,35 @@ config language (camelCase) so that an error about a key can quote it.
               Biases: conv with sharedBiases (filters,), else (filters, modulesX, modulesX).
 ``fc``        outputs:int, initW:[float], initB:float; weights of input i have
               shape (features of input i, outputs), biases (outputs,)
-``pool``      pool:'max'|'avg'|'maxabs', sizeX:int, stride:int, start:int,
-              outputsX:int, channels:int, imgSize:int
+``pool``      pool:'max'|'avg'|'maxabs', sizeX:int, stride:int (<= sizeX),
+              start:int (may be negative: windows hang over the top/left edge),
+              outputsX:int (computed when the file says 0), channels:int, imgSize:int
 ``cmrnorm``/``rnorm``/``cnorm``
               size:int, channels:int, imgSize:int
 ``neuron``    (the function is ``LayerDef.neuron``)
 ``softmax``, ``pass``, ``concat``, ``eltmax``: nothing extra
-``eltsum``    coeffs:[float] (one per input, default 1)
-``sum``       stride:int (channels summed in groups of ``stride``; default all)
+``eltsum``    coeffs:[float] (one per input, default 1; may also be in the params file)
+``sum``       stride:int (channels summed in groups of ``stride``; default all;
+              always an int after shape inference; a flat input's features count
+              as channels)
 ``dropout``/``dropout2``: nothing extra (``keep``/``enable`` are params)
-``cost.*``    nothing extra (``coeff``/``topk`` are params)
+``cost.*``    nothing extra (``coeff``/``topk`` are params); output_shape is (1,), the
+              per-case cost, and no layer may read a cost layer
+
+``LayerDef.neuron`` is None or a NeuronSpec named ``ident``, ``logistic``, ``abs``,
+``relu``, ``nrelu``, ``softrelu``, ``square``, ``sqrt``, ``log[a]``, ``tanh[a,b]``,
+``abstanh[a,b]`` (cuda-convnet v1: a*|tanh(b*x)|), ``brelu[a]``, ``linear[a,b]``,
+``drelu[a]``; args in bracket order.  Data and cost layers never have one.
+``LayerDef.gpu`` is always None for data layers.
 
 ``LayerDef.params`` keys (from the layer-params file, typed, defaults applied)
 ----------------------------------------------------------------------------
+A params key may also be written in the layer's layer-def section; the
+layer-params file wins when both give it.
 weight layers: epsW:[Schedule], epsB:Schedule, momW:[float], momB:float,
-               wc:[float], wball:[float], updatePeriod:int (0 = every activation)
-costs:         coeff:float (1), topk:int (1)
+               wc:[float], wball:[float] (always 0: non-zero is rejected),
+               updatePeriod:int (0 = every activation)
+costs:         coeff:float (1), topk:int (1, at most the number of classes)
 dropout*:      enable:bool (True), keep:float (0.5)
 norms:         scale:float, pow:float, minDiv:float (1)
 """
