@@ -1,0 +1,197 @@
+"""Saving and loading training state without pickle, atomically.
+
+Format
+------
+A checkpoint is an ordinary ``.npz`` archive (uncompressed zip of ``.npy``
+members) that ``numpy.load(path, allow_pickle=False)`` reads: one member per
+array, named by its key (keys may contain ``/``, e.g. ``weights/conv1/W0``,
+``momentum/conv1/W0``), plus one reserved member ``__checkpoint__``: a uint8
+array holding UTF-8 JSON ``{"format": "convnet-checkpoint", "version": 1,
+"arrays": [keys...], "meta": {...}}``.  ``meta`` goes through JSON, so tuples
+come back as lists and dict keys as strings; numpy scalars and arrays in it are
+stored as plain numbers and lists.  Arrays of Python objects are refused.
+
+Atomicity
+---------
+:func:`save_checkpoint` writes a temporary file ``.<name>.<pid>.<random>.tmp``
+in the target's directory, fsyncs it, renames it onto the target with
+``os.replace`` and fsyncs the directory.  A process killed at any moment
+therefore leaves either the previous checkpoint or the new one, never a mix.
+Its temporary file may remain; the next save to the same target deletes such
+leftovers (one writer per target is assumed).  A failed write (full disk,
+unwritable directory) raises :class:`CheckpointError`, removes its temporary
+file and leaves the previous checkpoint untouched.
+
+Save directories
+----------------
+Inside a save directory, checkpoints are named ``ckpt-<step>.npz`` with the
+step zero-padded to 8 digits (:func:`checkpoint_path`), where ``step`` is any
+count that grows during training (the training loop uses minibatches done).
+:func:`latest_checkpoint` returns the one with the highest step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import zipfile
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from convnet.errors import CheckpointError
+
+FORMAT = "convnet-checkpoint"
+VERSION = 1
+HEADER_KEY = "__checkpoint__"
+_NAME = re.compile(r"^ckpt-(\d+)\.npz$")
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def checkpoint_path(save_dir: str | os.PathLike, step: int) -> Path:
+    """Where the checkpoint of ``step`` lives inside ``save_dir``."""
+    return Path(save_dir) / f"ckpt-{int(step):08d}.npz"
+
+
+def latest_checkpoint(save_dir: str | os.PathLike) -> Path | None:
+    """The ``ckpt-<step>.npz`` in ``save_dir`` with the highest step, or None if there is none."""
+    try:
+        names = os.listdir(save_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    steps = [(int(m.group(1)), name) for name in names if (m := _NAME.match(name))]
+    return Path(save_dir) / max(steps)[1] if steps else None
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"checkpoint meta cannot hold {type(value).__name__} values ({value!r})")
+
+
+def _header(arrays: dict[str, np.ndarray], meta: dict) -> np.ndarray:
+    if not isinstance(meta, dict):
+        raise TypeError(f"checkpoint meta must be a dict, got {type(meta).__name__}")
+    for key, array in arrays.items():
+        if not isinstance(key, str) or not key or key == HEADER_KEY:
+            raise ValueError(f"checkpoint array key {key!r} is empty, not a string or reserved")
+        if np.asarray(array).dtype.hasobject:
+            raise ValueError(f"checkpoint array {key!r} holds Python objects; only plain "
+                             "numeric arrays can be saved")
+    text = json.dumps({"format": FORMAT, "version": VERSION, "arrays": sorted(arrays),
+                       "meta": meta}, default=_json_default)
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
+
+def _write_npz(file: BinaryIO, members: dict[str, np.ndarray]) -> None:
+    """Write ``members`` as an uncompressed .npz.  (Not ``np.savez``: its keyword
+    arguments would clash with keys like ``file``.)"""
+    with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for key, array in members.items():
+            with archive.open(key + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
+
+
+def _remove_stale_temps(directory: str, name: str) -> None:
+    prefix = f".{name}."
+    for entry in os.listdir(directory):
+        if entry.startswith(prefix) and entry.endswith(".tmp"):
+            try:
+                os.remove(os.path.join(directory, entry))
+            except OSError:
+                pass  # gone already, or not ours to remove; the save goes on
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make the rename durable.  Some file systems cannot fsync a directory;
+    the rename has happened either way, so that is not an error."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(path: str | os.PathLike, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    """Atomically write ``arrays`` and JSON-able ``meta`` to ``path`` (parents created)."""
+    path = os.path.abspath(os.fspath(path))
+    directory, name = os.path.split(path)
+    members = {HEADER_KEY: _header(arrays, meta), **arrays}
+    temp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        _remove_stale_temps(directory, name)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as file:
+            _write_npz(file, members)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException as error:
+        try:
+            os.remove(temp)
+        except OSError:
+            pass
+        if isinstance(error, OSError):
+            raise CheckpointError(f"cannot write checkpoint {path}: "
+                                  f"{error.strerror or error}") from error
+        raise
+    _fsync_directory(directory)
+
+
+def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
+    """Read a checkpoint written by :func:`save_checkpoint`: ``(arrays, meta)``.
+
+    Anything else (missing, truncated, corrupt, a plain .npz, a newer format)
+    raises :class:`CheckpointError` naming the path and the reason.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as file:
+            if file.read(4) != _ZIP_MAGIC:
+                raise CheckpointError(f"{path}: not a checkpoint (not an .npz archive)")
+        with np.load(path, allow_pickle=False) as archive:
+            if HEADER_KEY not in archive.files:
+                raise CheckpointError(f"{path}: not a checkpoint (an .npz without the "
+                                      f"'{HEADER_KEY}' entry)")
+            header = _read_header(path, archive[HEADER_KEY])
+            keys = set(archive.files) - {HEADER_KEY}
+            if keys != set(header["arrays"]):
+                raise CheckpointError(f"{path}: damaged checkpoint (its array list does not "
+                                      "match its contents)")
+            arrays = {key: archive[key] for key in sorted(keys)}
+    except CheckpointError:
+        raise
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: checkpoint file does not exist") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path}: is a directory, not a checkpoint file") from None
+    except Exception as error:  # zipfile, numpy.lib.format and OSError all report damage
+        raise CheckpointError(f"{path}: truncated or corrupt checkpoint "
+                              f"({type(error).__name__}: {error})") from None
+    return arrays, header["meta"]
+
+
+def _read_header(path: str, raw: np.ndarray) -> dict:
+    try:
+        header = json.loads(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: damaged checkpoint header ({error})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a convnet checkpoint (unknown format marker)")
+    version = header.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {version!r} is newer than "
+                              f"this program reads ({VERSION}); upgrade to load it")
+    if not isinstance(header.get("arrays"), list) or not isinstance(header.get("meta"), dict):
+        raise CheckpointError(f"{path}: damaged checkpoint header (no array list or meta)")
+    return header
+

@@ -1,0 +1,284 @@
+"""The data-provider interface that the training loop is written against.
+
+A provider serves numbered batches of labelled images, like cuda-convnet2's
+data providers, so that ``--train-range=1-5 --test-range=6`` mean the same
+thing here.  Every provider (see :mod:`convnet.data.registry` for the names)
+has:
+
+``data_dims: dict[int, tuple]``
+    per-case shape of each data column: ``{0: (C, S, S), 1: (1,)}`` (images
+    after cropping, labels).  A data layer with ``dataIdx=i`` reads column i.
+``num_classes: int``, ``label_names: list[str]``
+``train_batches``, ``test_batches: list[int]``
+    the batch numbers the run uses, after applying the train/test ranges.
+``num_views: int``
+    how many test views :meth:`DataProvider.get_test_views` returns (1
+    unless ``multiview_test``; see below).
+``get_batch(batch_id, train, epoch) -> [images, labels]``
+    images float32 ``(N, C, S, S)`` C-contiguous, mean-subtracted; labels
+    float32 ``(N, 1)`` holding class indices.  With ``train=True`` the
+    augmentation (random crops, mirrors, colour noise) is drawn from a
+    generator seeded by ``(seed, epoch, batch_id)`` only, so a resumed run or
+    a run on another number of devices sees exactly the same data.  With
+    ``train=False`` the result never depends on ``epoch``.
+``get_test_views(batch_id) -> [views, labels]``
+    views float32 ``(V, N, C, S, S)``; average the predictions over axis 0.
+``num_cases(batch_id) -> int``
+``check_dims(expected)``
+    raise a :class:`DataError` unless the config's expected shapes match.
+
+Pixel values keep each source's own units before mean subtraction (0..255 for
+CIFAR and cuda-convnet batches, as in cuda-convnet2, whose configs' ``initW``
+values assume that scale; 0..1 for digits), and ``scalar_mean`` is in the same
+units.
+
+Augmentation follows cuda-convnet2's CIFAR provider:
+
+* ``inner_size = 0``: no augmentation; images are served whole.
+* ``inner_size = k > 0``: training cases get a uniformly random k x k window
+  and are mirrored left-right with probability 1/2 (so ``k = S`` means mirrors
+  only); test cases get the centre window.
+* ``multiview_test`` with ``inner_size > 0``: ten test views, the centre and
+  four corner windows and their mirror images (two views when ``k = S``).
+  View 0 is the centre crop that ``get_batch(train=False)`` returns.
+* ``color_noise = s > 0``: each training case gets one random colour added to
+  all its pixels, drawn along the principal axes of the training images'
+  colour covariance with ``s`` standard deviations (the PCA noise of
+  Krizhevsky et al. 2012, without cuda-convnet2's rescaling of the image).
+  The covariance is estimated from (the first 1,000 cases of) the first
+  training batch.
+
+Providers are safe to call from a background thread (see
+:mod:`convnet.data.prefetch`): lazily computed statistics are built under a
+lock, and batches are never cached mutable.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from convnet.data import augment
+from convnet.data.ranges import format_range
+from convnet.errors import DataError
+
+_AUGMENT_STREAM = 1  # keeps augmentation noise apart from other seeded streams
+
+
+@dataclass
+class DataOptions:
+    """Options a provider understands; ``None`` ranges mean the provider's defaults.
+
+    ``data_dims``, ``num_classes`` and ``cases_per_batch`` are read by the
+    ``dummy`` provider only.
+    """
+
+    data_path: str | None = None
+    train_range: list[int] | None = None
+    test_range: list[int] | None = None
+    inner_size: int = 0
+    color_noise: float = 0.0
+    scalar_mean: float | None = None
+    multiview_test: bool = False
+    seed: int = 0
+    data_dims: dict[int, tuple[int, ...]] | None = None
+    num_classes: int | None = None
+    cases_per_batch: int = 512
+
+
+def format_shape(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+class DataProvider:
+    """The shared pipeline: load a raw batch, check it, subtract the mean, augment.
+
+    Subclasses call ``__init__`` with what they found on disk and implement
+    :meth:`_load` (raw images ``(N, *image_shape)`` of any real dtype and
+    labels ``(N,)``) and :meth:`_batch_source` (a path for error messages);
+    they may override :meth:`_pixel_mean` (default: per-pixel mean of the
+    training batches).
+    """
+
+    name = ""
+
+    def __init__(self, options: DataOptions, *, where: str, image_shape: tuple[int, ...],
+                 label_names: list[str], available: list[int] | None,
+                 default_train: list[int], default_test: list[int]):
+        self.options = options
+        self.where = where
+        self.image_shape = tuple(image_shape)
+        self.label_names = list(label_names)
+        self.num_classes = len(self.label_names)
+        self._available = available
+        self.train_batches = self._select(options.train_range, default_train, "train")
+        self.test_batches = self._select(options.test_range, default_test, "test")
+        self._inner = self._check_inner_size(options.inner_size)
+        self._check_numbers(options)
+        shape = (self.image_shape[0], self._inner, self._inner) if self._inner else self.image_shape
+        self.data_dims: dict[int, tuple[int, ...]] = {0: shape, 1: (1,)}
+        if options.multiview_test and self._inner:
+            self.num_views = 2 * len(augment.view_positions(self.image_shape[-1], self._inner))
+        else:
+            self.num_views = 1
+        self._lock = threading.Lock()
+        self._mean: np.ndarray | np.float32 | None = None
+        self._basis: np.ndarray | None = None
+        self._counts: dict[int, int] = {}
+
+    # -- what subclasses provide -------------------------------------------------
+
+    def _load(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _batch_source(self, batch_id: int) -> str:
+        raise NotImplementedError
+
+    def _pixel_mean(self) -> np.ndarray | float:
+        if not self.train_batches:
+            raise DataError(f"{self.where}: the per-pixel mean is taken over the training "
+                            "batches, but the train range is empty; give --scalar-mean instead")
+        total = np.zeros(self.image_shape, np.float64)
+        count = 0
+        for batch_id in self.train_batches:
+            images, _ = self._checked_load(batch_id)
+            total += images.sum(axis=0, dtype=np.float64)
+            count += len(images)
+        return total / max(count, 1)
+
+    # -- the interface -----------------------------------------------------------
+
+    def get_batch(self, batch_id: int, train: bool, epoch: int = 0) -> list[np.ndarray]:
+        images, labels = self._centred(batch_id)
+        if train:
+            if epoch < 0:
+                raise ValueError(f"epoch must be >= 0, got {epoch}")
+            rng = np.random.default_rng([self.options.seed, _AUGMENT_STREAM, epoch, batch_id])
+            if self._inner:
+                images = augment.random_crops(images, self._inner, rng)
+            if self.options.color_noise > 0:
+                augment.add_colour_noise(images, self._colour_basis(),
+                                         self.options.color_noise, rng)
+        elif self._inner:
+            images = augment.centre_crop(images, self._inner)
+        return [np.ascontiguousarray(images, dtype=np.float32), labels]
+
+    def get_test_views(self, batch_id: int) -> list[np.ndarray]:
+        if self.num_views == 1:
+            images, labels = self.get_batch(batch_id, train=False)
+            return [images[None], labels]
+        images, labels = self._centred(batch_id)
+        return [augment.multiview_crops(images, self._inner), labels]
+
+    def num_cases(self, batch_id: int) -> int:
+        if batch_id not in self._counts:
+            self._checked_load(batch_id)
+        return self._counts[batch_id]
+
+    def check_dims(self, expected: dict[int, tuple[int, ...]]) -> None:
+        """Raise :class:`DataError` unless every expected column has the provider's shape.
+
+        A one-element expected shape ``(D,)`` also matches images of D values in
+        total (a data layer read by an fc layer knows only its width).
+        """
+        for index, want in sorted(expected.items()):
+            want = tuple(int(d) for d in want)
+            have = self.data_dims.get(index)
+            if have is None:
+                raise DataError(f"{self.where}: the config reads data column {index} "
+                                f"(dataIdx={index}) but the '{self.name}' provider has only "
+                                f"columns {', '.join(map(str, sorted(self.data_dims)))}")
+            if want == have or (len(want) == 1 and want[0] == math.prod(have)):
+                continue
+            hint = ""
+            if (index == 0 and len(want) == 3 and want[0] == self.image_shape[0]
+                    and want[1] == want[2] <= self.image_shape[-1] and want != have):
+                hint = f"; pass --inner-size={want[1]} to crop the {format_shape(self.image_shape)} images"
+            raise DataError(f"{self.where}: the config expects data column {index} of shape "
+                            f"{format_shape(want)} but the '{self.name}' provider gives "
+                            f"{format_shape(have)}{hint}")
+
+    # -- the pipeline ------------------------------------------------------------
+
+    def _centred(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """Full-size float32 images minus the mean, and the label column."""
+        raw, labels = self._checked_load(batch_id)
+        images = raw.astype(np.float32)
+        images -= self._mean_value()
+        return images, labels.astype(np.float32).reshape(-1, 1)
+
+    def _checked_load(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
+        if self._available is not None and batch_id not in self._available:
+            raise DataError(f"{self.where}: there is no batch {batch_id} "
+                            f"({self._batch_source(batch_id)}); available batches: "
+                            f"{format_range(self._available) or 'none'}")
+        images, labels = self._load(batch_id)
+        source = self._batch_source(batch_id)
+        if not (np.issubdtype(images.dtype, np.number) and np.isrealobj(images)):
+            raise DataError(f"{source}: pixel data is {images.dtype}, not real numbers")
+        labels = np.asarray(labels).reshape(-1)
+        if len(labels) != len(images):
+            raise DataError(f"{source}: {len(images)} images but {len(labels)} labels")
+        if not np.issubdtype(labels.dtype, np.number):
+            raise DataError(f"{source}: labels are {labels.dtype}, not class indices")
+        bad = labels[(labels != np.round(labels)) | (labels < 0) | (labels >= self.num_classes)]
+        if bad.size:
+            raise DataError(f"{source}: label {bad[0]} is not a class index in "
+                            f"0..{self.num_classes - 1} ({self.num_classes} classes)")
+        self._counts[batch_id] = len(images)
+        return images, labels
+
+    def _mean_value(self) -> np.ndarray | np.float32:
+        with self._lock:
+            if self._mean is None:
+                if self.options.scalar_mean is not None:
+                    self._mean = np.float32(self.options.scalar_mean)
+                else:
+                    self._mean = np.asarray(self._pixel_mean(), dtype=np.float32)
+            return self._mean
+
+    def _colour_basis(self) -> np.ndarray:
+        mean = self._mean_value()
+        with self._lock:
+            if self._basis is None:
+                if not self.train_batches:
+                    raise DataError(f"{self.where}: colour noise is estimated from the first "
+                                    "training batch, but the train range is empty")
+                raw, _ = self._checked_load(self.train_batches[0])
+                self._basis = augment.colour_basis(raw.astype(np.float32) - mean)
+            return self._basis
+
+    # -- option checks -----------------------------------------------------------
+
+    def _select(self, chosen: list[int] | None, default: list[int], kind: str) -> list[int]:
+        batches = list(default if chosen is None else chosen)
+        if self._available is not None:
+            missing = [b for b in batches if b not in self._available]
+            if missing:
+                raise DataError(f"{self.where}: the {kind} range names batch {missing[0]} "
+                                f"({self._batch_source(missing[0])}), which does not exist; "
+                                f"available batches: {format_range(self._available) or 'none'}")
+        return batches
+
+    def _check_inner_size(self, inner: int) -> int:
+        if not inner:
+            return 0
+        if len(self.image_shape) != 3:
+            raise DataError(f"{self.where}: --inner-size needs images, but the data is "
+                            f"{format_shape(self.image_shape)} per case")
+        if not 0 < inner <= self.image_shape[-1]:
+            raise DataError(f"{self.where}: --inner-size={inner} does not fit the "
+                            f"{format_shape(self.image_shape)} images (1..{self.image_shape[-1]})")
+        return int(inner)
+
+    def _check_numbers(self, options: DataOptions) -> None:
+        if options.color_noise < 0 or not math.isfinite(options.color_noise):
+            raise DataError(f"--color-noise must be >= 0, got {options.color_noise}")
+        if options.color_noise > 0 and len(self.image_shape) != 3:
+            raise DataError(f"{self.where}: --color-noise needs images, but the data is "
+                            f"{format_shape(self.image_shape)} per case")
+        if options.seed < 0:
+            raise DataError(f"the data seed must be >= 0, got {options.seed}")

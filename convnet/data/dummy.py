@@ -1,0 +1,77 @@
+"""The ``dummy`` provider: synthetic, learnable data of any shape.
+
+For trying a config without a data set and for benchmarks.  Each class has a
+fixed random template; a case is its class's template plus unit Gaussian
+noise.  For images the templates are smooth (drawn on a grid a quarter of the
+side and enlarged by pixel repetition), so they survive pooling and random
+crops; nearest-template classification is near perfect, so a working net
+learns them.
+
+Everything is drawn from generators seeded by ``(seed, stream, batch)``, so a
+batch is the same every time it is asked for.  Every batch number >= 0
+exists; the defaults are train 1-8, test 9, with ``cases_per_batch`` (512)
+cases each.  ``data_dims[0]`` is any shape (default 3x32x32) and
+``num_classes`` defaults to 10.  The mean is zero by construction, so nothing
+is subtracted unless ``scalar_mean`` is given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from convnet.data.base import DataOptions, DataProvider
+from convnet.errors import DataError
+
+DEFAULT_SHAPE = (3, 32, 32)
+_TEMPLATE_STREAM = 2
+_BATCH_STREAM = 3
+
+
+def _templates(shape: tuple[int, ...], num_classes: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng([seed, _TEMPLATE_STREAM])
+    if len(shape) != 3:
+        return rng.standard_normal((num_classes,) + shape, dtype=np.float32)
+    channels, height, width = shape
+    coarse = rng.standard_normal((num_classes, channels, max(1, height // 4), max(1, width // 4)),
+                                 dtype=np.float32)
+    rows = np.arange(height) * coarse.shape[2] // height
+    cols = np.arange(width) * coarse.shape[3] // width
+    return coarse[:, :, rows[:, None], cols[None, :]]
+
+
+class DummyProvider(DataProvider):
+    name = "dummy"
+
+    def __init__(self, options: DataOptions):
+        dims = dict(options.data_dims or {0: DEFAULT_SHAPE})
+        shape = tuple(int(d) for d in dims.pop(0, DEFAULT_SHAPE))
+        labels_shape = tuple(dims.pop(1, (1,)))
+        if dims or labels_shape != (1,):
+            raise DataError("the dummy provider gives data columns 0 (images) and 1 (labels, "
+                            f"shape 1) only; asked for {options.data_dims}")
+        if not shape or min(shape) < 1:
+            raise DataError(f"dummy data: bad image shape {shape}")
+        num_classes = 10 if options.num_classes is None else int(options.num_classes)
+        if num_classes < 1 or options.cases_per_batch < 1:
+            raise DataError(f"dummy data needs >= 1 class and >= 1 case per batch, got "
+                            f"{num_classes} classes and {options.cases_per_batch} cases")
+        super().__init__(options, where="dummy data", image_shape=shape,
+                         label_names=[f"class{k}" for k in range(num_classes)], available=None,
+                         default_train=list(range(1, 9)), default_test=[9])
+        self._templates = _templates(shape, num_classes, options.seed)
+
+    def _batch_source(self, batch_id: int) -> str:
+        return f"dummy batch {batch_id}"
+
+    def _pixel_mean(self) -> float:
+        return 0.0
+
+    def _load(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
+        if batch_id < 0:
+            raise DataError(f"dummy data: batch numbers start at 0, got {batch_id}")
+        rng = np.random.default_rng([self.options.seed, _BATCH_STREAM, batch_id])
+        count = self.options.cases_per_batch
+        labels = rng.integers(0, self.num_classes, count)
+        images = rng.standard_normal((count,) + self.image_shape, dtype=np.float32)
+        images += self._templates[labels]
+        return images, labels

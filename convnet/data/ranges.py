@@ -1,0 +1,58 @@
+"""Batch ranges as written on the command line (``--train-range=1-5``, ``1-3,6``).
+
+cuda-convnet2 names batches by number and selects them with ranges; the same
+text round-trips through :func:`parse_range` and :func:`format_range` so a
+checkpoint can store the ranges a run used and print them back unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+
+from convnet.errors import DataError
+
+_PART = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+def parse_range(text: str) -> list[int]:
+    """Parse ``"1-5"``, ``"6"`` or ``"1-3,6"`` into batch numbers, in the order written.
+
+    Batch numbers start at 0 (cuda-convnet ImageNet batches do).  A reversed
+    span (``5-1``), a repeated batch, an empty part or anything that is not a
+    number raises :class:`DataError` quoting the text.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise DataError(f"batch range {text!r} is empty; write it like '1-5' or '1-3,6'")
+    batches: list[int] = []
+    for part in text.split(","):
+        match = _PART.match(part)
+        if not match:
+            raise DataError(f"batch range {text!r}: cannot read {part.strip()!r}; "
+                            "write it like '1-5' or '1-3,6'")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first:
+            raise DataError(f"batch range {text!r}: {first}-{last} runs backwards")
+        batches.extend(range(first, last + 1))
+    seen: set[int] = set()
+    for batch in batches:
+        if batch in seen:
+            raise DataError(f"batch range {text!r} names batch {batch} twice")
+        seen.add(batch)
+    return batches
+
+
+def format_range(batches: list[int]) -> str:
+    """Write batch numbers back in the shortest ``1-3,6`` form (order kept)."""
+    parts: list[str] = []
+    start = prev = None
+    for batch in batches:
+        if prev is not None and batch == prev + 1:
+            prev = batch
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = batch
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
