@@ -175,6 +175,8 @@ class LayerPlacement:
         return pass_index * rmin + replica
 
     def active_passes(self, num_passes: int) -> range:
+        if not self.devices:  # a data layer that no layer reads
+            return range(0)
         return range(0, num_passes, self.period)
 
 

@@ -26,10 +26,13 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int)
     devices, sources = _resolve_devices(net, len(gpus))
     _check_rules(net, devices)
     counts = {name: len(d) for name, d in devices.items()}
+    if not counts:
+        raise PlanError("the net has no layer to place")
     rmax, rmin = max(counts.values()), min(counts.values())
     if minibatch <= 0 or minibatch % rmax:
         raise PlanError(f"--mini {minibatch} must be a positive multiple of the largest replica "
-                        f"count {rmax} (layer '{_first_with(counts, rmax)}')")
+                        f"count {rmax} (layer "
+                        f"'{_first_with(_named_counts(net, devices), rmax)}')")
     num_passes = rmax // rmin
     periods = {name: r // rmin for name, r in counts.items()}
     trainable = _trainable_upstream(net)
@@ -40,8 +43,9 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int)
     for ldef in net:
         needs_backward = to_cost[ldef.name] and trainable[ldef.name] and not ldef.is_data
         placements[ldef.name] = LayerPlacement(
-            name=ldef.name, type=ldef.type, devices=devices[ldef.name],
-            period=periods[ldef.name], scheme=schemes[ldef.name], gpu_source=sources[ldef.name],
+            name=ldef.name, type=ldef.type, devices=devices.get(ldef.name, ()),
+            period=periods.get(ldef.name, 0), scheme=schemes[ldef.name],
+            gpu_source=sources.get(ldef.name, "unused (no layer reads it)"),
             output_shape=tuple(ldef.output_shape), param_count=ldef.param_count,
             update_period=update_periods.get(ldef.name, 0), needs_backward=needs_backward,
             input_grads=tuple(needs_backward and trainable[i] and not net[i].is_data
@@ -58,6 +62,12 @@ def _first_with(counts: dict[str, int], value: int) -> str:
     return next(name for name, c in counts.items() if c == value)
 
 
+def _named_counts(net: NetConfig, devices) -> dict[str, int]:
+    """Replica counts of the placed non-data layers (all placed layers if there are none)."""
+    counts = {n: len(d) for n, d in devices.items() if not net[n].is_data}
+    return counts or {n: len(d) for n, d in devices.items()}
+
+
 def _error(ldef: LayerDef, message: str, key: str | None = "gpu") -> PlanError:
     return PlanError(message, file=ldef.file, section=ldef.name, key=key)
 
@@ -70,6 +80,8 @@ def _resolve_devices(net: NetConfig, num_gpus: int):
         if ldef.is_data:
             continue
         if ldef.gpu is not None:
+            if not ldef.gpu:
+                raise _error(ldef, "the gpu= list is empty; give at least one device index")
             for g in ldef.gpu:
                 if not 0 <= g < num_gpus:
                     raise _error(ldef, f"device index {g} is past the --gpu list, which has "
@@ -106,12 +118,12 @@ def _check_rules(net: NetConfig, devices: dict[str, tuple[int, ...]]) -> None:
     for ldef in net:
         if ldef.name not in devices:
             continue
+        if ldef.is_data:
+            continue  # placed from its readers, which are checked themselves
         devs = devices[ldef.name]
         if len(set(devs)) != len(devs):
             raise _error(ldef, f"replicas of one layer must be on distinct devices, "
                                f"but '{ldef.name}' lists {','.join(map(str, devs))}")
-        if ldef.is_data:
-            continue
         r = len(devs)
         inputs = [i for i in ldef.inputs if i in devices]
         for inp in inputs:
@@ -138,7 +150,8 @@ def _check_rules(net: NetConfig, devices: dict[str, tuple[int, ...]]) -> None:
                                        f"'{ldef.name}' has {r}, its input '{inp}' has "
                                        f"{len(devices[inp])}")
     _check_pass_overlap(net, devices)
-    counts = {n: len(d) for n, d in devices.items()}
+    # Data layers take their readers' counts, so checking the readers names real layers.
+    counts = _named_counts(net, devices)
     rmax, rmin = max(counts.values()), min(counts.values())
     for name, c in counts.items():
         if rmax % c:
@@ -189,7 +202,13 @@ def _update_periods(net: NetConfig, periods: dict[str, int], num_passes: int) ->
         if not ldef.has_weights:
             continue
         t = periods[ldef.name]
-        u = int(ldef.params.get("updatePeriod", 0) or 0) or t
+        u = int(ldef.params.get("updatePeriod", 0) or 0)
+        if u < 0:
+            raise PlanError(f"updatePeriod={u} must be 0 (as often as possible) or a positive "
+                            f"multiple of the layer's activation period {t}",
+                            file=ldef.params_file or ldef.file, section=ldef.name,
+                            key="updatePeriod")
+        u = u or t
         if u % t or num_passes % u:
             raise PlanError(f"updatePeriod={u} must be a multiple of the layer's activation "
                             f"period {t} and divide the pass count {num_passes}",
@@ -311,8 +330,8 @@ class _Scheduler:
             writes = [("wgrad", ldef.name, replica)]
             pulls = []
             for inp, wanted in zip(ldef.inputs, placement.input_grads):
-                if not wanted:
-                    continue
+                if not wanted or any(inp == pulled for pulled, _ in pulls):
+                    continue  # an input listed twice still gets one pulled gradient
                 _, src_device = self.plan.producer_of(inp, shard)
                 if src_device == device:
                     writes.append(("grad", inp, shard, device))
