@@ -52,7 +52,7 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int)
                               for i in ldef.inputs))
     plan = Plan(layers=placements, ops=[], num_devices=len(gpus), physical_devices=gpus,
                 num_shards=rmax, num_passes=num_passes, rmin=rmin,
-                scheme=_net_scheme(schemes, counts, num_passes), minibatch=minibatch,
+                scheme=_net_scheme(schemes, devices, num_passes), minibatch=minibatch,
                 notes=_notes(net, sources, gpus))
     plan.ops = _Scheduler(net, plan).build()
     return plan
@@ -236,14 +236,17 @@ def _layer_schemes(net: NetConfig, devices) -> dict[str, str]:
     return schemes
 
 
-def _net_scheme(schemes: dict[str, str], counts: dict[str, int], num_passes: int) -> str:
+def _net_scheme(schemes: dict[str, str], devices, num_passes: int) -> str:
+    """'single' only when every layer is on one device; layers split over several
+    devices without replicas (siblings, or a pipeline of layers) are 'model'."""
     has_data = "data" in schemes.values()
     has_model = "model" in schemes.values()
     if num_passes > 1 or (has_data and has_model):
         return "hybrid"
     if has_data:
         return "data"
-    return "model" if has_model else "single"
+    used = {d for devs in devices.values() for d in devs}
+    return "model" if has_model or len(used) > 1 else "single"
 
 
 def _notes(net: NetConfig, sources: dict[str, str], gpus: tuple[int, ...]) -> list[str]:

@@ -343,3 +343,20 @@ def test_layers_below_the_first_weight_layer_get_no_backward():
     assert not plan.layers["p"].needs_backward
     assert plan.layers["a"].input_grads == (False,)
     assert not any(isinstance(op, Backward) and op.layer == "p" for op in plan.ops)
+
+
+# --------------------------------------------------------------------------- scheme names
+
+@pytest.mark.parametrize("spec,scheme", [
+    ([("a", "fc", ["data"], [0], 0), ("b", "fc", ["a"], None, 0)], "single"),
+    ([("a", "fc", ["data"], [0, 1], 0), ("b", "fc", ["a"], [0, 1], 0)], "data"),
+    ([("a", "fc", ["data"], [0], 0), ("b", "fc", ["data"], [1], 0),
+      ("ab", "pass", ["a", "b"], [0], 0)], "model"),
+    # a pipeline (no siblings) still spreads the net over two devices
+    ([("a", "fc", ["data"], [0], 0), ("b", "fc", ["a"], [1], 0)], "model"),
+    ([("a", "fc", ["data"], [0, 1], 0), ("b", "fc", ["a"], [1, 0], 0),
+      ("c", "fc", ["b"], [0], 0), ("d", "fc", ["b"], [1], 0)], "hybrid"),
+])
+def test_net_scheme_names(spec, scheme):
+    net, plan = plan_of(spec + _head(spec[-1][0], spec[-1][3]))
+    assert plan.scheme == scheme
