@@ -1,0 +1,26 @@
+"""The cuda-convnet2 config language (SPEC sections 1 and 2).
+
+``load_net(layer_def, layer_params, data_dims, num_classes)`` reads the two
+INI files into a typed :class:`NetConfig` with every shape inferred.  It is
+two stages, usable apart: :func:`parse_net` (syntax and per-layer meaning,
+no data needed) and :func:`infer_shapes` (shapes given the data dimensions).
+Every problem raises :class:`convnet.errors.ConfigError` naming the file,
+section and key.
+"""
+
+from __future__ import annotations
+
+from convnet.config.model import LayerDef, NetConfig, NeuronSpec, Schedule
+from convnet.config.parse import parse_net
+from convnet.config.shapes import infer_shapes
+from convnet.config.values import parse_data_dims
+
+
+def load_net(layer_def_path, layer_params_path, data_dims: dict[int, tuple[int, ...]] | None = None,
+             num_classes: int | None = None) -> NetConfig:
+    """Parse both files and infer shapes; see :func:`infer_shapes` for the arguments."""
+    return infer_shapes(parse_net(layer_def_path, layer_params_path), data_dims, num_classes)
+
+
+__all__ = ["LayerDef", "NetConfig", "NeuronSpec", "Schedule", "infer_shapes", "load_net",
+           "parse_data_dims", "parse_net"]
