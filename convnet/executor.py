@@ -262,7 +262,8 @@ class Executor:
         if ldef.is_cost:
             sums = {k: float(v) for k, v in layer.metrics(inputs, output).items()}
             buffers.metrics[(op.layer, op.shard)] = sums
-            if self.check_finite and not math.isfinite(float(sums["cost"])):
+            if self.check_finite and not (math.isfinite(sums["cost"]) and all(
+                    bool(self.devices[op.device].xp.isfinite(x).all()) for x in inputs)):
                 raise TrainingError(self._explain_nan(op, buffers))
 
     def _explain_nan(self, op: Forward, buffers: _StepBuffers) -> str:
@@ -271,10 +272,15 @@ class Executor:
             for (name, shard, device), value in list(buffers.acts.items()):
                 if name == ldef.name and shard == op.shard:
                     xp = self.devices[device].xp
-                    if not bool(xp.isfinite(value).all()):
-                        return (f"non-finite values (NaN or inf) in the output of layer "
-                                f"'{name}' on device {device} at step {self.step_count}; "
-                                f"cost layer '{op.layer}' cannot be computed")
+                    if bool(xp.isfinite(value).all()):
+                        continue
+                    if ldef.is_data:
+                        return (f"the minibatch holds NaN or inf values: data layer '{name}' "
+                                f"(column {ldef.attrs['dataIdx']}, loaded on device {device}) "
+                                f"at step {self.step_count}")
+                    return (f"non-finite values (NaN or inf) in the output of layer "
+                            f"'{name}' on device {device} at step {self.step_count}; "
+                            f"cost layer '{op.layer}' cannot be computed")
         return (f"cost layer '{op.layer}' on device {op.device} is not finite at step "
                 f"{self.step_count}")
 
