@@ -193,7 +193,8 @@ inputs=fc
 """
     net = load_text(tmp_path, layer_def, FC_PARAMS)
     assert net.num_classes == 4 and net["fc"].neuron == NeuronSpec("logistic")
-    assert all(net[c].params == {"coeff": 1.0, "topk": 1} for c in ("bce", "ce", "sq"))
+    assert all(net[c].params == {"coeff": 1.0, "topk": 1} for c in ("ce", "sq"))
+    assert net["bce"].params == {"coeff": 1.0, "topk": 1, "posWeight": 1.0}
 
 
 def test_labels_default_and_data_dims_kept(net_with):

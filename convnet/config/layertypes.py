@@ -178,6 +178,7 @@ LAYER_TYPES: dict[str, LayerType] = _table(
     LayerType("sum", attrs=(Key("stride", _POSITIVE, default=None),)),
     LayerType("cost.logreg", min_inputs=2, max_inputs=2, neuron="forbidden", params=_COST_PARAMS),
     LayerType("cost.crossent", min_inputs=2, max_inputs=2, neuron="forbidden", params=_COST_PARAMS),
-    LayerType("cost.bce", min_inputs=2, max_inputs=2, neuron="forbidden", params=_COST_PARAMS),
+    LayerType("cost.bce", min_inputs=2, max_inputs=2, neuron="forbidden",
+              params=_COST_PARAMS + (Key("posWeight", _NONNEGATIVE, default=1.0),)),
     LayerType("cost.sum2", neuron="forbidden", params=_COST_PARAMS),
 )

@@ -59,7 +59,8 @@ layer-params file wins when both give it.
 weight layers: epsW:[Schedule], epsB:Schedule, momW:[float], momB:float,
                wc:[float], wball:[float] (always 0: non-zero is rejected),
                updatePeriod:int (0 = every activation)
-costs:         coeff:float (1), topk:int (1, at most the number of classes)
+costs:         coeff:float (1), topk:int (1, at most the number of classes);
+               cost.bce also posWeight:float (1), the weight of the positive term
 dropout*:      enable:bool (True), keep:float (0.5)
 norms:         scale:float, pow:float, minDiv:float (1)
 """
