@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,22 +9,12 @@ import pytest
 from convnet.config import load_net
 from convnet.errors import ConfigError
 
-_REPO = Path(__file__).resolve().parent.parent
-# The twelve cuda-convnet2 originals: a copy in the repo wins over the shared one.
-_REFERENCE_CANDIDATES = [
-    Path(os.environ.get("CONVNET_REFERENCE_CONFIGS", _REPO / "examples" / "cuda-convnet2")),
-    Path("/work/shared/reference-configs/cuda-convnet2"),
-]
-REFERENCE_DIR = next((p for p in _REFERENCE_CANDIDATES
-                      if (p / "layers-imagenet-1gpu.cfg").is_file()), None)
+# The twelve cuda-convnet2 originals, shipped with the project.
+REFERENCE_DIR = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet2"
 REFERENCE_NAMES = ["cifar10-11pct", "imagenet-1gpu", "imagenet-2gpu-data", "imagenet-2gpu-model",
                    "imagenet-4gpu-data", "imagenet-4gpu-data-model"]
 IMAGENET_DIMS = {0: (3, 224, 224), 1: (1,)}
 CIFAR_DIMS = {0: (3, 24, 24), 1: (1,)}
-
-needs_reference = pytest.mark.skipif(REFERENCE_DIR is None,
-                                     reason="cuda-convnet2 reference configs not found")
-
 
 def reference_pair(name: str) -> tuple[Path, Path]:
     """The (layer-def, layer-params) paths of one reference net."""

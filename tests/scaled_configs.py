@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference-configs" / "cuda-convnet2"
+REFERENCE = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet2"
 IMAGE_DIMS = (3, 67, 67)
 NUM_CLASSES = 10
 
@@ -26,9 +26,13 @@ def _shrink_outputs(match: re.Match) -> str:
     return match.group(1) + str(NUM_CLASSES if value == 1000 else max(4, value // 64))
 
 
-def scaled_config(name: str, folder: Path, params_edit=None) -> tuple[Path, Path]:
-    """Write scaled copies of ``layers-<name>.cfg`` and ``layer-params-<name>.cfg``."""
+def scaled_config(name: str, folder: Path, params_edit=None,
+                  layers_edit=None) -> tuple[Path, Path]:
+    """Write scaled copies of ``layers-<name>.cfg`` and ``layer-params-<name>.cfg``;
+    ``params_edit``/``layers_edit`` may rewrite the texts further."""
     layers = (REFERENCE / f"layers-{name}.cfg").read_text()
+    if layers_edit is not None:
+        layers = layers_edit(layers)
     layers = re.sub(r"^((?:filters|channels)=)([0-9,]+)$", _shrink_channels, layers, flags=re.M)
     layers = re.sub(r"^(outputs=)([0-9]+)$", _shrink_outputs, layers, flags=re.M)
     params = (REFERENCE / f"layer-params-{name}.cfg").read_text()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from convnet.config import NeuronSpec, load_net
 from convnet.errors import ConfigError
-from tests.config_helpers import (REFERENCE_NAMES, needs_reference, reference_dims, reference_pair,
+from tests.config_helpers import (REFERENCE_NAMES, reference_dims, reference_pair,
                                   write_pair)
 
 MUTANTS_PER_NET = 60
@@ -137,7 +137,6 @@ def _mutant(rng, layer_def: str, layer_params: str):
     return texts
 
 
-@needs_reference
 @pytest.mark.parametrize("name", REFERENCE_NAMES)
 def test_mutated_reference_configs(tmp_path, name):
     layer_def, layer_params = (p.read_text() for p in reference_pair(name))

@@ -8,10 +8,9 @@ import pytest
 
 from convnet.config import NeuronSpec, Schedule, infer_shapes, load_net, parse_net
 from convnet.errors import ConfigError
-from tests.config_helpers import (IMAGENET_DIMS, REFERENCE_NAMES, needs_reference, reference_dims,
+from tests.config_helpers import (IMAGENET_DIMS, REFERENCE_NAMES, reference_dims,
                                   reference_pair)
 
-pytestmark = needs_reference
 IMAGENET = [n for n in REFERENCE_NAMES if n.startswith("imagenet")]
 
 

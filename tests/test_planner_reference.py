@@ -10,33 +10,19 @@ each weight layer updates.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-try:
-    from convnet.config import load_net
-except ImportError:  # the parser lands separately
-    pytest.skip("config parser not available yet", allow_module_level=True)
-
+from convnet.config import load_net
 from convnet.errors import PlanError
 from convnet.plan import AllReduce, Backward, Copy, Forward, GradCopy, Load, Update
 from convnet.plan_report import device_totals, plan_json, plan_text
 from convnet.planner import make_plan
 from tests.plan_helpers import check_plan_invariants, happens_before
 
-# A copy in the repository (or $CONVNET_REFERENCE_CONFIGS) wins over the shared one.
-_REPO = Path(__file__).resolve().parent.parent
-_CANDIDATES = [
-    Path(os.environ.get("CONVNET_REFERENCE_CONFIGS", _REPO / "examples" / "cuda-convnet2")),
-    Path("/work/shared/reference-configs/cuda-convnet2"),
-]
-CONFIGS = next((p for p in _CANDIDATES if (p / "layers-imagenet-4gpu-data-model.cfg").is_file()),
-               None)
-if CONFIGS is None:
-    pytest.skip("cuda-convnet2 reference configs not found", allow_module_level=True)
+CONFIGS = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet2"
 
 IMAGENET = {0: (3, 224, 224), 1: (1,)}
 CIFAR = {0: (3, 24, 24), 1: (1,)}
