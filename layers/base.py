@@ -69,3 +69,8 @@ class Layer:
         ``grad_output=None``.
         """
         raise NotImplementedError
+
+    def input_differentiable(self, i: int) -> bool:
+        """Whether the output depends smoothly on input ``i`` (False for the class
+        labels of ``cost.logreg``); the gradient check skips the others."""
+        return True

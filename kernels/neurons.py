@@ -1,0 +1,234 @@
+"""Neuron (activation) functions of cuda-convnet2 with their derivatives.
+
+=================  ==========================================  ============================
+name               f(x)                                        df/dx computed from
+=================  ==========================================  ============================
+``ident``          x                                           -
+``logistic``       1 / (1 + e^-x)                              y: y (1 - y)
+``abs``            abs(x)                                      x: 1 if x > 0 else -1
+``relu``           max(0, x)                                   y: [y > 0]
+``nrelu``          max(0, x)  (see below)                      y: [y > 0]
+``softrelu``       log(1 + e^x)                                y: 1 - e^-y
+``square``         x^2                                         x: 2x
+``sqrt``           sqrt(x)                                     y: 1 / (2y)
+``log[a]``         log(a + x)                                  x: 1 / (a + x)
+``tanh[a,b]``      a tanh(b x)                                 y: b (a - y^2 / a)
+``brelu[a]``       min(a, max(0, x))                           y: [0 < y < a]
+``linear[a,b]``    a x + b                                     a
+``drelu[a]``       x - a tanh(x / a)                           x: tanh(x / a)^2
+``abstanh[a,b]``   a abs(tanh(b x))  (cuda-convnet v1)         x: a b (1 - tanh^2) sign(x)
+=================  ==========================================  ============================
+
+Choices where cuda-convnet2 is not a usable reference:
+
+* ``nrelu`` ("max(0, x) + noise") is listed by cuda-convnet2's parser but has
+  no implementation in its C++ code, so no noise model can be copied.  The
+  engine computes the noise-free ``max(0, x)`` at train and test time, which
+  keeps every run deterministic.
+* ``softrelu`` is computed exactly as ``log(1 + e^x)`` (numerically stable form)
+  instead of the original's switch to ``x`` above 4, which made the function
+  jump by 0.018 there.
+* ``abstanh`` uses ``abs(b)`` like the original parser.
+
+Every function computes in the dtype of its input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from . import array_module
+
+
+@dataclass(frozen=True)
+class NeuronFn:
+    name: str
+    nargs: int
+    # forward(xp, x, args, out) -> y ; ``out`` may be x itself (in place) or None
+    forward: Callable
+    # backward(xp, g, x, y, args) -> dx ; x is None when ``uses_input`` is false
+    backward: Callable
+    uses_input: bool  # backward needs the input x (else only the output y)
+
+
+def _ident_f(xp, x, a, out):
+    return x if out is None else out
+
+
+def _ident_b(xp, g, x, y, a):
+    return g
+
+
+def _logistic_f(xp, x, a, out):
+    # 1 / (1 + e^-x) = (1 + tanh(x/2)) / 2, stable for any x
+    y = xp.multiply(x, 0.5, out=out)
+    xp.tanh(y, out=y)
+    y += 1.0
+    y *= 0.5
+    return y
+
+
+def _logistic_b(xp, g, x, y, a):
+    return g * y * (1.0 - y)
+
+
+def _abs_f(xp, x, a, out):
+    return xp.abs(x, out=out)
+
+
+def _abs_b(xp, g, x, y, a):
+    return xp.where(x > 0, g, -g)
+
+
+def _relu_f(xp, x, a, out):
+    return xp.maximum(x, 0, out=out)
+
+
+def _relu_b(xp, g, x, y, a):
+    return g * (y > 0)
+
+
+def _softrelu_f(xp, x, a, out):
+    return xp.logaddexp(x, 0, out=out)
+
+
+def _softrelu_b(xp, g, x, y, a):
+    return g * -xp.expm1(-y)
+
+
+def _square_f(xp, x, a, out):
+    return xp.multiply(x, x, out=out)
+
+
+def _square_b(xp, g, x, y, a):
+    return 2.0 * g * x
+
+
+def _sqrt_f(xp, x, a, out):
+    return xp.sqrt(x, out=out)
+
+
+def _sqrt_b(xp, g, x, y, a):
+    return g / (2.0 * y)
+
+
+def _log_f(xp, x, a, out):
+    y = xp.add(x, a[0], out=out)
+    return xp.log(y, out=y)
+
+
+def _log_b(xp, g, x, y, a):
+    return g / (x + a[0])
+
+
+def _tanh_f(xp, x, a, out):
+    y = xp.multiply(x, a[1], out=out)
+    xp.tanh(y, out=y)
+    y *= a[0]
+    return y
+
+
+def _tanh_b(xp, g, x, y, a):
+    if a[0] == 0:
+        return xp.zeros_like(g)
+    return g * (a[1] * (a[0] - y * y / a[0]))
+
+
+def _brelu_f(xp, x, a, out):
+    return xp.clip(x, 0, a[0], out=out)
+
+
+def _brelu_b(xp, g, x, y, a):
+    return g * ((y > 0) & (y < a[0]))
+
+
+def _linear_f(xp, x, a, out):
+    y = xp.multiply(x, a[0], out=out)
+    y += a[1]
+    return y
+
+
+def _linear_b(xp, g, x, y, a):
+    return g * a[0]
+
+
+def _drelu_f(xp, x, a, out):
+    t = xp.tanh(x / a[0])
+    t *= a[0]
+    return xp.subtract(x, t, out=out)
+
+
+def _drelu_b(xp, g, x, y, a):
+    t = xp.tanh(x / a[0])
+    return g * (t * t)
+
+
+def _abstanh_f(xp, x, a, out):
+    y = xp.multiply(x, abs(a[1]), out=out)
+    xp.tanh(y, out=y)
+    xp.abs(y, out=y)
+    y *= a[0]
+    return y
+
+
+def _abstanh_b(xp, g, x, y, a):
+    b = abs(a[1])
+    t = xp.tanh(b * x)
+    return g * (a[0] * b) * (1.0 - t * t) * xp.sign(x)
+
+
+NEURONS: dict[str, NeuronFn] = {n.name: n for n in [
+    NeuronFn("ident", 0, _ident_f, _ident_b, False),
+    NeuronFn("logistic", 0, _logistic_f, _logistic_b, False),
+    NeuronFn("abs", 0, _abs_f, _abs_b, True),
+    NeuronFn("relu", 0, _relu_f, _relu_b, False),
+    NeuronFn("nrelu", 0, _relu_f, _relu_b, False),
+    NeuronFn("softrelu", 0, _softrelu_f, _softrelu_b, False),
+    NeuronFn("square", 0, _square_f, _square_b, True),
+    NeuronFn("sqrt", 0, _sqrt_f, _sqrt_b, False),
+    NeuronFn("log", 1, _log_f, _log_b, True),
+    NeuronFn("tanh", 2, _tanh_f, _tanh_b, False),
+    NeuronFn("brelu", 1, _brelu_f, _brelu_b, False),
+    NeuronFn("linear", 2, _linear_f, _linear_b, False),
+    NeuronFn("drelu", 1, _drelu_f, _drelu_b, True),
+    NeuronFn("abstanh", 2, _abstanh_f, _abstanh_b, True),
+]}
+
+
+class Neuron:
+    """One configured neuron, e.g. ``tanh[1.7159,0.6666]``."""
+
+    def __init__(self, name: str, args=()):
+        if name not in NEURONS:
+            raise ValueError(f"unknown neuron type {name!r}; known: {', '.join(sorted(NEURONS))}")
+        fn = NEURONS[name]
+        args = tuple(float(a) for a in args)
+        if len(args) != fn.nargs:
+            raise ValueError(f"neuron {name!r} takes {fn.nargs} parameter(s), got {len(args)}")
+        self.fn = fn
+        self.name = name
+        self.args = args
+
+    @property
+    def uses_input(self) -> bool:
+        return self.fn.uses_input
+
+    @property
+    def is_identity(self) -> bool:
+        return self.name == "ident"
+
+    def forward(self, x, inplace: bool = False):
+        """f(x); with ``inplace`` x is overwritten (only when the caller owns it)."""
+        xp = array_module(x)
+        return self.fn.forward(xp, x, self.args, x if inplace else None)
+
+    def backward(self, g, x, y):
+        """dL/dx from dL/dy; ``x`` may be None unless :attr:`uses_input`."""
+        xp = array_module(g)
+        return self.fn.backward(xp, g, x, y, self.args)
+
+    def __repr__(self) -> str:
+        if not self.args:
+            return f"Neuron({self.name})"
+        return f"Neuron({self.name}[{','.join(f'{a:g}' for a in self.args)}])"

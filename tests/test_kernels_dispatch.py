@@ -1,0 +1,106 @@
+"""The kernel interface: backend dispatch, array-module genericity, counter RNG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kernels
+from kernels import conv as kconv
+from kernels import nn as knn
+from kernels import random as krandom
+
+
+def test_array_module_is_numpy_for_host_arrays():
+    assert kernels.array_module(np.zeros(3)) is np
+    assert kernels.backend_name(np) == "numpy"
+    assert isinstance(kernels.cupy_available(), bool)
+
+
+def test_registered_backend_kernel_replaces_the_generic_one():
+    calls = []
+
+    def fake_softmax(x):
+        calls.append(x.shape)
+        return np.full_like(x, 0.25)
+
+    key = ("softmax_forward", "numpy")
+    assert key not in kernels.registered_kernels()
+    kernels.register_kernel("softmax_forward", "numpy")(fake_softmax)
+    try:
+        y = knn.softmax_forward(np.zeros((2, 4)))
+        assert calls == [(2, 4)] and np.all(y == 0.25)
+        # the portable implementation stays reachable
+        np.testing.assert_allclose(knn.softmax_forward.generic(np.zeros((2, 4))), 0.25)
+    finally:
+        kernels._OVERRIDES.pop(key)
+    y = knn.softmax_forward(np.array([[0.0, np.log(3.0)]]))
+    np.testing.assert_allclose(y, [[0.25, 0.75]])
+    assert calls == [(2, 4)]
+
+
+def test_layers_call_kernels_through_the_dispatcher():
+    """A backend can replace conv without touching layers/ (here: count the calls)."""
+    from layers import build_layer
+    from layers.base import Context
+
+    from .test_layers_helpers import conv_def, params_for, random_inputs
+
+    seen = []
+    generic = kconv.conv_forward.generic
+
+    def spy(*args, **kw):
+        seen.append(kw["modules"])
+        return generic(*args, **kw)
+
+    kernels.register_kernel("conv_forward", "numpy")(spy)
+    try:
+        ldef = conv_def()
+        layer = build_layer(ldef)
+        layer.forward(random_inputs(ldef), params_for(layer), Context())
+    finally:
+        kernels._OVERRIDES.pop(("conv_forward", "numpy"))
+    assert seen == [ldef.attrs["modulesX"]]
+
+
+def test_uniforms_are_a_function_of_the_global_case_index():
+    key = krandom.stream_key(3, 4, "layer")
+    x = np.zeros((10, 3, 2))
+    whole = krandom.uniform_like(x, key, 100)
+    part = krandom.uniform_like(x[4:], key, 104)
+    np.testing.assert_array_equal(whole[4:], part)
+    assert whole.dtype == np.float64 and 0 <= whole.min() and whole.max() < 1
+    assert krandom.stream_key(3, 4, "layer") != krandom.stream_key(3, 5, "layer")
+    assert krandom.name_key("a") != krandom.name_key("b")
+
+
+def test_uniforms_look_uniform():
+    u = krandom.uniform_like(np.zeros((400, 500)), krandom.stream_key(0, 0, "x"), 0).ravel()
+    counts = np.histogram(u, bins=20, range=(0, 1))[0]
+    expected = u.size / 20
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < 60  # 19 degrees of freedom; p < 1e-5 above this
+    assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.01
+
+
+@pytest.mark.parametrize("img,fs,pad,stride,want", [
+    (224, 11, 0, 4, 55), (24, 5, 2, 1, 24), (7, 3, 1, 2, 4), (6, 3, 0, 2, 3), (5, 5, 0, 1, 1)])
+def test_conv_out_size_ceiling_rule(img, fs, pad, stride, want):
+    assert kconv.out_size(img, fs, pad, stride) == want
+
+
+def test_kernels_keep_float32():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = np.zeros(4, np.float32)
+    geom = dict(filter_sizes=[3], paddings=[1], strides=[1], channels=[3], groups=[1],
+                img_sizes=[5], modules=5)
+    y, cache = kconv.conv_forward([x], [w], b, **geom)
+    assert y.dtype == np.float32 and y.flags.c_contiguous
+    dxs, dws, db = kconv.conv_backward(np.ones_like(y), [x], [w], cache, [True], **geom)
+    assert dxs[0].dtype == dws[0].dtype == db.dtype == np.float32
+    # without the cache (test-mode forward) the backward recomputes the columns
+    _, none_cache = kconv.conv_forward([x], [w], b, keep_cache=False, **geom)
+    dxs2, dws2, _ = kconv.conv_backward(np.ones_like(y), [x], [w], none_cache, [True], **geom)
+    np.testing.assert_allclose(dws2[0], dws[0], rtol=1e-6)
