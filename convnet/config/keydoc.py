@@ -1,0 +1,68 @@
+"""Render the key table of :mod:`convnet.config.layertypes` as Markdown (docs/CONFIG.md).
+
+Generated, not written by hand, so the reference cannot drift from what the
+parser accepts: ``python -m convnet.config.keydoc > docs/CONFIG.md``, and a
+test compares the file with this output.
+"""
+
+from __future__ import annotations
+
+from convnet.config.layertypes import LAYER_TYPES, REQUIRED, Key, LayerType
+from convnet.config.neurons import NEURONS
+
+INTRO = """# Config language reference
+
+Generated from the parser's key table by `python -m convnet.config.keydoc`;
+do not edit by hand. Every layer-def section takes `type` and, unless noted,
+`inputs` (comma list of earlier layers), `gpu` (comma list of logical device
+indices) and `neuron` (an activation applied to the layer's output). Keys
+marked *per input* take one value per input (a single value is used for all).
+Keys of the *params* column go in the layer-params file (they are also
+accepted in the layer-def section; the params file wins). *Hints* tuned the
+original CUDA kernels: they are checked and otherwise ignored.
+"""
+
+
+def _key_text(key: Key) -> str:
+    expected = getattr(key.convert, "expected", "")
+    if key.default is REQUIRED:
+        default = "required"
+    elif key.default is None:
+        default = "optional"
+    else:
+        default = f"default {key.default!r}".replace("True", "true").replace("False", "false")
+    extra = ", per input" if key.per_input else ""
+    return f"`{key.name}` ({expected}; {default}{extra})"
+
+
+def _inputs_text(t: LayerType) -> str:
+    if t.max_inputs == t.min_inputs:
+        return str(t.min_inputs)
+    return f"{t.min_inputs}+" if t.max_inputs is None else f"{t.min_inputs}-{t.max_inputs}"
+
+
+def render() -> str:
+    lines = [INTRO, "## Layer types", ""]
+    for t in LAYER_TYPES.values():
+        lines.append(f"### `{t.name}`")
+        lines.append("")
+        lines.append(f"- inputs: {_inputs_text(t)}; neuron: {t.neuron}"
+                     + ("" if t.takes_gpu else "; no `gpu=` (placed with its readers)"))
+        for title, keys in (("layer-def keys", t.attrs), ("params keys", t.params),
+                            ("hints", t.hints)):
+            if keys:
+                lines.append(f"- {title}: " + "; ".join(_key_text(k) for k in keys))
+        if t.aliases:
+            lines.append("- v1 spellings: " + ", ".join(f"`{a}` = `{b}`"
+                                                          for a, b in t.aliases.items()))
+        lines.append("")
+    lines += ["## Neurons", "", "Written `neuron=name` or `neuron=name[a,b]`; every listed "
+              "parameter is required.", "", "| neuron | form |", "|---|---|"]
+    for name, params in NEURONS.items():
+        form = f"{name}[{','.join(params)}]" if params else name
+        lines.append(f"| `{name}` | `{form}` |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
