@@ -48,6 +48,16 @@ def _positive(text: str) -> int:
     return value
 
 
+class _LayerParamsAction(argparse.Action):
+    """``--layer-params`` keeps its last value in ``layer_params`` and every value, in
+    order, in ``layer_params_list`` (one shared file, or one per config with --compare)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values[-1])
+        namespace.layer_params_list = list(getattr(namespace, "layer_params_list", None)
+                                           or []) + list(values)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad option as a ConvnetError (one line, exit 2)."""
 
@@ -69,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--layer-def", type=Path, default=None,
                      help="layer definition file (INI, one section per layer); "
                           f"default: {DEFAULT_LAYER_DEF.relative_to(EXAMPLES.parent)}")
-    net.add_argument("--layer-params", type=Path, default=None,
+    net.add_argument("--layer-params", type=Path, default=None, nargs="+",
+                     action=_LayerParamsAction,
                      help="layer parameter file (learning rates, momentum, weight decay, ...)")
     net.add_argument("--gpu", type=_gpu_list, default=None,
                      help="devices to use, e.g. 3,2,1,0; gpu=0,1 in the layer file names "
@@ -132,6 +143,16 @@ def build_parser() -> argparse.ArgumentParser:
     tools = p.add_argument_group("tools")
     tools.add_argument("--print-plan", nargs="?", const="text", choices=("text", "json"),
                        default=None, help="print the execution plan and exit")
+    tools.add_argument("--plan-graph", type=Path, default=None, metavar="PNG",
+                       help="with --print-plan: also draw the layer graph, boxes coloured by "
+                            "device, into this PNG file")
+    tools.add_argument("--compare", type=Path, nargs="+", default=None, metavar="LAYER_DEF",
+                       help="train each of these layer-def files on the same data, seed and "
+                            "devices, then print a table comparing them; --layer-params gives "
+                            "one shared file or one per config (with --save-path, each run's "
+                            "log and checkpoint go into a sub-folder, and compare.png shows "
+                            "error against time, img/s and one step per device)")
+    p.set_defaults(layer_params_list=None)
     tools.add_argument("--check-grads", type=_flag, nargs="?", const=True, default=False,
                        help="finite-difference check of every gradient of the net and exit")
     return p

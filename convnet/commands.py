@@ -24,12 +24,21 @@ RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "seed", "data_provider"
 def run_command(args: argparse.Namespace) -> int:
     from convnet import training
 
+    if getattr(args, "compare", None) is not None or len(
+            getattr(args, "layer_params_list", None) or ()) > 1:
+        from convnet.compare import run_compare  # several configs side by side
+
+        return run_compare(args)
     opts = resolve_options(args)
-    if opts.print_plan:
+    if opts.print_plan or getattr(opts, "plan_graph", None) is not None:
         net, plan = training.build_net_and_plan(opts)
         from convnet.plan_report import plan_json, plan_text
 
         print(plan_json(plan, net) if opts.print_plan == "json" else plan_text(plan, net))
+        if getattr(opts, "plan_graph", None) is not None:
+            from convnet.plan_graph import write_plan_graph
+
+            write_plan_graph(plan, net, opts.plan_graph)
         return 0
     if opts.check_grads:
         from convnet.gradcheck import check_net_gradients
