@@ -2,12 +2,24 @@
 
 Option names follow cuda-convnet2 (SPEC section 6).  With no arguments the
 bundled digits example trains on two logical devices.  Every user error ends
-as one line on stderr and a non-zero exit, never a traceback.
+as one line on stderr and a non-zero exit, never a traceback:
+
+* 2: a bad command line (unknown option, bad value, options that do not go
+  together) or a config/plan error;
+* 1: anything else the user can fix (data, checkpoint, NaN cost, device);
+* 130: interrupted (Ctrl-C); 143: terminated (SIGTERM).
+
+Options that a checkpoint remembers default to ``None`` here, so that on
+``--load-file`` a value given on the command line can be told apart from a
+built-in default (see :mod:`convnet.commands`).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import math
+import signal
 import sys
 from pathlib import Path
 
@@ -16,8 +28,37 @@ from convnet.errors import ConvnetError
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 DEFAULT_LAYER_DEF = EXAMPLES / "digits-hybrid.cfg"
 DEFAULT_LAYER_PARAMS = EXAMPLES / "digits-hybrid-params.cfg"
+PROVIDER_NAMES = ("digits", "cifar", "convnet-batches", "dummy")
+
+EPILOG = """\
+examples:
+  convnet.py                                  train the bundled digits example
+  convnet.py --save-path runs/a --epochs 5    ... and keep checkpoints and a CSV log
+  convnet.py --load-file runs/a --epochs 10   resume that run and train it to 10 epochs
+  convnet.py --load-file runs/a --test-only   evaluate the saved net on the test batches
+  convnet.py --layer-def L.cfg --layer-params P.cfg --gpu 0,1,2,3 --mini 512 \\
+             --data-dims 3x224x224 --num-classes 1000 --print-plan
+
+A checkpoint (SAVE_PATH/checkpoint.npz) remembers the options marked
+[resumable]; with --load-file they default to the saved values and any given
+on the command line wins.
+
+exit status: 0 success, 1 data/checkpoint/training error, 2 bad command line
+or config, 130 interrupted (Ctrl-C), 143 terminated.
+"""
 
 
+class UsageError(ConvnetError):
+    """A bad command line: unknown option, bad value, options that do not go together."""
+
+    exit_code = 2
+
+
+class Terminated(BaseException):
+    """Raised in the main thread when SIGTERM arrives, to unwind like Ctrl-C."""
+
+
+# ------------------------------------------------------------------ value types
 def _flag(text: str) -> bool:
     value = str(text).strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -31,23 +72,96 @@ def _gpu_list(text: str) -> tuple[int, ...]:
     try:
         gpus = tuple(int(g) for g in str(text).split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--gpu takes a comma list of device numbers such as "
-                                         f"0,1 (got '{text}')") from None
+        raise argparse.ArgumentTypeError(f"expected a comma list of device numbers such as "
+                                         f"0,1, got '{text}'") from None
     if any(g < 0 for g in gpus):
-        raise argparse.ArgumentTypeError(f"device numbers are >= 0 (got '{text}')")
+        raise argparse.ArgumentTypeError(f"device numbers are >= 0, got '{text}'")
     return gpus
 
 
-def _positive(text: str) -> int:
+def _int(text: str, low: int) -> int:
     try:
-        value = int(text)
+        value = int(str(text).strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'")
+        value = None
+    if value is None or value < low:
+        kind = "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise argparse.ArgumentTypeError(f"expected {kind}, got '{text}'")
     return value
 
 
+def _positive(text: str) -> int:
+    return _int(text, 1)
+
+
+def _non_negative(text: str) -> int:
+    return _int(text, 0)
+
+
+def _finite(text: str, low: float | None = None, high: float | None = None,
+            hint: str = "") -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or (low is not None and value < low) or \
+            (high is not None and value > high):
+        bounds = ("a number" if low is None else
+                  f"a number >= {low:g}" if high is None else
+                  f"a number in {low:g}..{high:g}")
+        raise argparse.ArgumentTypeError(f"expected {bounds}, got '{text}'{hint}")
+    return value
+
+
+def _color_noise(text: str) -> float:
+    return _finite(text, low=0.0)
+
+
+def _scalar_mean(text: str) -> float:
+    return _finite(text)
+
+
+def _max_test_err(text: str) -> float:
+    return _finite(text, 0.0, 1.0, hint=" (a fraction: 0.05 means 5%)")
+
+
+def _batch_range(text: str) -> str:
+    from convnet.data.ranges import parse_range
+    from convnet.errors import DataError
+
+    try:
+        parse_range(text)
+    except DataError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return str(text).strip()
+
+
+def _data_dims(text: str) -> str:
+    from convnet.config import parse_data_dims
+
+    try:
+        parse_data_dims(text)
+    except ConvnetError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return str(text).strip()
+
+
+def _provider(text: str) -> str:
+    if text in PROVIDER_NAMES:
+        return text
+    close = difflib.get_close_matches(text, PROVIDER_NAMES, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise argparse.ArgumentTypeError(f"unknown data provider '{text}' ({hint}known: "
+                                     f"{', '.join(PROVIDER_NAMES)})")
+
+
+def _layer_name(text: str) -> str:
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError("expected a layer name")
+    return str(text).strip()
+
+
+# ------------------------------------------------------------------ the parser
 class _LayerParamsAction(argparse.Action):
     """``--layer-params`` keeps its last value in ``layer_params`` and every value, in
     order, in ``layer_params_list`` (one shared file, or one per config with --compare)."""
@@ -59,90 +173,136 @@ class _LayerParamsAction(argparse.Action):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad option as a ConvnetError (one line, exit 2)."""
+    """argparse that reports a bad option as a :class:`UsageError` (one line, exit 2)."""
 
     def error(self, message):
-        raise UsageError(f"{self.prog}: {message} (see --help)")
+        if message.startswith("unrecognized arguments:"):
+            unknown = message.split(":", 1)[1].split()
+            known = [s for a in self._actions for s in a.option_strings]
+            for word in unknown:
+                close = difflib.get_close_matches(word.split("=")[0], known, n=1)
+                if close:
+                    message += f" (did you mean '{close[0]}'?)"
+                    break
+        raise UsageError(f"{message} (see --help)")
 
 
-class UsageError(ConvnetError):
-    exit_code = 2
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=30, width=100)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="convnet.py", description=(
-        "Train a cuda-convnet2 style network on one or several logical devices. "
-        "With no arguments, trains the bundled digits example (hybrid data/model "
-        "parallel) on two logical devices."),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = _Parser(prog="convnet.py", allow_abbrev=False, formatter_class=_HelpFormatter,
+                description=(
+                    "Train a cuda-convnet2 style network (layer-def and layer-params INI files) "
+                    "on one or several logical devices.\nWith no arguments, trains the bundled "
+                    "digits example (hybrid data/model parallel) on two logical devices."),
+                epilog=EPILOG)
     net = p.add_argument_group("network")
-    net.add_argument("--layer-def", type=Path, default=None,
-                     help="layer definition file (INI, one section per layer); "
-                          f"default: {DEFAULT_LAYER_DEF.relative_to(EXAMPLES.parent)}")
+    net.add_argument("--layer-def", type=Path, default=None, metavar="FILE",
+                     help="layer definition file (INI, one section per layer) [resumable] "
+                          f"(default: {DEFAULT_LAYER_DEF.relative_to(EXAMPLES.parent)})")
     net.add_argument("--layer-params", type=Path, default=None, nargs="+",
-                     action=_LayerParamsAction,
-                     help="layer parameter file (learning rates, momentum, weight decay, ...)")
-    net.add_argument("--gpu", type=_gpu_list, default=None,
+                     action=_LayerParamsAction, metavar="FILE",
+                     help="layer parameter file: learning rates, momentum, weight decay, ... "
+                          "[resumable] (default: the bundled example's, needed with "
+                          "--layer-def)")
+    net.add_argument("--gpu", type=_gpu_list, default=None, metavar="LIST",
                      help="devices to use, e.g. 3,2,1,0; gpu=0,1 in the layer file names "
-                          "positions in this list (default 0,1 for the bundled example, else 0)")
-    net.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto",
-                     help="cuda: each device is a CUDA GPU (needs CuPy); cpu: each device is a "
-                          "CPU worker thread; auto: cuda when CuPy finds a GPU")
-    net.add_argument("--mini", type=_positive, default=128,
-                     help="minibatch size; a multiple of the largest replica count")
-    net.add_argument("--seed", type=int, default=0, help="seed for weights, dropout and data")
+                          "positions in this list; a device may appear twice [resumable] "
+                          "(default: 0,1 for the bundled example, else 0)")
+    net.add_argument("--backend", choices=("auto", "cpu", "cuda"), default=None,
+                     help="cuda: each device is a CUDA GPU (needs CuPy); cpu: each device is "
+                          "a CPU worker thread; auto: cuda when CuPy finds a GPU [resumable] "
+                          "(default: auto)")
+    net.add_argument("--mini", type=_positive, default=None, metavar="N",
+                     help="minibatch size in cases; a multiple of the largest replica count "
+                          "[resumable] (default: 128)")
+    net.add_argument("--seed", type=_non_negative, default=None, metavar="N",
+                     help="seed of the initial weights, dropout masks and data augmentation "
+                          "[resumable] (default: 0)")
     data = p.add_argument_group("data")
-    data.add_argument("--data-provider", default=None,
-                      help="digits, cifar, convnet-batches or dummy (default digits for the "
-                           "bundled example, dummy when --data-dims is given)")
-    data.add_argument("--data-path", type=Path, default=None,
-                      help="folder of the data set (cifar, convnet-batches)")
-    data.add_argument("--data-dims", default=None,
-                      help="image shape CxHxW, e.g. 3x224x224: for --data-provider dummy and "
-                           "for --print-plan/--check-grads without data")
-    data.add_argument("--num-classes", type=_positive, default=None,
-                      help="number of classes (dummy data, --print-plan without data)")
-    data.add_argument("--train-range", default=None, help="training batches, e.g. 1-5")
-    data.add_argument("--test-range", default=None, help="test batches, e.g. 6")
-    data.add_argument("--inner-size", type=int, default=0,
-                      help="random crops of this size for training, centre crops for testing "
-                           "(0: whole images)")
-    data.add_argument("--color-noise", type=float, default=0.0,
-                      help="std-dev of per-channel colour noise added to training images")
-    data.add_argument("--scalar-mean", type=float, default=None,
-                      help="subtract this scalar instead of the per-pixel data mean")
-    data.add_argument("--multiview-test", type=_flag, default=False,
-                      help="test on 10 views (corners, centre, flipped) and average")
+    data.add_argument("--data-provider", type=_provider, default=None, metavar="NAME",
+                      help="digits (scikit-learn's 8x8 digits), cifar (CIFAR-10 python "
+                           "folder), convnet-batches (cuda-convnet batch folder) or dummy "
+                           "(synthetic) [resumable] (default: digits, or dummy when "
+                           "--data-dims is given)")
+    data.add_argument("--data-path", type=Path, default=None, metavar="DIR",
+                      help="folder of the data set, for cifar and convnet-batches [resumable]")
+    data.add_argument("--data-dims", type=_data_dims, default=None, metavar="CxHxW",
+                      help="image shape, e.g. 3x224x224: the dummy provider's images, and "
+                           "the input of --print-plan/--check-grads without data [resumable]")
+    data.add_argument("--num-classes", type=_positive, default=None, metavar="N",
+                      help="number of classes, with --data-dims [resumable] (default: 10 "
+                           "for dummy data)")
+    data.add_argument("--train-range", type=_batch_range, default=None, metavar="RANGE",
+                      help="training batch numbers, e.g. 1-5 or 1-3,5 [resumable] "
+                           "(default: the provider's, e.g. 1-5 for digits and cifar)")
+    data.add_argument("--test-range", type=_batch_range, default=None, metavar="RANGE",
+                      help="test batch numbers, e.g. 6 [resumable] (default: the provider's)")
+    data.add_argument("--inner-size", type=_non_negative, default=None, metavar="N",
+                      help="train on random N x N crops, mirrored at random, and test on "
+                           "centre crops; 0 means whole images [resumable] (default: 0)")
+    data.add_argument("--color-noise", type=_color_noise, default=None, metavar="S",
+                      help="add PCA colour noise of S standard deviations to training "
+                           "images [resumable] (default: 0, none)")
+    data.add_argument("--scalar-mean", type=_scalar_mean, default=None, metavar="X",
+                      help="subtract this one number from every pixel instead of the "
+                           "per-pixel mean of the training data [resumable]")
+    data.add_argument("--multiview-test", type=_flag, nargs="?", const=True, default=False,
+                      metavar="0|1",
+                      help="test on 10 views (centre and 4 corner crops, and their mirror "
+                           "images) and average the predictions; needs --inner-size "
+                           "(default: 0)")
     train = p.add_argument_group("training")
-    train.add_argument("--epochs", type=_positive, default=None,
-                       help="epochs to train (default 30 for the bundled example, else 1)")
-    train.add_argument("--test-freq", type=_positive, default=None,
-                       help="test (and save) every this many training batches "
+    train.add_argument("--epochs", type=_positive, default=None, metavar="N",
+                       help="train until N passes over the training batches are done "
+                            "[resumable] (default: 30 for the bundled example, else 1)")
+    train.add_argument("--test-freq", type=_positive, default=None, metavar="N",
+                       help="every N training batches (and at the end of each epoch) test, "
+                            "print a line, log a CSV row and save a checkpoint [resumable] "
                             "(default: once per epoch)")
-    train.add_argument("--save-path", type=Path, default=None,
-                       help="folder for checkpoints and the CSV log")
-    train.add_argument("--load-file", type=Path, default=None,
-                       help="checkpoint to resume from; options given here override saved ones")
-    train.add_argument("--force-save", type=_flag, default=False,
-                       help="save a checkpoint at the end even if the test error is high")
-    train.add_argument("--max-test-err", type=float, default=None,
-                       help="save a checkpoint only when the test error is at most this")
-    train.add_argument("--test-only", type=_flag, default=False,
-                       help="only evaluate the test batches (with --load-file)")
-    train.add_argument("--logreg-name", default=None,
-                       help="cost layer whose error is reported (default: the first logreg)")
-    train.add_argument("--write-features", default=None,
-                       help="write the test-mode output of this layer for the test batches")
-    train.add_argument("--feature-path", type=Path, default=None,
-                       help="folder for --write-features output")
+    train.add_argument("--save-path", type=Path, default=None, metavar="DIR",
+                       help="folder for the checkpoint (DIR/checkpoint.npz) and the CSV log "
+                            "(DIR/log.csv); nothing is saved without it [resumable]")
+    train.add_argument("--load-file", type=Path, default=None, metavar="FILE",
+                       help="checkpoint to resume from (a checkpoint.npz, or the folder "
+                            "holding it); the saved options apply unless given again here")
+    train.add_argument("--force-save", type=_flag, nargs="?", const=True, default=False,
+                       metavar="0|1",
+                       help="save a checkpoint when training ends even if the test error is "
+                            "above --max-test-err (default: 0)")
+    train.add_argument("--max-test-err", type=_max_test_err, default=None, metavar="FRAC",
+                       help="save a checkpoint only when the test error (a fraction, 0.05 = "
+                            "5%%) is at most this (default: always save)")
+    train.add_argument("--test-only", type=_flag, nargs="?", const=True, default=False,
+                       metavar="0|1",
+                       help="evaluate the test batches with the net of --load-file, print "
+                            "the test cost and error, and exit; nothing is saved (default: 0)")
+    train.add_argument("--logreg-name", type=_layer_name, default=None, metavar="LAYER",
+                       help="cost layer whose cost and error are reported and logged "
+                            "[resumable] (default: the first cost.logreg, else the first cost)")
+    train.add_argument("--write-features", type=_layer_name, default=None, metavar="LAYER",
+                       help="write the test-mode output of LAYER for every test batch "
+                            "(FEATURE_PATH/data_batch_N.npz: 'data' cases x features, "
+                            "'labels'); after training, or with --test-only instead of it")
+    train.add_argument("--feature-path", type=Path, default=None, metavar="DIR",
+                       help="folder for --write-features (default: features-LAYER in the "
+                            "save path, else in the current folder)")
     train.add_argument("--profile", action="store_true",
-                       help="print time per layer and per copy/all-reduce, forward and backward")
+                       help="print the time per layer and per copy/all-reduce, forward and "
+                            "backward, when training ends")
     train.add_argument("--sequential", action="store_true",
-                       help="run the plan on one thread in plan order (the reference walk)")
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    tools = p.add_argument_group("tools")
+                       help="run the plan on one thread in plan order (the reference walk; "
+                            "same results, slower)")
+    train.add_argument("--no-progress", action="store_true",
+                       help="no progress bar (the per-test lines are still printed)")
+    tools = p.add_argument_group("tools (print or check, then exit)")
     tools.add_argument("--print-plan", nargs="?", const="text", choices=("text", "json"),
-                       default=None, help="print the execution plan and exit")
+                       default=None,
+                       help="print the execution plan (placement, passes, copies, per-device "
+                            "memory and traffic) as text or JSON and exit")
     tools.add_argument("--plan-graph", type=Path, default=None, metavar="PNG",
                        help="with --print-plan: also draw the layer graph, boxes coloured by "
                             "device, into this PNG file")
@@ -154,22 +314,52 @@ def build_parser() -> argparse.ArgumentParser:
                             "error against time, img/s and one step per device)")
     p.set_defaults(layer_params_list=None)
     tools.add_argument("--check-grads", type=_flag, nargs="?", const=True, default=False,
-                       help="finite-difference check of every gradient of the net and exit")
+                       metavar="0|1",
+                       help="compare every layer's gradients with finite differences on "
+                            "random data and exit (0 when all agree, 1 otherwise)")
     return p
 
 
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (e.g. called from a test's thread)
+        previous = None
     try:
         args = build_parser().parse_args(argv)
         from convnet.commands import run_command  # heavy imports only after --help
 
         return run_command(args)
     except ConvnetError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _flush_stdout()
+        print(f"error: {_one_line(error)}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
+        _flush_stdout()
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        _flush_stdout()
+        print("terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:  # e.g. piped into `head`: the reader has what it wanted
         sys.stdout = None
         return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        pass

@@ -1,12 +1,21 @@
 """What a training run tells its user: progress bar, per-test lines, CSV log, profile.
 
-The CSV (``log.csv`` in the save path, one row per test interval) has the
-columns of :data:`CSV_COLUMNS`, much like the Caffe2 trainer's log.
+The CSV (``log.csv`` in the save path) has one row per test interval, with
+the columns of :data:`CSV_COLUMNS`, much like the Caffe2 trainer's log:
+
+``time_spent``       wall-clock seconds of the interval (training, testing, saving)
+``cumulative_time``  the sum of ``time_spent`` since the run began (kept across resumes)
+``inputs_per_sec``   training cases per second of training step time in the interval
+``cost``, ``error``  mean training cost and error (a fraction) over the interval
+``epoch``, ``batch`` the epoch (from 1) and the number of the data batch just trained
+``learning_rate``    epsW of the first weight layer at that point of the schedule
+``test_cost``, ``test_error``  the test result at the end of the interval
 """
 
 from __future__ import annotations
 
 import csv
+import os
 import sys
 import time
 from collections import defaultdict
@@ -17,6 +26,7 @@ from tqdm import tqdm
 
 from convnet.errors import CheckpointError
 
+CSV_NAME = "log.csv"
 CSV_COLUMNS = ("time_spent", "cumulative_time", "inputs_per_sec", "cost", "error", "epoch",
                "batch", "learning_rate", "test_cost", "test_error")
 
@@ -56,27 +66,85 @@ def progress_bar(total: int, initial: int, disable: bool):
 
 
 class RunLog:
-    """Console lines and the CSV log of one run."""
+    """Console lines and the CSV log of one run.
 
-    def __init__(self, save_dir: Path | None, cost_layer: str, plan, quiet: bool = False):
+    The CSV is written at the first :meth:`record`, not before, so a run that
+    fails before its first test interval leaves an earlier run's log alone.
+    A fresh run then starts a new ``log.csv``; a resumed run
+    (``resume_rows`` = the rows its checkpoint had logged) keeps those rows
+    and drops any logged after the checkpoint was written, so the log of an
+    interrupted and resumed run has exactly one row per test interval, like
+    an uninterrupted one.
+    """
+
+    def __init__(self, save_dir: Path | None, cost_layer: str, plan=None, quiet: bool = False):
         self.cost_layer = cost_layer
         self.quiet = quiet
         self.cumulative_time = 0.0
         self.window = TrainWindow()
+        self.rows = 0  # data rows in the CSV, for the checkpoint
         self._interval_start = time.perf_counter()
         self._profile: dict[tuple[str, str, int], float] = defaultdict(float)
         self._profile_steps = 0
-        self._csv_path = save_dir / "log.csv" if save_dir else None
-        if self._csv_path is not None:
-            try:
-                save_dir.mkdir(parents=True, exist_ok=True)
-                new = not self._csv_path.exists()
+        self._csv_path = save_dir / CSV_NAME if save_dir else None
+        self._resume_rows: int | None = None
+        self._started = False
+
+    def resume_from(self, rows: int) -> None:
+        """This run continues one whose checkpoint had logged ``rows`` CSV rows."""
+        self._resume_rows = rows
+
+    @property
+    def csv_path(self) -> Path | None:
+        return self._csv_path
+
+    def restart_clock(self) -> None:
+        """Start timing the current interval now (after loading, before training)."""
+        self._interval_start = time.perf_counter()
+
+    def _start_csv(self) -> list[list[str]]:
+        """The rows the CSV starts with: none for a fresh run; for a resumed run, the
+        rows the checkpoint knew of (fewer if the file has fewer)."""
+        if self._resume_rows is None or not self._csv_path.exists():
+            return []
+        try:
+            with open(self._csv_path, newline="") as f:
+                lines = f.read().splitlines(keepends=True)
+        except OSError as error:
+            raise CheckpointError(f"cannot read {self._csv_path}: {error.strerror}") from None
+        except UnicodeDecodeError:
+            return []
+        if not lines or next(csv.reader(lines[:1]), None) != list(CSV_COLUMNS):
+            return []  # not our log: start a new one
+        kept = []
+        for line in lines[1:1 + self._resume_rows]:
+            if not line.endswith("\n"):
+                break  # a row cut short by a kill
+            row = next(csv.reader([line]), None)
+            if row is None or len(row) != len(CSV_COLUMNS):
+                break
+            kept.append(row)
+        return kept
+
+    def _write_row(self, row) -> None:
+        try:
+            if not self._started:
+                rows = self._start_csv() + [list(row)]
+                temp = self._csv_path.with_name(f".{CSV_NAME}.{os.getpid()}.tmp")
+                with open(temp, "w", newline="") as f:
+                    writer = csv.writer(f)
+                    writer.writerow(CSV_COLUMNS)
+                    writer.writerows(rows)
+                os.replace(temp, self._csv_path)
+                self.rows = len(rows)
+                self._started = True
+            else:
                 with open(self._csv_path, "a", newline="") as f:
-                    if new:
-                        csv.writer(f).writerow(CSV_COLUMNS)
-            except OSError as error:
-                raise CheckpointError(f"cannot write to save path {save_dir}: "
-                                      f"{error.strerror}") from None
+                    csv.writer(f).writerow(row)
+                self.rows += 1
+        except OSError as error:
+            raise CheckpointError(f"cannot write the log {self._csv_path}: "
+                                  f"{error.strerror or error}") from None
 
     def accumulate_train(self, totals: dict) -> None:
         w = self.window
@@ -98,22 +166,22 @@ class RunLog:
                 f"lr {learning_rate:.3g}")
         write(line)
         if self._csv_path is not None:
-            row = (f"{spent:.3f}", f"{self.cumulative_time:.3f}", f"{w.images_per_second:.1f}",
-                   f"{w.mean_cost:.6f}", f"{w.mean_error:.6f}", epoch, batch_id,
-                   f"{learning_rate:.6g}", f"{test.cost:.6f}", f"{test.error:.6f}")
-            try:
-                with open(self._csv_path, "a", newline="") as f:
-                    csv.writer(f).writerow(row)
-            except OSError as error:
-                raise CheckpointError(f"cannot append to {self._csv_path}: "
-                                      f"{error.strerror}") from None
+            self._write_row((f"{spent:.3f}", f"{self.cumulative_time:.3f}",
+                             f"{w.images_per_second:.1f}", f"{w.mean_cost:.6f}",
+                             f"{w.mean_error:.6f}", epoch, batch_id, f"{learning_rate:.6g}",
+                             f"{test.cost:.6f}", f"{test.error:.6f}"))
         self.window = TrainWindow()
 
-    def print_test_only(self, test: TestResult) -> None:
-        print(f"test cost {test.cost:.4f}  error {100 * test.error:.2f}%  ({test.cases} cases)")
+    def print_test_only(self, test: TestResult, views: int = 1) -> None:
+        how = f", {views} views averaged" if views > 1 else ""
+        print(f"test cost {test.cost:.6f}  error {test.error:.6f} ({100 * test.error:.2f}%)  "
+              f"on {test.cases} cases ({self.cost_layer}{how})")
 
     def note(self, text: str) -> None:
         print(text)
+
+    def warn(self, text: str) -> None:
+        print(f"warning: {text}", file=sys.stderr)
 
     def add_profile(self, timings) -> None:
         if not timings:

@@ -12,23 +12,24 @@ where the saved run stood.
 from __future__ import annotations
 
 import argparse
-import time
+import difflib
+import os
 from pathlib import Path
 
 import numpy as np
 
 from convnet.backends import choose_backend
-from convnet.config import load_net, parse_data_dims
+from convnet.commands import CHECKPOINT_NAME, options_for_checkpoint
+from convnet.config import infer_shapes, parse_data_dims, parse_net
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher, DataOptions, make_provider, parse_range
 from convnet.devices import make_devices
-from convnet.errors import ConfigError, DataError
+from convnet.errors import CheckpointError, ConfigError, DataError, TrainingError
 from convnet.executor import Executor
 from convnet.plan import Plan
 from convnet.planner import make_plan
 from convnet.run_log import RunLog, TestResult, progress_bar
 
-CHECKPOINT_NAME = "checkpoint.npz"
 
 
 def make_data_provider(opts: argparse.Namespace):
@@ -40,45 +41,95 @@ def make_data_provider(opts: argparse.Namespace):
         multiview_test=opts.multiview_test, seed=opts.seed,
         data_dims={0: parse_data_dims(opts.data_dims), 1: (1,)} if opts.data_dims else None,
         num_classes=opts.num_classes)
-    return make_provider(opts.data_provider, options=options)
+    provider = make_provider(opts.data_provider, options=options)
+    if opts.data_provider != "dummy" and opts.data_dims:
+        want = parse_data_dims(opts.data_dims)
+        have = provider.image_shape
+        if want != have and want != provider.data_dims[0]:
+            raise DataError(f"--data-dims {opts.data_dims} does not match the "
+                            f"'{opts.data_provider}' data, whose images are "
+                            f"{'x'.join(map(str, have))}")
+    return provider
 
 
 def load_net_for(opts: argparse.Namespace, provider=None) -> NetConfig:
-    """The net with shapes from the provider, or from --data-dims/--num-classes."""
-    if provider is not None:
-        dims, classes = provider.data_dims, provider.num_classes
-    elif opts.data_dims:
-        if not opts.num_classes:
-            raise ConfigError("--data-dims needs --num-classes too")
+    """The net with shapes from the provider, or from --data-dims/--num-classes.
+
+    The config files are read before any data, so a config error is reported
+    without waiting for the data to load.
+    """
+    parsed = parse_net(opts.layer_def, opts.layer_params)
+    if provider is None and opts.data_dims and (opts.print_plan or opts.check_grads):
         dims, classes = {0: parse_data_dims(opts.data_dims), 1: (1,)}, opts.num_classes
+        source = f"--data-dims {opts.data_dims}"
     else:
-        provider = make_data_provider(opts)
+        if provider is None:
+            provider = make_data_provider(opts)
         dims, classes = provider.data_dims, provider.num_classes
-    return load_net(opts.layer_def, opts.layer_params, data_dims=dims, num_classes=classes)
+        source = (f"the '{provider.name}' data: {'x'.join(map(str, dims[0]))} per case, "
+                  f"{classes} classes")
+        if opts.print_plan or opts.check_grads:
+            source += "; give --data-dims CxHxW to plan or check without data"
+    try:
+        return infer_shapes(parsed, dims, classes)
+    except ConfigError as error:
+        error.message = f"{error.message} (input shapes from {source})"
+        raise
 
 
 def build_net_and_plan(opts: argparse.Namespace, provider=None) -> tuple[NetConfig, Plan]:
     net = load_net_for(opts, provider)
-    return net, make_plan(net, opts.gpu, opts.mini)
+    try:
+        return net, make_plan(net, opts.gpu, opts.mini)
+    except ConfigError as error:
+        saved = getattr(opts, "saved_options", {}).get("gpu")
+        if saved is not None and tuple(saved) != tuple(opts.gpu):
+            error.message = (f"{error.message} (the checkpoint ran on --gpu "
+                             f"{','.join(map(str, saved))}; its weights load on any device "
+                             "list the config fits, and a device may be listed twice, "
+                             "e.g. --gpu 0,0)")
+        raise
+
+
+def check_save_dir(folder: Path) -> None:
+    """Fail now, not after an hour of training, if checkpoints cannot be written."""
+    if folder.exists() and not folder.is_dir():
+        raise CheckpointError(f"cannot save to {folder}: it is a file, not a folder")
+    probe = folder / f".write-test.{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"x")
+        probe.unlink()
+    except OSError as error:
+        raise CheckpointError(f"cannot write to the save path {folder}: "
+                              f"{error.strerror or error}") from None
 
 
 def run(opts: argparse.Namespace) -> int:
     """Train (or with --test-only, evaluate) as the options say; returns the exit code."""
+    save_dir = None if opts.test_only or opts.save_path is None else Path(opts.save_path)
+    if save_dir is not None:
+        check_save_dir(save_dir)
+    parse_net(opts.layer_def, opts.layer_params)  # config errors before loading any data
     provider = make_data_provider(opts)
     net, plan = build_net_and_plan(opts, provider)
     devices = make_devices(opts.gpu, choose_backend(opts.backend))
     executor = Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential)
     try:
-        trainer = Trainer(opts, provider, net, plan, executor)
+        trainer = Trainer(opts, provider, net, plan, executor, save_dir)
         if opts.saved_state is not None:
             trainer.restore(*opts.saved_state)
         if opts.test_only:
             result = trainer.test()
-            trainer.log.print_test_only(result)
+            trainer.log.print_test_only(result, trainer.test_views)
             if opts.write_features:
                 trainer.write_features()
             return 0
-        return trainer.train()
+        code = trainer.train()
+        if opts.write_features:
+            trainer.write_features()
+        return code
     finally:
         executor.close()
 
@@ -86,7 +137,8 @@ def run(opts: argparse.Namespace) -> int:
 class Trainer:
     """One training run: the loop, testing, logging and checkpoints."""
 
-    def __init__(self, opts, provider, net: NetConfig, plan: Plan, executor: Executor):
+    def __init__(self, opts, provider, net: NetConfig, plan: Plan, executor: Executor,
+                 save_dir: Path | None = None):
         self.opts = opts
         self.provider = provider
         self.net = net
@@ -95,8 +147,13 @@ class Trainer:
         self.epoch = 1
         self.batch_index = 0  # batches of the current epoch already trained
         self.cost_layer = self._cost_layer(opts.logreg_name)
-        self.save_dir = Path(opts.save_path) if opts.save_path else None
-        self.log = RunLog(self.save_dir, self.cost_layer, plan, quiet=opts.no_progress)
+        self.test_views = self._test_views_count()
+        self._check_feature_layer()
+        self.save_dir = save_dir
+        self.checkpoint = save_dir / CHECKPOINT_NAME if save_dir is not None else None
+        self._saved_step: int | None = None  # executor step of the last save of this run
+        self._resume_rows: int | None = None
+        self.log = RunLog(save_dir, self.cost_layer, plan, quiet=opts.no_progress)
         if opts.profile:
             executor.timings = []  # the executor records op timings from now on
 
@@ -112,28 +169,69 @@ class Trainer:
                               f"(cost layers: {', '.join(costs)})")
         return wanted
 
+    def _test_views_count(self) -> int:
+        views = getattr(self.provider, "num_views", 1) if self.opts.multiview_test else 1
+        if views > 1 and self.net[self.cost_layer].type != "cost.logreg":
+            raise ConfigError(f"--multiview-test averages the probabilities that a cost.logreg "
+                              f"layer reads, but the reported cost layer '{self.cost_layer}' "
+                              f"is {self.net[self.cost_layer].type}; choose one with "
+                              "--logreg-name")
+        return views
+
     # ----------------------------------------------------------- checkpoints
     def restore(self, arrays: dict, meta: dict) -> None:
-        self.executor.load_state_arrays(arrays)
-        counters = meta.get("counters", {})
-        self.executor.step_count = int(counters.get("step", 0))
-        self.epoch = int(counters.get("epoch", 1))
-        self.batch_index = int(counters.get("batch_index", 0))
-        self.log.cumulative_time = float(counters.get("cumulative_time", 0.0))
+        where = self.opts.load_file
+        unused = sorted({k.split("/")[1] for k in arrays if k.count("/") >= 2}
+                        - set(self.executor.weights))
+        try:
+            self.executor.load_state_arrays(arrays)
+        except DataError as error:
+            raise CheckpointError(f"{where}: does not fit this net "
+                                  f"({self.opts.layer_def}): {error}") from None
+        except (ValueError, TypeError) as error:
+            raise CheckpointError(f"{where}: damaged checkpoint: weights cannot be loaded "
+                                  f"({error})") from None
+        if unused:
+            self.log.warn(f"{where} holds weights of layers this net does not have, ignored: "
+                          f"{', '.join(unused)}")
+        counters = meta.get("counters")
+        try:
+            step, epoch = int(counters["step"]), int(counters["epoch"])
+            batch_index = int(counters["batch_index"])
+            cumulative = float(counters.get("cumulative_time", 0.0))
+            rows = counters.get("log_rows")
+            rows = None if rows is None else int(rows)
+            if min(step, epoch - 1, batch_index, rows or 0) < 0:
+                raise ValueError("negative counter")
+        except (TypeError, KeyError, ValueError):
+            raise CheckpointError(f"{where}: damaged checkpoint: its step and epoch counters "
+                                  f"are missing or not numbers ({counters!r})") from None
+        self.executor.step_count = step
+        self.epoch = epoch
+        self.batch_index = batch_index
+        self.log.cumulative_time = cumulative
+        self.log.resume_from(rows if rows is not None else 0)
+        self._saved_step = step if self.checkpoint is not None and \
+            Path(where).resolve() == self.checkpoint.resolve() else None
 
     def save(self) -> Path | None:
-        if self.save_dir is None:
+        if self.checkpoint is None:
             return None
         from convnet.checkpoint import save_checkpoint
-        from convnet.commands import options_for_checkpoint
 
+        step = self.executor.step_count
         meta = {"options": options_for_checkpoint(self.opts),
-                "counters": {"step": self.executor.step_count, "epoch": self.epoch,
+                "counters": {"step": step, "epoch": self.epoch,
                              "batch_index": self.batch_index,
-                             "cumulative_time": self.log.cumulative_time}}
-        path = self.save_dir / CHECKPOINT_NAME
-        save_checkpoint(path, self.executor.state_arrays(), meta)
-        return path
+                             "cumulative_time": self.log.cumulative_time,
+                             "log_rows": self.log.rows},
+                # Every random draw (weights, dropout masks, augmentation) is a pure
+                # function of these, so they are the whole random-number state.
+                "rng": {"seed": self.opts.seed, "dropout_step": step,
+                        "data_epoch": self.epoch}}
+        save_checkpoint(self.checkpoint, self.executor.state_arrays(), meta)
+        self._saved_step = step
+        return self.checkpoint
 
     # -------------------------------------------------------------- the loop
     def train(self) -> int:
@@ -141,10 +239,25 @@ class Trainer:
         batches = self.provider.train_batches
         if not batches:
             raise DataError("the train range selects no batch")
+        if not self.provider.test_batches:
+            raise DataError("the test range selects no batch")
+        if self.opts.saved_state is None and self.checkpoint is not None \
+                and self.checkpoint.exists():
+            self.log.warn(f"{self.checkpoint} (an earlier run) will be replaced at the first "
+                          f"save; to continue that run instead, use --load-file "
+                          f"{self.save_dir}")
         total_batches = opts.epochs * len(batches)
+        done_before = (self.epoch - 1) * len(batches) + self.batch_index
+        if done_before >= total_batches:
+            self.log.note(f"nothing to train: the checkpoint has trained "
+                          f"{done_before / len(batches):g} of {opts.epochs} epoch(s); give "
+                          "--epochs N to train further")
+            self._finish(None)
+            return 0
         test_freq = opts.test_freq or len(batches)
         test_error = None
-        with progress_bar(total_batches, (self.epoch - 1) * len(batches) + self.batch_index,
+        self.log.restart_clock()
+        with progress_bar(total_batches, min(done_before, total_batches),
                           disable=opts.no_progress) as bar:
             while self.epoch <= opts.epochs:
                 todo = batches[self.batch_index:]
@@ -152,21 +265,32 @@ class Trainer:
                     for batch_id, batch in loader:
                         done = (self.epoch - 1) * len(batches) + self.batch_index
                         progress = done / total_batches
-                        self._train_batch(batch, progress)
+                        self._guarded(self._train_batch, batch, progress, batch_id=batch_id)
                         self.batch_index += 1
                         bar.update(1)
                         if (done + 1) % test_freq == 0 or self.batch_index == len(batches):
-                            test_result = self.test()
+                            test_result = self._guarded(self.test, batch_id=batch_id)
                             test_error = test_result.error
                             self.log.record(self.epoch, batch_id, test_result,
                                             self._learning_rate(progress), write=bar.write)
-                            self._maybe_save(test_error, final=False)
+                            self._maybe_save(test_error)
                 if self.batch_index >= len(batches):
                     self.epoch += 1
                     self.batch_index = 0
-        self._maybe_save(test_error, final=True)
+        self._finish(test_error)
         self.log.close()
         return 0
+
+    def _guarded(self, fn, *args, batch_id: int):
+        """Run ``fn``, turning a NaN/inf error into one naming where training stood."""
+        try:
+            return fn(*args)
+        except TrainingError as error:
+            hint = (f"; lower the learning rates (epsW, epsB) in {self.opts.layer_params}")
+            if self._saved_step is not None:
+                hint += f"; the last good checkpoint is {self.checkpoint}"
+            raise TrainingError(f"training diverged in epoch {self.epoch}, batch {batch_id}: "
+                                f"{error}{hint}") from None
 
     def _train_batch(self, batch: list[np.ndarray], progress: float):
         totals = {"cost": 0.0, "error": 0.0, "cases": 0, "seconds": 0.0}
@@ -187,20 +311,31 @@ class Trainer:
                 return ldef.params["epsW"][0].value(progress)
         return 0.0
 
-    def _maybe_save(self, test_error: float | None, final: bool) -> None:
+    def _maybe_save(self, test_error: float) -> None:
         limit = self.opts.max_test_err
-        if limit is not None and (test_error is None or test_error > limit):
-            if not (final and self.opts.force_save):
-                return
-        path = self.save()
-        if path is not None and final:
-            self.log.note(f"saved {path}")
+        if limit is not None and test_error > limit:
+            if self.checkpoint is not None:
+                self.log.note(f"test error {100 * test_error:.2f}% > --max-test-err "
+                              f"{100 * limit:.2f}%: not saved")
+            return
+        self.save()
+
+    def _finish(self, test_error: float | None) -> None:
+        """--force-save: make sure the final state is saved, whatever its test error."""
+        if self.checkpoint is None:
+            return
+        if self.opts.force_save and self._saved_step != self.executor.step_count:
+            self.save()
+        if self._saved_step is not None:
+            self.log.note(f"checkpoint: {self.checkpoint}")
 
     # --------------------------------------------------------------- testing
     def test(self) -> TestResult:
+        if not self.provider.test_batches:
+            raise DataError("the test range selects no batch")
         cost = error = 0.0
         cases = 0
-        views = self.opts.multiview_test and getattr(self.provider, "num_views", 1) > 1
+        views = self.test_views > 1
         with BatchPrefetcher(self.provider, self.provider.test_batches, train=False,
                              views=views) as loader:
             for _, batch in loader:
@@ -252,11 +387,26 @@ class Trainer:
         for start, stop in zip(starts, stops):
             yield [column[start:stop] for column in batch]
 
-    def write_features(self) -> None:
+    def _check_feature_layer(self) -> None:
         layer = self.opts.write_features
+        if layer is None:
+            return
         if layer not in self.net.layers:
-            raise ConfigError(f"--write-features names '{layer}', which is not a layer of the net")
-        folder = Path(self.opts.feature_path or (self.save_dir or Path(".")) / f"features-{layer}")
+            close = difflib.get_close_matches(layer, list(self.net.layers), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"--write-features names '{layer}', which is not a layer of "
+                              f"the net{hint}", file=self.net.layer_def_file)
+        placement = self.plan.layers.get(layer)
+        if placement is None or not placement.devices:
+            raise ConfigError(f"--write-features: layer '{layer}' is not computed (nothing "
+                              f"reads it)", file=self.net.layer_def_file)
+
+    def write_features(self) -> None:
+        """FEATURE_PATH/data_batch_N.npz for every test batch N: ``data`` (cases x
+        features, float32, the layer's test-mode output) and ``labels``."""
+        layer = self.opts.write_features
+        base = Path(self.opts.save_path) if self.opts.save_path else Path(".")
+        folder = Path(self.opts.feature_path or base / f"features-{layer}")
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:

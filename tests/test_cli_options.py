@@ -1,0 +1,109 @@
+"""The command line's options: --help, the SPEC section 6 names, bad values and
+combinations (one line on stderr, exit 2), checked in-process where nothing trains."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from cli_helpers import assert_clean_error, ok, run_cli
+from convnet.cli import build_parser, main
+
+SPEC_OPTIONS = ("--layer-def --layer-params --gpu --mini --epochs --data-provider --data-path "
+                "--train-range --test-range --test-freq --save-path --load-file --test-only "
+                "--check-grads --inner-size --color-noise --scalar-mean --multiview-test "
+                "--logreg-name --write-features --feature-path --force-save "
+                "--max-test-err").split()
+
+
+def _all_options() -> list[str]:
+    return [s for a in build_parser()._actions for s in a.option_strings if s.startswith("--")]
+
+
+def call(capsys, *argv) -> tuple[int, str]:
+    code = main([str(a) for a in argv])
+    return code, capsys.readouterr().err
+
+
+def test_help_explains_every_option():
+    proc = ok(run_cli("--help"))
+    text = proc.stdout
+    assert "usage: convnet.py" in text
+    for action in build_parser()._actions:
+        assert action.help and len(action.help) > 10, action.option_strings
+    for option in _all_options():
+        assert re.search(rf"^\s+(-\w, )?{re.escape(option)}\b", text, re.M), f"{option} not in --help"
+    for option in SPEC_OPTIONS + ["--backend"]:
+        assert option in _all_options()
+    assert "exit status" in text
+
+
+@pytest.mark.parametrize("argv", [
+    ["--layer-def", "a.cfg", "--layer-params", "b.cfg"], ["--gpu", "3,2,1,0"], ["--mini", "512"],
+    ["--epochs", "3"], ["--data-provider", "cifar"], ["--data-path", "/data"],
+    ["--train-range", "1-5"], ["--test-range", "6"], ["--test-freq", "10"],
+    ["--save-path", "out"], ["--load-file", "out"], ["--test-only", "1"], ["--test-only"],
+    ["--check-grads", "1"], ["--check-grads"], ["--inner-size", "24"],
+    ["--color-noise", "0.1"], ["--scalar-mean", "128"], ["--multiview-test", "1"],
+    ["--logreg-name", "logprob"], ["--write-features", "fc10"], ["--feature-path", "f"],
+    ["--force-save", "1"], ["--max-test-err", "0.3"], ["--backend", "cpu"],
+    ["--print-plan"], ["--print-plan=json"], ["--test-freq=3", "--gpu=0", "--mini=32"],
+])
+def test_spec_options_are_accepted(argv):
+    build_parser().parse_args(argv)
+
+
+def test_cuda_convnet2_flag_values():
+    args = build_parser().parse_args(["--test-only=1", "--force-save=0", "--multiview-test",
+                                      "true"])
+    assert args.test_only is True and args.force_save is False and args.multiview_test is True
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--epoch", "3"], "did you mean '--epochs'"),
+    (["--mini", "0"], "--mini: expected a positive integer"),
+    (["--mini", "many"], "--mini"),
+    (["--epochs", "-1"], "--epochs"),
+    (["--test-freq", "0"], "--test-freq"),
+    (["--gpu", "a"], "--gpu"),
+    (["--gpu", "0,-1"], "--gpu"),
+    (["--inner-size", "-2"], "--inner-size"),
+    (["--color-noise", "-0.5"], "--color-noise"),
+    (["--color-noise", "nan"], "--color-noise"),
+    (["--scalar-mean", "inf"], "--scalar-mean"),
+    (["--max-test-err", "5"], "0.05 means 5%"),
+    (["--train-range", "5-1"], "runs backwards"),
+    (["--test-range", "x"], "--test-range"),
+    (["--data-provider", "digts"], "did you mean 'digits'"),
+    (["--data-dims", "3x"], "--data-dims"),
+    (["--num-classes", "0"], "--num-classes"),
+    (["--seed", "-1"], "--seed"),
+    (["--backend", "gpu"], "--backend"),
+    (["--print-plan=xml"], "--print-plan"),
+    (["--test-only", "maybe"], "--test-only"),
+    (["--mini"], "expected one argument"),
+])
+def test_bad_values_exit_2_with_one_line(capsys, argv, fragment):
+    assert_clean_error(call(capsys, *argv), 2, fragment, "(see --help)")
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--test-only"], "--test-only evaluates a saved net"),
+    (["--feature-path", "f"], "--feature-path"),
+    (["--multiview-test"], "--inner-size"),
+    (["--print-plan", "--check-grads"], "cannot be combined"),
+    (["--layer-def", "examples/digits-single.cfg"], "--layer-params"),
+    (["--data-path", "/tmp"], "--data-provider"),
+    (["--data-provider", "cifar"], "needs --data-path"),
+    (["--data-provider", "digits", "--data-path", "/tmp"], "reads no files"),
+])
+def test_options_that_do_not_go_together_exit_2(capsys, argv, fragment):
+    assert_clean_error(call(capsys, *argv), 2, fragment)
+
+
+def test_unknown_option_from_the_real_command():
+    proc = run_cli("--no-such-option", "1")
+    assert_clean_error(proc, 2, "--no-such-option")
+    assert proc.stdout == ""
