@@ -5,8 +5,8 @@ Both are computed with im2col and GEMM:
 * the input is copied once into a zero-padded buffer large enough for every
   window the ceiling rule creates (windows hanging over the padded edge read
   zeros, as in cuda-convnet2),
-* a strided view of that buffer enumerates (channel, ky, kx) x (case, oy, ox)
-  and is copied once into a contiguous ``cols`` matrix,
+* a strided view of that buffer enumerates (channel, ky, kx) x (output
+  position, case) and is copied once into a contiguous ``cols`` matrix,
 * conv: one GEMM per group, ``W (F_g, K_g) @ cols (K_g, N*P)``;
   local: one batched matmul over the P output positions, ``W (P, F_g, K_g) @
   cols (P, K_g, N)``,
@@ -14,6 +14,13 @@ Both are computed with im2col and GEMM:
   gradient back with one strided add per filter offset (ky, kx).
 
 The only Python loops are over inputs, groups and the few filter offsets.
+
+Conv columns come in one of two orders, chosen per input by cost: with
+many weights per filter (``K = C/groups * fs^2`` at least ``4 * F``) the
+padded input is laid out (C, H, W, N), cases innermost as in cuda-convnet,
+so that every copy in im2col and col2im moves long contiguous runs; with few
+(a 3-channel first layer) the (N, C, H, W) order avoids transposing the
+large output instead.  ``LAYOUT`` forces one of them (for tests).
 
 Layouts: activations are (N, C, S, S).  Conv weights (F, C/groups, fs, fs);
 local weights (P, F, C/groups, fs, fs) with P = modulesX**2 in row-major
@@ -25,7 +32,43 @@ that overrides ``conv_forward`` must override ``conv_backward`` too.
 
 from __future__ import annotations
 
-from . import array_module, kernel
+import threading
+
+from . import array_module, backend_name, kernel
+
+LAYOUT: str | None = None  # None: choose per input; "nchw" or "chwn": force (tests)
+
+_SCRATCH = threading.local()
+_SCRATCH_LIMIT = 256 << 20  # bytes: larger temporaries are not kept between calls
+
+
+def _scratch(xp, name: str, shape, dtype, zero: bool = False):
+    """A per-thread reusable temporary (saves the page faults of a fresh allocation).
+
+    Only for arrays that never leave the kernel; each ``name`` has one buffer.
+    """
+    size = 1
+    for d in shape:
+        size *= int(d)
+    nbytes = size * xp.dtype(dtype).itemsize
+    if nbytes > _SCRATCH_LIMIT:
+        return xp.zeros(shape, dtype) if zero else xp.empty(shape, dtype)
+    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
+    key = (name, backend_name(xp), xp.dtype(dtype).str)
+    buf = bufs.get(key)
+    if buf is None or buf.size < size:
+        buf = xp.empty(size, dtype)
+        bufs[key] = buf
+    out = buf[:size].reshape(shape)
+    if zero:
+        out.fill(0)
+    return out
+
+
+def _use_chwn(k: int, filters: int) -> bool:
+    if LAYOUT is not None:
+        return LAYOUT == "chwn"
+    return k >= 4 * filters
 
 
 def out_size(img_size: int, filter_size: int, padding: int, stride: int) -> int:
@@ -60,6 +103,17 @@ def _padded_hw(xp, x, padding: int, total: int):
     return out
 
 
+def _padded_chwn(xp, x, padding: int, total: int):
+    """x (N, C, H, H) -> zero-padded (C, total, total, N), x at offset ``padding``."""
+    n, c, h, _ = x.shape
+    keep = max(0, min(h, total - padding))
+    out = xp.zeros((c, total, total, n), dtype=x.dtype)
+    if keep:
+        out[:, padding:padding + keep, padding:padding + keep] = \
+            x[:, :, :keep, :keep].transpose(1, 2, 3, 0)
+    return out
+
+
 def _as_strided(xp, a, shape, strides):
     return xp.lib.stride_tricks.as_strided(a, shape=shape, strides=strides)
 
@@ -73,6 +127,17 @@ def _cols_conv(xp, x, fs: int, padding: int, stride: int, modules: int):
     view = _as_strided(xp, xpad, (c, fs, fs, n, modules, modules),
                        (sc, sy, sx, sn, stride * sy, stride * sx))
     return xp.ascontiguousarray(view).reshape(c * fs * fs, n * modules * modules)
+
+
+def _cols_conv_chwn(xp, x, fs: int, padding: int, stride: int, modules: int):
+    """cols (C*fs*fs, M*M*N) for a conv input, columns in (oy, ox, case) order."""
+    n, c = x.shape[0], x.shape[1]
+    total = _pad_span(modules, fs, stride)
+    xpad = _padded_chwn(xp, x, padding, total)
+    sc, sy, sx, sn = xpad.strides
+    view = _as_strided(xp, xpad, (c, fs, fs, modules, modules, n),
+                       (sc, sy, sx, stride * sy, stride * sx, sn))
+    return xp.ascontiguousarray(view).reshape(c * fs * fs, modules * modules * n)
 
 
 def _cols_local(xp, x, fs: int, padding: int, stride: int, modules: int):
@@ -91,7 +156,7 @@ def _col2im_conv(xp, dcols, shape, fs: int, padding: int, stride: int, modules: 
     n, c, h, _ = shape
     total = _pad_span(modules, fs, stride)
     d = dcols.reshape(c, fs, fs, n, modules, modules)
-    acc = xp.zeros((c, n, total, total), dtype=dcols.dtype)
+    acc = _scratch(xp, "col2im", (c, n, total, total), dcols.dtype, zero=True)
     span = stride * (modules - 1) + 1
     for ky in range(fs):
         for kx in range(fs):
@@ -99,12 +164,25 @@ def _col2im_conv(xp, dcols, shape, fs: int, padding: int, stride: int, modules: 
     return _crop(xp, acc.transpose(1, 0, 2, 3), shape, padding, total)
 
 
+def _col2im_conv_chwn(xp, dcols, shape, fs: int, padding: int, stride: int, modules: int):
+    """Adjoint of :func:`_cols_conv_chwn`: dcols (C*fs*fs, M*M*N) -> dx of ``shape``."""
+    n, c, h, _ = shape
+    total = _pad_span(modules, fs, stride)
+    d = dcols.reshape(c, fs, fs, modules, modules, n)
+    acc = _scratch(xp, "col2im", (c, total, total, n), dcols.dtype, zero=True)
+    span = stride * (modules - 1) + 1
+    for ky in range(fs):
+        for kx in range(fs):
+            acc[:, ky:ky + span:stride, kx:kx + span:stride] += d[:, ky, kx]
+    return _crop(xp, acc.transpose(3, 0, 1, 2), shape, padding, total)
+
+
 def _col2im_local(xp, dcols, shape, fs: int, padding: int, stride: int, modules: int):
     """Adjoint of :func:`_cols_local`: dcols (M*M, C*fs*fs, N) -> dx of ``shape``."""
     n, c, h, _ = shape
     total = _pad_span(modules, fs, stride)
     d = dcols.reshape(modules, modules, c, fs, fs, n)
-    acc = xp.zeros((total, total, c, n), dtype=dcols.dtype)
+    acc = _scratch(xp, "col2im", (total, total, c, n), dcols.dtype, zero=True)
     span = stride * (modules - 1) + 1
     for ky in range(fs):
         for kx in range(fs):
@@ -113,11 +191,13 @@ def _col2im_local(xp, dcols, shape, fs: int, padding: int, stride: int, modules:
 
 
 def _crop(xp, padded_nchw, shape, padding: int, total: int):
-    """The (N, C, H, H) image part of a padded (N, C, total, total) view, contiguous."""
+    """A fresh (N, C, H, H) copy of the image part of a padded (N, C, total, total) view."""
     h = shape[2]
     keep = max(0, min(h, total - padding))
     if keep == h:
-        return xp.ascontiguousarray(padded_nchw[:, :, padding:padding + h, padding:padding + h])
+        out = xp.empty(shape, dtype=padded_nchw.dtype)
+        out[...] = padded_nchw[:, :, padding:padding + h, padding:padding + h]
+        return out
     out = xp.zeros(shape, dtype=padded_nchw.dtype)
     if keep:
         out[:, :, :keep, :keep] = padded_nchw[:, :, padding:padding + keep, padding:padding + keep]
@@ -141,11 +221,13 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
     n = xs[0].shape[0]
     filters = ws[0].shape[0]
     p = modules * modules
+    chwn = _use_chwn(sum(w[0].size for w in ws), filters)
     acc = None
     cols_all = []
     for i, (x, w) in enumerate(zip(xs, ws)):
         x = _as_image(x, channels[i], img_sizes[i])
-        cols = _cols_conv(xp, x, filter_sizes[i], paddings[i], strides[i], modules)
+        make = _cols_conv_chwn if chwn else _cols_conv
+        cols = make(xp, x, filter_sizes[i], paddings[i], strides[i], modules)
         g = groups[i]
         wm = w.reshape(filters, -1)
         if g == 1:
@@ -160,14 +242,15 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
             for gi in range(g):
                 acc[gi * fg:(gi + 1) * fg] += wm[gi * fg:(gi + 1) * fg] @ cols[gi * kg:(gi + 1) * kg]
         cols_all.append(cols if keep_cache else None)
-    y3 = acc.reshape(filters, n, p)
-    if b.ndim == 1:
-        y3 += b.reshape(filters, 1, 1)
+    if chwn:  # acc (F, M*M*N)
+        y4 = acc.reshape(filters, modules, modules, n)
+        y4 += b.reshape(filters, 1, 1, 1) if b.ndim == 1 else b.reshape(filters, modules, modules, 1)
+        y = xp.ascontiguousarray(y4.transpose(3, 0, 1, 2))
+    else:  # acc (F, N*M*M)
+        y3 = acc.reshape(filters, n, p)
+        y3 += b.reshape(filters, 1, 1) if b.ndim == 1 else b.reshape(filters, 1, p)
         y = xp.ascontiguousarray(y3.transpose(1, 0, 2)).reshape(n, filters, modules, modules)
-    else:
-        y = xp.ascontiguousarray(y3.transpose(1, 0, 2)).reshape(n, filters, modules, modules)
-        y += b
-    return y, cols_all
+    return y, (chwn, cols_all)
 
 
 @kernel
@@ -182,14 +265,25 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
     n = gy.shape[0]
     filters = ws[0].shape[0]
     p = modules * modules
-    gt = xp.ascontiguousarray(gy.reshape(n, filters, p).transpose(1, 0, 2)).reshape(filters, n * p)
-    db = gt.sum(axis=1) if shared_biases else gy.reshape(n, filters, modules, modules).sum(axis=0)
+    chwn, cols_all = cache if cache is not None else \
+        (_use_chwn(sum(w[0].size for w in ws), filters), [None] * len(xs))
+    if chwn:
+        g4 = gy.reshape(n, filters, modules, modules)
+        gt = xp.ascontiguousarray(g4.transpose(1, 2, 3, 0)).reshape(filters, p * n)
+        db = gt.sum(axis=1) if shared_biases else \
+            gt.reshape(filters, modules, modules, n).sum(axis=3)
+    else:
+        gt = xp.ascontiguousarray(gy.reshape(n, filters, p).transpose(1, 0, 2)).reshape(filters, n * p)
+        db = gt.sum(axis=1) if shared_biases else \
+            gt.reshape(filters, n, modules, modules).sum(axis=1)
     dxs, dws = [], []
     for i, (x, w) in enumerate(zip(xs, ws)):
         fs = filter_sizes[i]
-        cols = cache[i] if cache is not None and cache[i] is not None else \
-            _cols_conv(xp, _as_image(x, channels[i], img_sizes[i]), fs, paddings[i], strides[i],
-                       modules)
+        cols = cols_all[i]
+        if cols is None:
+            make = _cols_conv_chwn if chwn else _cols_conv
+            cols = make(xp, _as_image(x, channels[i], img_sizes[i]), fs, paddings[i], strides[i],
+                        modules)
         g = groups[i]
         wm = w.reshape(filters, -1)
         fg, kg = filters // g, wm.shape[1]
@@ -204,15 +298,13 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
         if not need_dx[i]:
             dxs.append(None)
             continue
-        if g == 1:
-            dcols = wm.T @ gt
-        else:
-            dcols = xp.empty((g * kg, n * p), dtype=gy.dtype)
-            for gi in range(g):
-                fsl = slice(gi * fg, (gi + 1) * fg)
-                dcols[gi * kg:(gi + 1) * kg] = wm[fsl].T @ gt[fsl]
+        dcols = _scratch(xp, "dcols", (g * kg, n * p), gy.dtype)
+        for gi in range(g):
+            fsl = slice(gi * fg, (gi + 1) * fg)
+            xp.matmul(wm[fsl].T, gt[fsl], out=dcols[gi * kg:(gi + 1) * kg])
         shape = (n, channels[i], img_sizes[i], img_sizes[i])
-        dx = _col2im_conv(xp, dcols, shape, fs, paddings[i], strides[i], modules)
+        back = _col2im_conv_chwn if chwn else _col2im_conv
+        dx = back(xp, dcols, shape, fs, paddings[i], strides[i], modules)
         dxs.append(dx.reshape(x.shape))
     return dxs, dws, db
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from convnet.config.model import LayerDef
+from kernels import conv as kconv
 from layers import LAYER_TYPES, build_layer
 from layers.base import Context
 
@@ -102,7 +103,9 @@ def ref_norm(x, kind, size, scale, pow_, min_div):
     dict(in_shapes=((4, 5, 5),), filters=6, groups=2, fs=2, padding=1, stride=2),
     dict(in_shapes=((3, 6, 6), (2, 4, 4)), fs=[3, 1], padding=[1, 0], stride=[2, 1], filters=4),
 ])
-def test_conv_and_local_match_reference(type_, kw):
+@pytest.mark.parametrize("layout", ["nchw", "chwn"])
+def test_conv_and_local_match_reference(type_, kw, layout, monkeypatch):
+    monkeypatch.setattr(kconv, "LAYOUT", layout)
     ldef = conv_def(type_=type_, **kw)
     xs = random_inputs(ldef, batch=2)
     y, p = run(ldef, xs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kernels import conv as kconv
 from layers import LAYER_TYPES, NEURON_TYPES
 from layers.base import Context
 
@@ -62,8 +63,10 @@ CONV_CASES = {
 }
 
 
+@pytest.mark.parametrize("layout", ["nchw", "chwn"])
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
-def test_conv(case):
+def test_conv(case, layout, monkeypatch):
+    monkeypatch.setattr(kconv, "LAYOUT", layout)
     ldef = conv_def(**CONV_CASES[case])
     fd_check(ldef, random_inputs(ldef, batch=2))
 

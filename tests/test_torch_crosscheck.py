@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch", reason="PyTorch (the 'bench' extra) is not 
                                             "the cross-check against it is skipped")
 F = torch.nn.functional
 
+from kernels import conv as kconv  # noqa: E402
 from layers import build_layer  # noqa: E402
 from layers.base import Context  # noqa: E402
 
@@ -47,7 +48,9 @@ def _torch_conv(x, w, fs, padding, stride, modules, groups=1):
     (3, 4, 10, 6, 5, 2, 2, 2),   # the last window hangs past the padded edge
     (2, 6, 7, 6, 3, 0, 3, 3),
 ])
-def test_conv(n, c, s, f, fs, pad, stride, groups):
+@pytest.mark.parametrize("layout", [None, "nchw", "chwn"])
+def test_conv(n, c, s, f, fs, pad, stride, groups, layout, monkeypatch):
+    monkeypatch.setattr(kconv, "LAYOUT", layout)
     ldef = conv_def(in_shapes=((c, s, s),), filters=f, fs=fs, padding=pad, stride=stride,
                     groups=groups)
     m = ldef.attrs["modulesX"]
