@@ -1,0 +1,364 @@
+"""``--compare``: train several configs of one network and compare the schemes side by side.
+
+``python convnet.py --compare A.cfg B.cfg ... --layer-params P.cfg [...]`` trains
+every layer-def file on the same data, seed, minibatch and ``--gpu`` list with
+the ordinary training machinery (:mod:`convnet.training`), one after the
+other, then prints one table (:mod:`convnet.compare_table`) and, with
+``--save-path``, draws one picture (:mod:`convnet.compare_plot`).
+
+Where each figure comes from:
+
+* scheme, passes, parameter memory, activation memory (an estimate), bytes
+  copied and all-reduced per minibatch: the planner
+  (:func:`convnet.plan_report.device_totals` on the run's own plan);
+* final train/test cost and error, wall time and training images/s: the run's
+  CSV log (:data:`convnet.run_log.CSV_COLUMNS`), read back from disk;
+* the time split per device (compute / copy / all-reduce / idle) and the
+  per-device timeline: :data:`PROFILE_STEPS` training steps on the first
+  minibatch of the first training batch, run after training with the
+  executor's op timings switched on (after one warm-up step).
+
+``--layer-params`` is given once (shared by all configs) or once per config,
+in the same order.  Without ``--save-path`` the runs' logs go to a temporary
+folder that is deleted afterwards and no checkpoint is written; with it, run
+``NAME`` keeps its ``log.csv`` and ``checkpoint.npz`` in ``SAVE_PATH/NAME/``
+and the table and the picture are written to ``SAVE_PATH/compare.txt`` and
+``SAVE_PATH/compare.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from convnet.errors import ConvnetError
+from convnet.plan import AllReduce, Copy, GradCopy, Plan
+from convnet.plan_report import DeviceTotals, device_totals
+from convnet.run_log import CSV_NAME
+
+#: Profiled training steps after training (after one warm-up step).
+PROFILE_STEPS = 5
+
+#: Op kind -> the time-split category it counts in.
+CATEGORY = {"load": "compute", "forward": "compute", "backward": "compute", "update": "compute",
+            "copy": "copy", "gradcopy": "copy", "allreduce": "allreduce"}
+CATEGORIES = ("compute", "copy", "allreduce", "idle")
+
+#: Options that make no sense with --compare, and why.
+_NOT_WITH_COMPARE = (
+    ("layer_def", "--layer-def (the configs are the files given to --compare)"),
+    ("load_file", "--load-file (every config is trained from scratch)"),
+    ("test_only", "--test-only"),
+    ("print_plan", "--print-plan (run --print-plan on each config instead)"),
+    ("plan_graph", "--plan-graph (draw each config's graph with --print-plan)"),
+    ("check_grads", "--check-grads"),
+    ("write_features", "--write-features"),
+)
+
+
+def _usage_error(message: str) -> ConvnetError:
+    from convnet.cli import UsageError
+
+    return UsageError(message)
+
+
+@dataclass
+class DeviceTime:
+    """Mean seconds per profiled step that one device spent on each category."""
+
+    device: int
+    compute: float = 0.0
+    copy: float = 0.0
+    allreduce: float = 0.0
+    idle: float = 0.0
+
+    @property
+    def busy(self) -> float:
+        return self.compute + self.copy + self.allreduce
+
+
+@dataclass
+class ConfigResult:
+    """Everything the table and the picture show about one config's run."""
+
+    name: str
+    layer_def: Path
+    layer_params: Path
+    plan: Plan
+    totals: list[DeviceTotals]
+    log_path: Path
+    log_rows: list[dict] = field(default_factory=list)
+    profile_cases: int = 0
+    step_seconds: list[float] = field(default_factory=list)
+    times: list[DeviceTime] = field(default_factory=list)
+    timeline: list = field(default_factory=list)  # OpTiming of one step (the median one)
+    timeline_seconds: float = 0.0
+
+    # ------------------------------------------------------------- planner
+    @property
+    def scheme(self) -> str:
+        return self.plan.scheme
+
+    @property
+    def num_passes(self) -> int:
+        return self.plan.num_passes
+
+    @property
+    def devices_used(self) -> int:
+        return len({d for p in self.plan.layers.values() for d in p.devices})
+
+    @property
+    def copy_bytes(self) -> int:
+        """Bytes of activation and gradient copies between devices per minibatch."""
+        return sum(op.nbytes for op in self.plan.ops if isinstance(op, (Copy, GradCopy)))
+
+    @property
+    def allreduce_bytes(self) -> int:
+        """Bytes each device sends in ring all-reduces, summed over devices, per minibatch
+        (the planner's figure: 2(R-1)/R of the gradient per device)."""
+        total = 0
+        for op in self.plan.ops:
+            if isinstance(op, AllReduce):
+                r = len(op.replica_devices)
+                total += r * (2 * (r - 1) * op.nbytes // r)
+        return total
+
+    @property
+    def moved_bytes(self) -> int:
+        """All bytes sent between devices per minibatch (= sum of the planner's sent_bytes)."""
+        return sum(t.sent_bytes for t in self.totals)
+
+    # ----------------------------------------------------------------- log
+    @property
+    def final(self) -> dict:
+        """The last row of the run's CSV log (numbers as floats)."""
+        return self.log_rows[-1]
+
+    @property
+    def train_images_per_sec(self) -> float:
+        """The log's inputs_per_sec of the last test interval (executor steps only)."""
+        return self.final["inputs_per_sec"]
+
+    @property
+    def wall_seconds(self) -> float:
+        return self.final["cumulative_time"]
+
+    # ------------------------------------------------------------- profile
+    @property
+    def mean_step_seconds(self) -> float:
+        return statistics.fmean(self.step_seconds) if self.step_seconds else math.nan
+
+    @property
+    def profiled_images_per_sec(self) -> float:
+        step = self.mean_step_seconds
+        return self.profile_cases / step if step and math.isfinite(step) else 0.0
+
+
+# ============================================================== options per config
+def config_pairs(args: argparse.Namespace) -> list[tuple[Path, Path]]:
+    """(layer-def, layer-params) of every config: params shared or paired in order."""
+    configs = list(args.compare or [])
+    params = list(getattr(args, "layer_params_list", None) or [])
+    if not configs:
+        raise _usage_error(f"--layer-params was given {len(params)} times; only --compare "
+                           f"takes one per config (--compare A.cfg B.cfg --layer-params "
+                           f"PA.cfg PB.cfg)")
+    if not params:
+        raise _usage_error("--compare needs --layer-params: one file shared by all configs, "
+                           "or one per config in the same order")
+    if len(params) == 1:
+        params = params * len(configs)
+    elif len(params) != len(configs):
+        raise _usage_error(f"--compare got {len(configs)} configs and {len(params)} "
+                           f"--layer-params files; give one shared file or one per config")
+    return list(zip(configs, params))
+
+
+def run_names(configs: list[Path]) -> list[str]:
+    """A short unique name per config: the file name without .cfg (and #2, #3 on repeats)."""
+    names, seen = [], {}
+    for path in configs:
+        stem = Path(path).stem
+        seen[stem] = seen.get(stem, 0) + 1
+        names.append(stem if seen[stem] == 1 else f"{stem}#{seen[stem]}")
+    return names
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    for key, text in _NOT_WITH_COMPARE:
+        if getattr(args, key, None):
+            raise _usage_error(f"--compare cannot be combined with {text}")
+
+
+def _config_options(args: argparse.Namespace, layer_def: Path, layer_params: Path,
+                    gpu) -> argparse.Namespace:
+    from convnet.commands import resolve_options
+
+    opts = argparse.Namespace(**vars(args))
+    opts.compare = None
+    opts.layer_params_list = None
+    opts.layer_def = Path(layer_def)
+    opts.layer_params = Path(layer_params)
+    opts.gpu = gpu
+    return resolve_options(opts)
+
+
+def _highest_gpu_index(net) -> int:
+    return max((g for ldef in net for g in (ldef.gpu or ())), default=0)
+
+
+# ===================================================================== running
+def compare(args: argparse.Namespace, out=print, provider=None,
+            profile_steps: int = PROFILE_STEPS) -> tuple[list[ConfigResult], Path | None]:
+    """Train every config of ``args.compare``; the results and the picture's path (or None).
+
+    ``args`` is the parsed command line (options other than --compare and
+    --layer-params apply to every config alike).  ``provider`` replaces the
+    data provider the options describe (for callers that need one the
+    command line cannot make, e.g. dummy data with small batches).
+    """
+    from convnet import training
+    from convnet.compare_plot import write_comparison_png
+    from convnet.compare_table import comparison_table
+
+    _check_args(args)
+    pairs = config_pairs(args)
+    names = run_names([p[0] for p in pairs])
+    for layer_def, layer_params in pairs:
+        for path in (layer_def, layer_params):
+            if not Path(path).is_file():
+                raise _usage_error(f"--compare: no such file {path}")
+
+    # Resolve and plan every config before training any, so a bad one fails fast.
+    options = [_config_options(args, d, p, args.gpu or (0,)) for d, p in pairs]
+    provider = provider or training.make_data_provider(options[0])
+    if args.gpu is None:  # enough devices for the config that names the most
+        count = 1 + max(_highest_gpu_index(training.load_net_for(o, provider)) for o in options)
+        for o in options:
+            o.gpu = tuple(range(count))
+    planned = [training.build_net_and_plan(o, provider) for o in options]
+
+    save_root = Path(args.save_path) if args.save_path else None
+    scratch = None if save_root else tempfile.TemporaryDirectory(prefix="convnet-compare-")
+    root = save_root or Path(scratch.name)
+    results = []
+    try:
+        for i, (name, opts, (net, plan)) in enumerate(zip(names, options, planned)):
+            opts.save_path = root / name
+            out(f"== [{i + 1}/{len(pairs)}] {name}: {plan.scheme}, {plan.num_passes} pass(es) "
+                f"per minibatch of {opts.mini}, --gpu {','.join(map(str, opts.gpu))}")
+            result = ConfigResult(name=name, layer_def=opts.layer_def,
+                                  layer_params=opts.layer_params, plan=plan,
+                                  totals=device_totals(plan, net),
+                                  log_path=opts.save_path / CSV_NAME)
+            _train_and_profile(result, opts, provider, net, plan, keep_checkpoints=bool(save_root),
+                               profile_steps=profile_steps)
+            results.append(result)
+        table = comparison_table(results)
+        out("")
+        out(table)
+        picture = None
+        if save_root is not None:
+            picture = save_root / "compare.png"
+            write_comparison_png(results, picture)
+            _write_text(save_root / "compare.txt", table + "\n")
+            out(f"\nwrote {save_root / 'compare.txt'} and {picture}")
+        return results, picture
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """The --compare command; returns the exit code."""
+    compare(args)
+    return 0
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as error:
+        raise ConvnetError(f"cannot write {path}: {error.strerror}") from None
+
+
+def _train_and_profile(result: ConfigResult, opts, provider, net, plan, keep_checkpoints: bool,
+                       profile_steps: int) -> None:
+    from convnet.backends import choose_backend
+    from convnet.devices import make_devices
+    from convnet.executor import Executor
+    from convnet.training import Trainer
+
+    from convnet.training import check_save_dir
+
+    check_save_dir(result.log_path.parent)
+    devices = make_devices(opts.gpu, choose_backend(opts.backend))
+    executor = Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential)
+    try:
+        trainer = Trainer(opts, provider, net, plan, executor, result.log_path.parent)
+        if not keep_checkpoints:
+            trainer.checkpoint = None  # the log goes to the scratch folder; no checkpoints
+        trainer.train()
+        result.log_rows = read_log(result.log_path)
+        if not result.log_rows:
+            raise ConvnetError(f"{result.name}: the run logged no test line to "
+                               f"{result.log_path}")
+        profile(result, executor, provider, opts.mini, profile_steps)
+    finally:
+        executor.close()
+
+
+def read_log(path: Path) -> list[dict]:
+    """The rows of a run's CSV log, numbers as floats (epoch and batch as ints)."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as error:
+        raise ConvnetError(f"cannot read the run log {path}: {error.strerror}") from None
+    out = []
+    for row in rows:
+        out.append({k: (int(v) if k in ("epoch", "batch") else float(v)) for k, v in row.items()})
+    return out
+
+
+def profile(result: ConfigResult, executor, provider, mini: int,
+            steps: int = PROFILE_STEPS) -> None:
+    """Time ``steps`` training steps (after one warm-up) on the first training minibatch."""
+    batch = provider.get_batch(provider.train_batches[0], train=True, epoch=1)
+    part = [column[:mini] for column in batch]
+    result.profile_cases = len(part[0])
+    previous = executor.timings
+    executor.timings = []
+    runs = []
+    try:
+        for i in range(max(int(steps), 1) + 1):
+            step = executor.step(part, progress=1.0)
+            if i:
+                runs.append((step.seconds, list(executor.timings)))
+    finally:
+        executor.timings = previous
+    result.step_seconds = [seconds for seconds, _ in runs]
+    num_devices = result.plan.num_devices
+    sums = [DeviceTime(d) for d in range(num_devices)]
+    for seconds, timings in runs:
+        busy = [dict.fromkeys(CATEGORIES, 0.0) for _ in range(num_devices)]
+        for t in timings:
+            busy[t.device][CATEGORY[t.kind]] += t.end - t.start
+        for d, parts in enumerate(busy):
+            sums[d].compute += parts["compute"]
+            sums[d].copy += parts["copy"]
+            sums[d].allreduce += parts["allreduce"]
+            sums[d].idle += max(seconds - parts["compute"] - parts["copy"] - parts["allreduce"],
+                                0.0)
+    n = len(runs)
+    result.times = [DeviceTime(s.device, s.compute / n, s.copy / n, s.allreduce / n, s.idle / n)
+                    for s in sums]
+    median = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    result.timeline_seconds, result.timeline = median
+

@@ -1,0 +1,111 @@
+"""The text of a ``--compare`` run: one table per config, one per config and device.
+
+Every number is formatted by one of the ``fmt_*`` functions below from the
+exact figure in :class:`convnet.compare.ConfigResult` (planner totals, log
+rows, profiled step times), so a test can recompute each cell.
+"""
+
+from __future__ import annotations
+
+from convnet.plan_report import human_bytes
+
+
+def fmt_bytes(n: float) -> str:
+    return human_bytes(n)
+
+
+def fmt_rate(images_per_sec: float) -> str:
+    return f"{images_per_sec:.0f}"
+
+
+def fmt_seconds(seconds: float) -> str:
+    return f"{seconds:.1f}"
+
+
+def fmt_ms(seconds: float) -> str:
+    return f"{1000 * seconds:.2f}"
+
+
+def fmt_cost(cost: float) -> str:
+    return f"{cost:.4f}"
+
+
+def fmt_error(error: float) -> str:
+    return f"{100 * error:.2f}%"
+
+
+SCHEME_HEADER = ["config", "scheme", "passes", "devices used", "copied", "all-reduced",
+                 "img/s train", "img/s step", "wall s", "train cost", "train err", "test cost",
+                 "test err"]
+DEVICE_HEADER = ["config", "device", "param memory", "activations (est.)", "sent", "received",
+                 "compute ms", "copy ms", "all-reduce ms", "idle ms", "step ms"]
+
+
+def scheme_rows(results) -> list[list[str]]:
+    rows = []
+    for r in results:
+        final = r.final
+        rows.append([r.name, r.scheme, str(r.num_passes),
+                     f"{r.devices_used} of {r.plan.num_devices}", fmt_bytes(r.copy_bytes),
+                     fmt_bytes(r.allreduce_bytes), fmt_rate(r.train_images_per_sec),
+                     fmt_rate(r.profiled_images_per_sec), fmt_seconds(r.wall_seconds),
+                     fmt_cost(final["cost"]), fmt_error(final["error"]),
+                     fmt_cost(final["test_cost"]), fmt_error(final["test_error"])])
+    return rows
+
+
+def device_rows(results) -> list[list[str]]:
+    rows = []
+    for r in results:
+        for totals, time in zip(r.totals, r.times):
+            rows.append([r.name, f"{totals.device} ({totals.physical})",
+                         fmt_bytes(totals.param_bytes), fmt_bytes(totals.activation_bytes),
+                         fmt_bytes(totals.sent_bytes), fmt_bytes(totals.received_bytes),
+                         fmt_ms(time.compute), fmt_ms(time.copy), fmt_ms(time.allreduce),
+                         fmt_ms(time.idle), fmt_ms(r.mean_step_seconds)])
+    return rows
+
+
+def format_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns two spaces apart under a rule of dashes; text left, numbers right."""
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    numeric = [all(_numeric(row[i]) for row in rows) and bool(rows) for i in range(len(header))]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if num else c.ljust(w)
+                         for c, w, num in zip(cells, widths, numeric)).rstrip()
+
+    return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def _numeric(cell: str) -> bool:
+    text = cell.replace("%", "").replace(".", "", 1).replace(" of ", "")
+    for unit in (" B", " KiB", " MiB", " GiB"):
+        text = text.replace(unit, "")
+    return text.isdigit() or (text.startswith("-") and text[1:].isdigit())
+
+
+def comparison_table(results) -> str:
+    """The two tables and what their columns mean."""
+    if not results:
+        return "(nothing compared)"
+    first = results[0]
+    steps = len(first.step_seconds)
+    lines = [f"Schemes compared (minibatch {first.plan.minibatch}, "
+             f"--gpu {','.join(map(str, first.plan.physical_devices))})"]
+    lines += format_table(SCHEME_HEADER, scheme_rows(results))
+    lines += ["", "Per device (memory and traffic per minibatch from the planner; time per "
+                  f"minibatch, mean of {steps} profiled steps)"]
+    lines += format_table(DEVICE_HEADER, device_rows(results))
+    lines += ["", "copied: activations and gradients copied between devices; all-reduced: "
+                  "ring all-reduce traffic, summed over devices.",
+              "img/s train: the run log's last test interval (training steps only); img/s step: "
+              "minibatch / mean profiled step.",
+              "wall s, costs and errors: the run log's last row (train figures are means over "
+              "its last test interval).",
+              "param memory: weights, gradients and momentum (float32); activations: the "
+              "planner's estimate of one minibatch's buffers.",
+              "compute: load + forward + backward + update; copy: activation and gradient "
+              "copies; all-reduce includes waiting for the other replicas; idle: the rest of "
+              "the step (waiting for inputs from other devices)."]
+    return "\n".join(lines)
