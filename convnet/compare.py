@@ -42,7 +42,7 @@ from convnet.plan_report import DeviceTotals, device_totals
 from convnet.run_log import CSV_NAME
 
 #: Profiled training steps after training (after one warm-up step).
-PROFILE_STEPS = 5
+PROFILE_STEPS = 10
 
 #: Op kind -> the time-split category it counts in.
 CATEGORY = {"load": "compute", "forward": "compute", "backward": "compute", "update": "compute",
@@ -141,8 +141,9 @@ class ConfigResult:
 
     @property
     def train_images_per_sec(self) -> float:
-        """The log's inputs_per_sec of the last test interval (executor steps only)."""
-        return self.final["inputs_per_sec"]
+        """The median over the log's test intervals of inputs_per_sec (training cases per
+        second of training-step time; the median leaves out a slow first interval)."""
+        return statistics.median(row["inputs_per_sec"] for row in self.log_rows)
 
     @property
     def wall_seconds(self) -> float:

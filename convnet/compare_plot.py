@@ -100,7 +100,7 @@ def _throughput_bars(ax, results, colours) -> None:
     train = [r.train_images_per_sec for r in results]
     steps = [r.profiled_images_per_sec for r in results]
     bars = ax.bar([x - width / 2 for x in xs], train, width, color=colours,
-                  label="training run (log, last interval)")
+                  label="training run (log, median interval)")
     bars2 = ax.bar([x + width / 2 for x in xs], steps, width, color=colours, alpha=0.45,
                    hatch="//", edgecolor="white", label="profiled steps")
     for group in (bars, bars2):

@@ -99,8 +99,8 @@ def comparison_table(results) -> str:
     lines += format_table(DEVICE_HEADER, device_rows(results))
     lines += ["", "copied: activations and gradients copied between devices; all-reduced: "
                   "ring all-reduce traffic, summed over devices.",
-              "img/s train: the run log's last test interval (training steps only); img/s step: "
-              "minibatch / mean profiled step.",
+              "img/s train: median over the run log's test intervals (training steps only); "
+              "img/s step: minibatch / mean profiled step.",
               "wall s, costs and errors: the run log's last row (train figures are means over "
               "its last test interval).",
               "param memory: weights, gradients and momentum (float32); activations: the "
