@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from pathlib import Path
 
 from convnet.cli import (DEFAULT_LAYER_DEF, DEFAULT_LAYER_PARAMS, UsageError, _batch_range,
@@ -76,6 +77,11 @@ _SAVED = {
 
 def run_command(args: argparse.Namespace) -> int:
     from convnet import training
+
+    # Overflow and NaN are caught by the executor's own checks, which name the layer;
+    # numpy's warnings about them would only add lines of noise before that error.
+    warnings.filterwarnings("ignore", category=RuntimeWarning,
+                            message=r"(overflow|invalid value|divide by zero) encountered")
 
     if getattr(args, "compare", None) is not None or len(
             getattr(args, "layer_params_list", None) or ()) > 1:

@@ -37,8 +37,8 @@ def run_cli(*args, timeout: float = 120, cwd: Path | None = None) -> subprocess.
                           cwd=cwd or REPO, env=env)
 
 
-def start_cli(*args, cwd: Path | None = None) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def start_cli(*args, cwd: Path | None = None, env: dict | None = None) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=cwd or REPO, env=env)
 
