@@ -320,15 +320,58 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _on_sigterm(signum, frame):
-    raise Terminated()
+_stop_signal: int | None = None
+
+
+def _stop_exception(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+
+
+def _on_stop_signal(signum, frame):
+    """Ctrl-C and SIGTERM: raise in the main thread, and remember it (see raise_if_stopped)."""
+    global _stop_signal
+    _stop_signal = signum
+    raise _stop_exception(signum)
+
+
+def raise_if_stopped() -> None:
+    """Raise the pending Ctrl-C/SIGTERM again.  The training loop calls this between
+    steps: an exception raised by a signal handler is lost when the signal lands while
+    Python runs a finaliser (``__del__``, a generator being closed), and the run would
+    otherwise go on as if no signal had come."""
+    if _stop_signal is not None:
+        raise _stop_exception(_stop_signal)
+
+
+def _install_signal_handlers() -> dict:
+    global _stop_signal
+    _stop_signal = None
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        current = signal.getsignal(signum)
+        if signum == signal.SIGINT and current is not signal.default_int_handler:
+            continue  # Ctrl-C ignored or handled by whoever started us: leave it so
+        try:
+            previous[signum] = signal.signal(signum, _on_stop_signal)
+        except ValueError:  # not the main thread (e.g. called from a test's thread)
+            break
+    return previous
+
+
+def _quiet_unraisable(previous_hook):
+    """An interrupt lost inside a finaliser is not an error to print (it is raised again
+    by :func:`raise_if_stopped`); anything else goes to the usual hook."""
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+            return
+        previous_hook(unraisable)
+    return hook
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread (e.g. called from a test's thread)
-        previous = None
+    previous = _install_signal_handlers()
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_unraisable(previous_hook)
     try:
         args = build_parser().parse_args(argv)
         from convnet.commands import run_command  # heavy imports only after --help
@@ -350,8 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = None
         return 0
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _one_line(error: BaseException) -> str:

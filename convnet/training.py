@@ -2,11 +2,21 @@
 
 Batches come from a data provider in a fixed order (and, for training,
 augmented deterministically from (seed, epoch, batch)), each batch is cut
-into minibatches of ``--mini`` cases, and every ``--test-freq`` batches the
-test batches are evaluated, a line is printed and logged, and a checkpoint is
-written.  Everything a resumed run needs (weights, momentum, step and batch
-counters, options) goes into the checkpoint, so resuming continues exactly
-where the saved run stood.
+into minibatches of ``--mini`` cases, and every ``--test-freq`` batches (and
+at the end of every epoch) the test batches are evaluated, a line is printed,
+a CSV row is logged and the checkpoint ``SAVE_PATH/checkpoint.npz`` is
+written (unless the test error is above ``--max-test-err``).
+
+The checkpoint holds the weights and momentum, the step/epoch/batch counters,
+the resumable options and the number of CSV rows logged.  Every random draw
+(initial weights, dropout masks, data augmentation) is a pure function of the
+seed and those counters, so they are the whole random-number state: a run
+resumed from any checkpoint continues exactly where the saved run stood and
+ends with bitwise the weights of an uninterrupted run, and its log keeps one
+row per test interval (rows logged after the checkpoint are dropped).
+
+Errors are reported before work is wasted: the save path is checked for
+writing and the config parsed before any data is loaded.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from convnet.backends import choose_backend
+from convnet.cli import raise_if_stopped
 from convnet.commands import CHECKPOINT_NAME, options_for_checkpoint
 from convnet.config import infer_shapes, parse_data_dims, parse_net
 from convnet.config.model import NetConfig
@@ -29,7 +40,6 @@ from convnet.executor import Executor
 from convnet.plan import Plan
 from convnet.planner import make_plan
 from convnet.run_log import RunLog, TestResult, progress_bar
-
 
 
 def make_data_provider(opts: argparse.Namespace):
@@ -152,7 +162,6 @@ class Trainer:
         self.save_dir = save_dir
         self.checkpoint = save_dir / CHECKPOINT_NAME if save_dir is not None else None
         self._saved_step: int | None = None  # executor step of the last save of this run
-        self._resume_rows: int | None = None
         self.log = RunLog(save_dir, self.cost_layer, plan, quiet=opts.no_progress)
         if opts.profile:
             executor.timings = []  # the executor records op timings from now on
@@ -273,7 +282,7 @@ class Trainer:
                             test_error = test_result.error
                             self.log.record(self.epoch, batch_id, test_result,
                                             self._learning_rate(progress), write=bar.write)
-                            self._maybe_save(test_error)
+                            self._maybe_save(test_error, write=bar.write)
                 if self.batch_index >= len(batches):
                     self.epoch += 1
                     self.batch_index = 0
@@ -286,15 +295,20 @@ class Trainer:
         try:
             return fn(*args)
         except TrainingError as error:
-            hint = (f"; lower the learning rates (epsW, epsB) in {self.opts.layer_params}")
+            where = f"epoch {self.epoch}, batch {batch_id}"
+            if "minibatch holds" in str(error):  # the data itself, not the training
+                text = f"bad data in {where}: {error}"
+            else:
+                text = (f"training diverged in {where}: {error}; lower the learning rates "
+                        f"(epsW, epsB) in {self.opts.layer_params}")
             if self._saved_step is not None:
-                hint += f"; the last good checkpoint is {self.checkpoint}"
-            raise TrainingError(f"training diverged in epoch {self.epoch}, batch {batch_id}: "
-                                f"{error}{hint}") from None
+                text += f"; the last good checkpoint is {self.checkpoint}"
+            raise TrainingError(text) from None
 
     def _train_batch(self, batch: list[np.ndarray], progress: float):
         totals = {"cost": 0.0, "error": 0.0, "cases": 0, "seconds": 0.0}
         for part in self._minibatches(batch):
+            raise_if_stopped()
             result = self.executor.step(part, progress)
             costs = result.costs.get(self.cost_layer, {})
             totals["cost"] += costs.get("cost", 0.0) * result.num_cases
@@ -311,12 +325,12 @@ class Trainer:
                 return ldef.params["epsW"][0].value(progress)
         return 0.0
 
-    def _maybe_save(self, test_error: float) -> None:
+    def _maybe_save(self, test_error: float, write=print) -> None:
         limit = self.opts.max_test_err
         if limit is not None and test_error > limit:
             if self.checkpoint is not None:
-                self.log.note(f"test error {100 * test_error:.2f}% > --max-test-err "
-                              f"{100 * limit:.2f}%: not saved")
+                write(f"test error {100 * test_error:.2f}% > --max-test-err "
+                      f"{100 * limit:.2f}%: not saved")
             return
         self.save()
 
@@ -339,6 +353,7 @@ class Trainer:
         with BatchPrefetcher(self.provider, self.provider.test_batches, train=False,
                              views=views) as loader:
             for _, batch in loader:
+                raise_if_stopped()
                 batch_cost, batch_error, n = (self._test_views(batch) if views
                                               else self._test_batch(batch))
                 cost += batch_cost

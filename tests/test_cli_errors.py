@@ -73,7 +73,7 @@ def test_data_dims_that_do_not_match_the_config(earlier, tmp_path):
     unchanged(earlier)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "code", "wrong_shape"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "code", "wrong_shape", "nan"])
 def test_damaged_batch_files(earlier, batches, tmp_path, damage):
     target = batches / "data_batch_2"
     marker = tmp_path / "code-ran"
@@ -91,12 +91,19 @@ def test_damaged_batch_files(earlier, batches, tmp_path, damage):
 
         target.write_bytes(pickle.dumps({"data": Exploit(), "labels": [0]}, protocol=2))
         expected = "refuses to load code"
-    else:
+    elif damage == "wrong_shape":
         with open(target, "wb") as f:
             pickle.dump({"data": np.zeros((10, 96), np.uint8), "labels": [0] * 96}, f)
         expected = "pixels x cases"
+    else:
+        data = np.full((64, 96), 100.0, np.float32)
+        data[5, 7] = np.nan
+        with open(target, "wb") as f:
+            pickle.dump({"data": data, "labels": [0] * 96}, f)
+        expected = "NaN"
     proc = run_cli(*BATCHES, "--data-path", batches, "--save-path", earlier[0])
-    assert_clean_error(proc, 1, "data_batch_2", expected)
+    line = assert_clean_error(proc, 1, expected)
+    assert "data_batch_2" in line or "bad data in epoch 1, batch 2" in line
     assert not marker.exists()
     unchanged(earlier)
 
