@@ -76,6 +76,8 @@ class DeviceWorkers:
             raise _Aborted() from None
 
     def close(self) -> None:
+        """Stop the workers, also ones still waiting inside an interrupted step."""
+        self._fail()
         for inbox in self._inboxes:
             inbox.put(None)
         for t in self._threads:
