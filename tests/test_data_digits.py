@@ -52,3 +52,15 @@ def test_split_is_fixed():
     second = make_provider("digits").get_batch(6, train=False)
     np.testing.assert_array_equal(first[0], second[0])
     np.testing.assert_array_equal(first[1], second[1])
+
+
+def test_digits_file_read_directly_matches_load_digits():
+    """The provider reads scikit-learn's file without importing scikit-learn; same data."""
+    from convnet.data.digits import NUM_BATCHES, _split
+
+    digits = load_digits()
+    order = np.random.RandomState(0).permutation(len(digits.images))
+    images, labels = _split()
+    for batch, cases in enumerate(np.array_split(order, NUM_BATCHES)):
+        np.testing.assert_array_equal(images[batch][:, 0], digits.images[cases] / 16.0)
+        np.testing.assert_array_equal(labels[batch], digits.target[cases])

@@ -42,6 +42,8 @@ def read_label_names(folder: str) -> list[str]:
 def check_folder(path: str | None, provider: str) -> str:
     if not path:
         raise DataError(f"the '{provider}' data provider needs --data-path")
+    if os.path.isfile(path):
+        raise DataError(f"{path}: --data-path must be a folder of batch files, not a file")
     if not os.path.isdir(path):
         raise DataError(f"{path}: data folder does not exist")
     return path
