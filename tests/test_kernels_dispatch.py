@@ -104,3 +104,31 @@ def test_kernels_keep_float32():
     _, none_cache = kconv.conv_forward([x], [w], b, keep_cache=False, **geom)
     dxs2, dws2, _ = kconv.conv_backward(np.ones_like(y), [x], [w], none_cache, [True], **geom)
     np.testing.assert_allclose(dws2[0], dws[0], rtol=1e-6)
+
+
+def test_conv_scratch_buffers_are_per_thread():
+    """Backward temporaries are reused per thread: concurrent calls (one worker per
+    device in the executor) must not see each other's buffers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(1)
+    geom = dict(filter_sizes=[3], paddings=[1], strides=[1], channels=[8], groups=[1],
+                img_sizes=[6], modules=6)
+    cases = []
+    for seed in range(6):
+        x = rng.standard_normal((3, 8, 6, 6)).astype(np.float32)
+        w = rng.standard_normal((4, 8, 3, 3)).astype(np.float32)
+        y, cache = kconv.conv_forward([x], [w], np.zeros(4, np.float32), **geom)
+        g = rng.standard_normal(y.shape).astype(np.float32)
+        cases.append((g, x, w, cache))
+
+    def back(case):
+        g, x, w, cache = case
+        return kconv.conv_backward(g, [x], [w], cache, [True], **geom)[0][0]
+
+    serial = [back(c) for c in cases]
+    with ThreadPoolExecutor(3) as pool:
+        for _ in range(5):
+            parallel = list(pool.map(back, cases))
+            for a, b in zip(serial, parallel):
+                np.testing.assert_array_equal(a, b)
