@@ -30,7 +30,9 @@ Choices where cuda-convnet2 is not a usable reference:
   jump by 0.018 there.
 * ``abstanh`` uses ``abs(b)`` like the original parser.
 
-Every function computes in the dtype of its input.
+Every function computes in the dtype of its input.  Layers reach them through
+:class:`Neuron`, which calls the dispatchable kernels :func:`neuron_forward`
+and :func:`neuron_backward` (a backend may replace them with fused kernels).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from . import array_module
+from . import array_module, kernel
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,18 @@ NEURONS: dict[str, NeuronFn] = {n.name: n for n in [
 ]}
 
 
+@kernel
+def neuron_forward(x, name, args, out=None):
+    """f(x) for neuron ``name`` with parameters ``args``; ``out`` may be x (in place)."""
+    return NEURONS[name].forward(array_module(x), x, args, out)
+
+
+@kernel
+def neuron_backward(g, x, y, name, args):
+    """dL/dx from dL/dy = g; ``x`` is None when the neuron does not use its input."""
+    return NEURONS[name].backward(array_module(g), g, x, y, args)
+
+
 class Neuron:
     """One configured neuron, e.g. ``tanh[1.7159,0.6666]``."""
 
@@ -220,13 +234,11 @@ class Neuron:
 
     def forward(self, x, inplace: bool = False):
         """f(x); with ``inplace`` x is overwritten (only when the caller owns it)."""
-        xp = array_module(x)
-        return self.fn.forward(xp, x, self.args, x if inplace else None)
+        return neuron_forward(x, self.name, self.args, x if inplace else None)
 
     def backward(self, g, x, y):
         """dL/dx from dL/dy; ``x`` may be None unless :attr:`uses_input`."""
-        xp = array_module(g)
-        return self.fn.backward(xp, g, x, y, self.args)
+        return neuron_backward(g, x if self.uses_input else None, y, self.name, self.args)
 
     def __repr__(self) -> str:
         if not self.args:

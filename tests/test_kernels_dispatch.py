@@ -132,3 +132,31 @@ def test_conv_scratch_buffers_are_per_thread():
             parallel = list(pool.map(back, cases))
             for a, b in zip(serial, parallel):
                 np.testing.assert_array_equal(a, b)
+
+
+def test_neurons_dispatch_through_kernels():
+    """Inline neurons go through neuron_forward/neuron_backward, which a backend
+    may replace with fused kernels."""
+    from kernels import neurons as kneurons
+    from layers import build_layer
+    from layers.base import Context
+
+    from .test_layers_helpers import fc_def, params_for, random_inputs
+
+    seen = []
+    kernels.register_kernel("neuron_forward", "numpy")(
+        lambda x, name, args, out=None: seen.append(("f", name, args)) or
+        kneurons.neuron_forward.generic(x, name, args, out))
+    kernels.register_kernel("neuron_backward", "numpy")(
+        lambda g, x, y, name, args: seen.append(("b", name, args)) or
+        kneurons.neuron_backward.generic(g, x, y, name, args))
+    try:
+        ldef = fc_def(neuron_="tanh[1.5,0.5]")
+        layer = build_layer(ldef)
+        xs, p, ctx = random_inputs(ldef), params_for(layer), Context()
+        y, st = layer.forward(xs, p, ctx)
+        layer.backward(np.ones_like(y), xs, y, p, st, ctx, [True])
+    finally:
+        kernels._OVERRIDES.pop(("neuron_forward", "numpy"))
+        kernels._OVERRIDES.pop(("neuron_backward", "numpy"))
+    assert seen == [("f", "tanh", (1.5, 0.5)), ("b", "tanh", (1.5, 0.5))]
