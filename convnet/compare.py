@@ -291,16 +291,10 @@ def _write_text(path: Path, text: str) -> None:
 
 def _train_and_profile(result: ConfigResult, opts, provider, net, plan, keep_checkpoints: bool,
                        profile_steps: int) -> None:
-    from convnet.backends import choose_backend
-    from convnet.devices import make_devices
-    from convnet.executor import Executor
-    from convnet.training import Trainer
-
-    from convnet.training import check_save_dir
+    from convnet.training import Trainer, check_save_dir, make_executor
 
     check_save_dir(result.log_path.parent)
-    devices = make_devices(opts.gpu, choose_backend(opts.backend))
-    executor = Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential)
+    executor = make_executor(opts, net, plan)
     try:
         trainer = Trainer(opts, provider, net, plan, executor, result.log_path.parent)
         if not keep_checkpoints:

@@ -116,6 +116,12 @@ def check_save_dir(folder: Path) -> None:
                               f"{error.strerror or error}") from None
 
 
+def make_executor(opts: argparse.Namespace, net: NetConfig, plan: Plan) -> Executor:
+    """The executor on the devices and backend the options name."""
+    devices = make_devices(opts.gpu, choose_backend(opts.backend))
+    return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential)
+
+
 def run(opts: argparse.Namespace) -> int:
     """Train (or with --test-only, evaluate) as the options say; returns the exit code."""
     save_dir = None if opts.test_only or opts.save_path is None else Path(opts.save_path)
@@ -124,8 +130,7 @@ def run(opts: argparse.Namespace) -> int:
     parse_net(opts.layer_def, opts.layer_params)  # config errors before loading any data
     provider = make_data_provider(opts)
     net, plan = build_net_and_plan(opts, provider)
-    devices = make_devices(opts.gpu, choose_backend(opts.backend))
-    executor = Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential)
+    executor = make_executor(opts, net, plan)
     try:
         trainer = Trainer(opts, provider, net, plan, executor, save_dir)
         if opts.saved_state is not None:
