@@ -53,24 +53,9 @@ class Op:
 
 
 @dataclass(frozen=True)
-class Load(Op):
-    """Put a data layer's shard (images or labels) onto ``device``."""
+class _OnDevice(Op):
+    """An operation that one device runs on its own buffers."""
 
-    shard: int
-    device: int
-    nbytes: int
-
-    @property
-    def devices(self):
-        return (self.device,)
-
-
-@dataclass(frozen=True)
-class Forward(Op):
-    """Replica ``replica`` of ``layer`` computes ``shard`` on ``device``."""
-
-    replica: int
-    shard: int
     device: int
 
     @property
@@ -79,8 +64,8 @@ class Forward(Op):
 
 
 @dataclass(frozen=True)
-class Copy(Op):
-    """Pull ``layer``'s activation of ``shard`` from ``src`` to ``dst`` (run by dst)."""
+class _Pull(Op):
+    """A transfer from ``src`` to ``dst``, run by the destination (it pulls)."""
 
     shard: int
     src: int
@@ -93,7 +78,28 @@ class Copy(Op):
 
 
 @dataclass(frozen=True)
-class Backward(Op):
+class Load(_OnDevice):
+    """Put a data layer's shard (images or labels) onto ``device``."""
+
+    shard: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Forward(_OnDevice):
+    """Replica ``replica`` of ``layer`` computes ``shard`` on ``device``."""
+
+    replica: int
+    shard: int
+
+
+@dataclass(frozen=True)
+class Copy(_Pull):
+    """Pull ``layer``'s activation of ``shard`` from ``src`` to ``dst``."""
+
+
+@dataclass(frozen=True)
+class Backward(_OnDevice):
     """Replica ``replica`` of ``layer`` back-propagates ``shard`` on ``device``.
 
     Input gradients for inputs on the same device are added into the input's
@@ -103,27 +109,14 @@ class Backward(Op):
 
     replica: int
     shard: int
-    device: int
-
-    @property
-    def devices(self):
-        return (self.device,)
 
 
 @dataclass(frozen=True)
-class GradCopy(Op):
+class GradCopy(_Pull):
     """Pull the gradient that ``consumer`` computed for ``layer``'s ``shard``
-    from ``src`` and add it into ``layer``'s gradient on ``dst`` (run by dst)."""
+    from ``src`` and add it into ``layer``'s gradient on ``dst``."""
 
     consumer: str
-    shard: int
-    src: int
-    dst: int
-    nbytes: int
-
-    @property
-    def devices(self):
-        return (self.dst,)
 
 
 @dataclass(frozen=True)
@@ -139,16 +132,11 @@ class AllReduce(Op):
 
 
 @dataclass(frozen=True)
-class Update(Op):
+class Update(_OnDevice):
     """Apply the accumulated gradient to replica ``replica``'s weights."""
 
     replica: int
-    device: int
     num_cases_scale: float  # numCases = num_cases_scale * M for a minibatch of M
-
-    @property
-    def devices(self):
-        return (self.device,)
 
 
 @dataclass(frozen=True)
