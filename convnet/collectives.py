@@ -1,0 +1,252 @@
+"""All-reduce of replicated weight gradients: chunked copy-and-add, or NCCL.
+
+An all-reduce sums, over the replicas of a layer, each replica's gradient
+arrays, and leaves the sum on every replica.  The interface works for both
+ways the executor walks a plan:
+
+    collective(grads, ranks, barrier, scratch)
+
+* ``grads``: one dict per rank (replica, in replica order) of arrays with the
+  same keys and shapes, ``grads[r]`` living on ``devices[r]``;
+* ``ranks``: the ranks the caller does; all of them (``None``) in the
+  sequential walk, the calling worker's own rank in the parallel walk;
+* ``barrier``: in the parallel walk, a callable that returns once every rank
+  has called it (``DeviceWorkers.barrier`` bound to the operation);
+* ``scratch``: a dict shared by the ranks of one all-reduce operation (one
+  per operation and step), for the chunked algorithm's partial sums.
+
+For every rank it does, the collective replaces ``grads[r][k]`` with a new
+array holding the sum; it never writes into the old array (a layer may have
+handed it out as a view of something else).
+
+Two implementations:
+
+* :class:`ChunkedAllReduce` works on any devices (CPU workers, CUDA devices
+  sharing a GPU): rank r sums slice r of every array over all ranks, in rank
+  order, from copies made with ``device.copy_from``; after the barrier each
+  rank gathers the other slices.  The summation order is fixed, so results
+  are bitwise reproducible and equal to the executor's built-in all-reduce.
+* :class:`NcclAllReduce` calls ``ncclAllReduce`` (CuPy's ``cupy.cuda.nccl``)
+  on each device's stream, one communicator per GPU, in one NCCL group per
+  call.  NCCL needs distinct GPUs, so it is chosen only when every rank is on
+  its own physical GPU.  Its summation order is NCCL's (ring or tree), so
+  results can differ from the chunked sum in the last bits; all ranks get
+  identical sums.  In the parallel walk the ranks meet at the barrier
+  *before* queuing the NCCL kernels (see the comment in ``__call__``: an
+  NCCL kernel waits for its peers on the GPU, which the event ordering of
+  :class:`convnet.cuda_device.CudaDevice` must not be allowed to cycle through).
+
+:func:`make_all_reduce` picks one; ``CONVNET_ALLREDUCE=chunked|nccl`` forces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Callable, Iterable, Sequence
+
+
+def chunk_bounds(size: int, parts: int, index: int) -> tuple[int, int]:
+    """Slice ``index`` of ``parts`` near-equal contiguous slices of ``size`` elements
+    (the first ``size % parts`` slices one longer)."""
+    base, extra = divmod(size, parts)
+    lo = index * base + min(index, extra)
+    return lo, lo + base + (1 if index < extra else 0)
+
+
+def _scope(device):
+    scope = getattr(device, "scope", None)
+    return scope() if scope is not None else contextlib.nullcontext()
+
+
+def _ranks(ranks, count: int) -> list[int]:
+    return list(range(count)) if ranks is None else [int(r) for r in ranks]
+
+
+class AllReduce:
+    """Interface: sum ``grads[r][k]`` over ranks r, for every key k (see the module docstring)."""
+
+    name = "all-reduce"
+
+    def __init__(self, devices: Sequence):
+        self.devices = list(devices)
+
+    def __call__(self, grads: list[dict], ranks: Iterable[int] | None = None,
+                 barrier: Callable[[], None] | None = None, scratch: dict | None = None) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release communicators (nothing for most implementations)."""
+
+
+class SingleRank(AllReduce):
+    """One replica: nothing to sum."""
+
+    name = "none"
+
+    def __call__(self, grads, ranks=None, barrier=None, scratch=None) -> None:
+        if barrier is not None:
+            barrier()
+
+
+class ChunkedAllReduce(AllReduce):
+    """Reduce-scatter then all-gather by slices, with ``device.copy_from``."""
+
+    name = "chunked"
+
+    def __call__(self, grads, ranks=None, barrier=None, scratch=None) -> None:
+        count = len(self.devices)
+        if len(grads) != count:
+            raise ValueError(f"{len(grads)} gradient sets for {count} ranks")
+        ranks = _ranks(ranks, count)
+        if len(ranks) != count and barrier is None:
+            raise ValueError("ranks done by several callers need a barrier between the phases")
+        scratch = {} if scratch is None else scratch
+        chunks = scratch.setdefault("chunks", {})
+        keys = sorted(grads[0])
+        for rank in ranks:  # phase 1: rank r owns slice r of every array
+            device = self.devices[rank]
+            with _scope(device):
+                sums = {}
+                for k in keys:
+                    lo, hi = chunk_bounds(grads[0][k].size, count, rank)
+                    total = device.copy_from(grads[0][k].reshape(-1)[lo:hi])
+                    for r in range(1, count):
+                        total += device.copy_from(grads[r][k].reshape(-1)[lo:hi])
+                    sums[k] = total
+            chunks[rank] = sums
+        if barrier is not None:
+            barrier()
+        for rank in ranks:  # phase 2: gather every slice
+            device = self.devices[rank]
+            with _scope(device):
+                for k in keys:
+                    old = grads[rank][k]
+                    flat = device.xp.empty(old.size, dtype=old.dtype)
+                    for owner in range(count):
+                        lo, hi = chunk_bounds(flat.size, count, owner)
+                        chunk = chunks[owner][k]
+                        flat[lo:hi] = chunk if owner == rank else device.copy_from(chunk)
+                    grads[rank][k] = flat.reshape(old.shape)
+
+
+class NcclAllReduce(AllReduce):
+    """``ncclAllReduce`` over one communicator per GPU (distinct physical GPUs only)."""
+
+    name = "nccl"
+
+    def __init__(self, devices: Sequence):
+        super().__init__(devices)
+        physical = [int(d.physical) for d in self.devices]
+        if len(set(physical)) != len(physical):
+            raise ValueError(f"NCCL needs one rank per GPU; GPUs {physical} repeat")
+        import cupy
+        from cupy.cuda import nccl
+
+        if not getattr(nccl, "available", True):
+            raise RuntimeError("CuPy was built without NCCL")
+        self._cupy = cupy
+        self._nccl = nccl
+        # one process, one thread creates all communicators (before the workers use them)
+        self.comms = nccl.NcclCommunicator.initAll(physical)
+
+    def _dtype(self, dtype) -> int:
+        import numpy as np
+
+        nccl = self._nccl
+        table = {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
+                 np.dtype(np.float16): nccl.NCCL_FLOAT16}
+        try:
+            return table[np.dtype(dtype)]
+        except KeyError:
+            raise TypeError(f"NCCL all-reduce of {dtype} arrays is not supported") from None
+
+    def __call__(self, grads, ranks=None, barrier=None, scratch=None) -> None:
+        count = len(self.devices)
+        if len(grads) != count:
+            raise ValueError(f"{len(grads)} gradient sets for {count} ranks")
+        ranks = _ranks(ranks, count)
+        cupy, nccl = self._cupy, self._nccl
+        keys = sorted(grads[0])
+        results: dict[int, dict] = {}
+        if barrier is not None:
+            # Every rank reaches this point before any rank queues its NCCL kernel,
+            # so no rank can queue, ahead of its own part, a wait on an event that
+            # another device's stream recorded after that device's part: an NCCL
+            # kernel blocks until all ranks' parts run, and such a wait (which
+            # CudaDevice.copy_from records at copy time) would close a cycle.
+            barrier()
+        # A group: one thread issuing several ranks (sequential walk) must, and one
+        # rank's several arrays may, be grouped; NCCL's group state is per thread.
+        nccl.groupStart()
+        try:
+            for rank in ranks:
+                device, comm = self.devices[rank], self.comms[rank]
+                out = {}
+                with _scope(device):
+                    stream = cupy.cuda.get_current_stream()
+                    for k in keys:
+                        src = cupy.ascontiguousarray(grads[rank][k])
+                        dst = cupy.empty_like(src)
+                        comm.allReduce(src.data.ptr, dst.data.ptr, src.size, self._dtype(src.dtype),
+                                       nccl.NCCL_SUM, stream.ptr)
+                        out[k] = (dst, src)  # src stays referenced until the group is issued
+                results[rank] = out
+        finally:
+            nccl.groupEnd()
+        for rank, out in results.items():
+            for k, (dst, _) in out.items():
+                grads[rank][k] = dst.reshape(grads[rank][k].shape)
+
+    def close(self) -> None:
+        for comm in getattr(self, "comms", []):
+            with contextlib.suppress(Exception):
+                comm.destroy()
+        self.comms = []
+
+
+def choose_all_reduce(kinds: Sequence[str], physical: Sequence[int], nccl_available: bool,
+                      forced: str | None = None) -> str:
+    """'none', 'nccl' or 'chunked' for ranks on devices of ``kinds`` and ``physical`` GPUs."""
+    if len(kinds) <= 1:
+        return "none"
+    forced = (forced or "").strip().lower() or "auto"
+    if forced not in ("auto", "chunked", "nccl"):
+        raise ValueError(f"CONVNET_ALLREDUCE must be auto, chunked or nccl, not {forced!r}")
+    nccl_ok = (nccl_available and all(k == "cuda" for k in kinds)
+               and len(set(physical)) == len(physical))
+    if forced == "nccl":
+        if not nccl_ok:
+            raise ValueError("CONVNET_ALLREDUCE=nccl needs CUDA devices on distinct GPUs and "
+                             "CuPy with NCCL")
+        return "nccl"
+    if forced == "chunked":
+        return "chunked"
+    return "nccl" if nccl_ok else "chunked"
+
+
+def nccl_available() -> bool:
+    try:
+        from cupy.cuda import nccl
+    except Exception:  # noqa: BLE001 - no CuPy, or no NCCL library
+        return False
+    return bool(getattr(nccl, "available", True))
+
+
+def make_all_reduce(devices: Sequence) -> AllReduce:
+    """The collective for ranks on ``devices`` (one per replica, in replica order)."""
+    kinds = [getattr(d, "kind", "cpu") for d in devices]
+    physical = [int(getattr(d, "physical", i)) for i, d in enumerate(devices)]
+    wants_nccl = len(devices) > 1 and all(k == "cuda" for k in kinds) and \
+        len(set(physical)) == len(physical)
+    choice = choose_all_reduce(kinds, physical, nccl_available() if wants_nccl else False,
+                               os.environ.get("CONVNET_ALLREDUCE"))
+    if choice == "none":
+        return SingleRank(devices)
+    if choice == "nccl":
+        return NcclAllReduce(devices)
+    return ChunkedAllReduce(devices)
+
+
+__all__ = ["AllReduce", "SingleRank", "ChunkedAllReduce", "NcclAllReduce", "chunk_bounds",
+           "choose_all_reduce", "make_all_reduce", "nccl_available"]

@@ -1,0 +1,102 @@
+"""CuPy kernels for the CUDA backend, behind the generic kernel interface.
+
+Importing this package or its modules never needs CuPy and registers
+nothing: the kernel sources (:mod:`kernels.cuda.sources`) are plain strings
+and the override functions only touch CuPy when called (through
+:mod:`kernels.cuda.backend`).  :func:`install` registers the overrides with
+:func:`kernels.register_kernel` under the backend name ``'cupy'``, so the
+generic kernels dispatch to them for CuPy arrays and numpy calls are
+unaffected; :class:`convnet.cuda_device.CudaDevice` calls it.  Without CuPy
+or without a GPU, :func:`install` raises :class:`CudaUnavailable` with the reason.
+
+Overrides (module: kernels replaced):
+
+* :mod:`~kernels.cuda.conv`: ``conv_forward``, ``conv_backward``,
+  ``local_forward``, ``local_backward``;
+* :mod:`~kernels.cuda.pool`: ``pool_forward``, ``pool_backward``;
+* :mod:`~kernels.cuda.norm`: ``response_norm_forward``, ``response_norm_backward``;
+* :mod:`~kernels.cuda.nn`: ``logreg_cost``, ``logreg_grad``;
+* :mod:`~kernels.cuda.dropout`: ``uniform_like`` (bit-identical to numpy);
+* :mod:`~kernels.cuda.neurons`: ``neuron_forward``, ``neuron_backward``
+  (waiting for the dispatch hook described there).
+
+Every other generic kernel runs on CuPy unchanged.  Setting the environment
+variable ``CONVNET_CUDA_KERNELS=generic`` makes :func:`install` register
+nothing, so a GPU run uses only the generic kernels (to compare the two).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import kernels as _kernels
+
+try:  # only to say whether CuPy imports; the overrides import it lazily
+    import cupy as _cupy  # noqa: F401
+    CUPY_IMPORT_ERROR: str | None = None
+except Exception as _error:  # noqa: BLE001 - any failure means "no CUDA backend"
+    _cupy = None
+    CUPY_IMPORT_ERROR = f"{type(_error).__name__}: {_error}"
+
+#: kernel name -> module holding its CuPy override
+OVERRIDES = {
+    "conv_forward": "conv", "conv_backward": "conv",
+    "local_forward": "conv", "local_backward": "conv",
+    "pool_forward": "pool", "pool_backward": "pool",
+    "response_norm_forward": "norm", "response_norm_backward": "norm",
+    "logreg_cost": "nn", "logreg_grad": "nn",
+    "uniform_like": "dropout",
+    "neuron_forward": "neurons", "neuron_backward": "neurons",
+}
+
+_install_lock = threading.Lock()
+_installed = False
+
+
+class CudaUnavailable(RuntimeError):
+    """CuPy is missing or sees no GPU."""
+
+
+def available() -> bool:
+    """True when CuPy imports and sees a CUDA device (same test as kernels.cupy_available)."""
+    return _kernels.cupy_available()
+
+
+def unavailable_reason() -> str:
+    if _cupy is None:
+        return f"CuPy is not installed (pip install -e '.[gpu]'): {CUPY_IMPORT_ERROR}"
+    if not available():
+        return "CuPy is installed but finds no CUDA GPU"
+    return ""
+
+
+def install(force: bool = False) -> bool:
+    """Register the CuPy overrides (once); False when ``CONVNET_CUDA_KERNELS=generic``."""
+    global _installed
+    if not available():
+        raise CudaUnavailable(unavailable_reason())
+    if os.environ.get("CONVNET_CUDA_KERNELS", "").strip().lower() == "generic" and not force:
+        return False
+    with _install_lock:
+        if not _installed:
+            import importlib
+
+            for name, module in OVERRIDES.items():
+                impl = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+                _kernels.register_kernel(name, "cupy")(impl)
+            _installed = True
+    return True
+
+
+def uninstall() -> None:
+    """Remove the CuPy overrides again (tests)."""
+    global _installed
+    with _install_lock:
+        for name in OVERRIDES:
+            _kernels._OVERRIDES.pop((name, "cupy"), None)
+        _installed = False
+
+
+__all__ = ["OVERRIDES", "CudaUnavailable", "available", "unavailable_reason", "install",
+           "uninstall", "CUPY_IMPORT_ERROR"]
