@@ -16,7 +16,7 @@ from pathlib import Path
 from convnet.cli import (DEFAULT_LAYER_DEF, DEFAULT_LAYER_PARAMS, UsageError, _batch_range,
                          _color_noise, _data_dims, _gpu_list, _non_negative, _positive,
                          _provider, _scalar_mean)
-from convnet.errors import CheckpointError, ConfigError, ConvnetError
+from convnet.errors import CheckpointError, ConvnetError
 
 #: The checkpoint file inside a save path.
 CHECKPOINT_NAME = "checkpoint.npz"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from convnet.collectives import make_all_reduce
 from convnet.config.model import NetConfig
 from convnet.errors import DataError, TrainingError
 from convnet.plan import (AllReduce, Backward, Copy, Forward, GradCopy, Load, Op, Plan, Update,
@@ -91,6 +92,9 @@ class Executor:
         self._init_weights()
         self._train_ops = list(plan.ops)
         self._eval_ops = [op for op in plan.ops if isinstance(op, FORWARD_KINDS)]
+        self.collectives = {op.replica_devices: make_all_reduce([devices[d] for d in
+                                                                 op.replica_devices])
+                            for op in plan.ops if isinstance(op, AllReduce)}
         self.workers = DeviceWorkers(devices) if parallel else None
         self.timings: list[OpTiming] | None = None
 
@@ -158,6 +162,9 @@ class Executor:
         if self.workers is not None:
             self.workers.close()
             self.workers = None
+        for collective in self.collectives.values():
+            collective.close()
+        self.collectives = {}
 
     def _execute(self, batch, ops, train: bool, progress: float) -> StepResult:
         start = time.perf_counter()
@@ -191,6 +198,7 @@ class Executor:
 
         if self.workers is None:
             for op in ops:
+                self.devices[op.devices[0]].activate()  # the op's GPU and stream (CUDA)
                 run(op, None)
         else:
             self.workers.run(ops, run)
@@ -313,38 +321,15 @@ class Executor:
         store[key] = store[key] + value if key in store else value
 
     def _all_reduce(self, op: AllReduce, buffers: _StepBuffers, rank_device: int | None) -> None:
-        """Chunked all-reduce: each device sums its own slice over all replicas in
-        replica order, then every device gathers all slices."""
+        """Sum the replicas' gradients with the collective chosen for these devices;
+        the parallel walk does its own rank and meets the others at a barrier."""
         devs = op.replica_devices
-        grads = self.wgrads[op.layer]
-        collective = buffers.collectives.get(op.index)
-        if collective is None:
-            collective = buffers.collectives.setdefault(op.index, {"chunks": {}})
-        ranks = range(len(devs)) if rank_device is None else [devs.index(rank_device)]
-        keys = sorted(grads[0])
-        for rank in ranks:
-            dev = self.devices[devs[rank]]
-            sums = {}
-            for k in keys:
-                size = grads[0][k].size
-                lo, hi = _chunk(size, len(devs), rank)
-                total = dev.copy_from(grads[0][k].reshape(-1)[lo:hi])
-                for r in range(1, len(devs)):
-                    total += dev.copy_from(grads[r][k].reshape(-1)[lo:hi])
-                sums[k] = total
-            collective["chunks"][rank] = sums
-        if rank_device is not None:
-            self.workers.barrier(op.index, len(devs))
-        for rank in ranks:
-            dev = self.devices[devs[rank]]
-            for k in keys:
-                shape = grads[rank][k].shape
-                flat = dev.xp.empty(grads[rank][k].size, dtype=grads[rank][k].dtype)
-                for owner in range(len(devs)):
-                    lo, hi = _chunk(flat.size, len(devs), owner)
-                    chunk = collective["chunks"][owner][k]
-                    flat[lo:hi] = chunk if owner == rank else dev.copy_from(chunk)
-                grads[rank][k] = flat.reshape(shape)
+        scratch = buffers.collectives.setdefault(op.index, {})
+        if rank_device is None:
+            self.collectives[devs](self.wgrads[op.layer], None, None, scratch)
+        else:
+            self.collectives[devs](self.wgrads[op.layer], [devs.index(rank_device)],
+                                   lambda: self.workers.barrier(op.index, len(devs)), scratch)
 
     def _update(self, op: Update, buffers: _StepBuffers) -> None:
         """SPEC 4: inc = mom * inc - eps * (grad / numCases + wc * W); W += inc."""
@@ -379,8 +364,3 @@ class Executor:
             weights[k] += inc
         grads.clear()
 
-
-def _chunk(size: int, parts: int, index: int) -> tuple[int, int]:
-    base, extra = divmod(size, parts)
-    lo = index * base + min(index, extra)
-    return lo, lo + base + (1 if index < extra else 0)

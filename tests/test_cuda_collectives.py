@@ -17,9 +17,7 @@ import pytest
 import kernels
 from convnet.collectives import (ChunkedAllReduce, NcclAllReduce, SingleRank, chunk_bounds,
                                  choose_all_reduce, make_all_reduce)
-from convnet.devices import CpuDevice, make_devices
-from convnet.executor import Executor
-from convnet.plan import AllReduce
+from convnet.devices import CpuDevice
 
 
 def _grads(ranks: int, seed: int = 0, dtype=np.float32):
@@ -110,57 +108,6 @@ def test_make_all_reduce_on_cpu_devices(monkeypatch):
     monkeypatch.delenv("CONVNET_ALLREDUCE", raising=False)
     assert isinstance(make_all_reduce([CpuDevice(0, 0)]), SingleRank)
     assert isinstance(make_all_reduce([CpuDevice(0, 0), CpuDevice(1, 1)]), ChunkedAllReduce)
-
-
-class WiredExecutor(Executor):
-    """The executor with its all-reduce done by convnet.collectives, as proposed in
-    docs/CUDA.md (collectives made once per replica set, in __init__)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.collectives = {}
-        for op in self.plan.ops:
-            if isinstance(op, AllReduce) and op.replica_devices not in self.collectives:
-                self.collectives[op.replica_devices] = make_all_reduce(
-                    [self.devices[d] for d in op.replica_devices])
-
-    def _all_reduce(self, op, buffers, rank_device):
-        devs = op.replica_devices
-        scratch = buffers.collectives.setdefault(op.index, {})
-        ranks = None if rank_device is None else [devs.index(rank_device)]
-        barrier = None if rank_device is None else \
-            (lambda: self.workers.barrier(op.index, len(devs)))
-        self.collectives[devs](self.wgrads[op.layer], ranks, barrier, scratch)
-
-
-@pytest.mark.parametrize("parallel", [True, False])
-def test_executor_wired_to_the_collective_is_bitwise_the_builtin_all_reduce(tmp_path, parallel):
-    from convnet.config import load_net
-    from convnet.planner import make_plan
-    from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
-
-    layer_def, params = scaled_config("imagenet-4gpu-data-model", tmp_path)
-    net = load_net(layer_def, params, data_dims={0: IMAGE_DIMS, 1: (1,)}, num_classes=NUM_CLASSES)
-    rng = np.random.default_rng(5)
-    batches = [[rng.standard_normal((8,) + IMAGE_DIMS).astype(np.float32),
-                rng.integers(0, NUM_CLASSES, (8, 1)).astype(np.float32)] for _ in range(2)]
-    gpus = (0, 1, 2, 3)
-
-    def train(cls):
-        ex = cls(net, make_plan(net, gpus, 8), make_devices(gpus, "cpu"), seed=3,
-                 parallel=parallel)
-        try:
-            costs = [ex.step(b).costs for b in batches]
-            return ex.state_arrays(), costs
-        finally:
-            ex.close()
-
-    want, want_costs = train(Executor)
-    got, got_costs = train(WiredExecutor)
-    assert got.keys() == want.keys()
-    for key in want:
-        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
-    assert got_costs == want_costs
 
 
 def _gpu_count() -> int:

@@ -10,7 +10,6 @@ import pytest
 import kernels
 from convnet.config.model import LayerDef, NetConfig
 from convnet.gradcheck import check_net_gradients
-from kernels import norm as knorm
 from layers import LAYER_TYPES, NEURON_TYPES
 
 from .test_layers_helpers import conv_def, fc_def, neuron, norm_def, pool_def, simple_def
