@@ -10,9 +10,21 @@ one thread per device (threadpoolctl), so ``--gpu 0,1`` on two cores runs two
 replicas truly in parallel instead of two BLAS thread pools fighting over the
 same cores.  numpy releases the GIL inside BLAS and large element-wise loops,
 which is where the time goes.
+
+A training step allocates and frees hundreds of megabytes of activations and
+temporaries.  glibc's malloc serves every block above its mmap threshold with
+a fresh mapping and unmaps it again when the block is freed, so each step
+page-faults all of that memory back in (the kernel zeroes every page first),
+and with one worker thread per device every unmap also stalls the other
+worker (a TLB shootdown).  :func:`keep_freed_memory` turns this off for the
+process when CPU devices are made: freed memory stays in the heap and the
+next step reuses it.
 """
 
 from __future__ import annotations
+
+import ctypes
+import platform
 
 import numpy as np
 
@@ -58,6 +70,32 @@ def limit_blas_threads(threads: int = 1) -> None:
     _blas_limit = threadpool_limits(limits=threads, user_api="blas")
 
 
+_M_TRIM_THRESHOLD = -1  # glibc mallopt() parameters (malloc.h)
+_M_MMAP_MAX = -4
+_kept_freed_memory = False
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep freed memory for reuse (no mmap, no trimming).
+
+    Process-wide and kept for the run; a no-op (False) where the C library is
+    not glibc.  The heap then stays at the largest size a step needed.
+    """
+    global _kept_freed_memory
+    if _kept_freed_memory:
+        return True
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    ok = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1) == 1
+    _kept_freed_memory = ok
+    return ok
+
+
 def make_devices(gpus: tuple[int, ...], backend: str) -> list:
     """One logical device per ``--gpu`` entry, on the chosen backend."""
     if backend == "cuda":
@@ -65,4 +103,5 @@ def make_devices(gpus: tuple[int, ...], backend: str) -> list:
 
         return [CudaDevice(i, p) for i, p in enumerate(gpus)]
     limit_blas_threads(1)
+    keep_freed_memory()
     return [CpuDevice(i, p) for i, p in enumerate(gpus)]

@@ -1,26 +1,32 @@
 """Convolution (shared weights) and locally-connected (unshared) layers.
 
-Both are computed with im2col and GEMM:
+Both are computed with im2col and GEMM: a zero-padded copy of the input
+holds every window the ceiling rule creates (windows hanging over the padded
+edge read zeros, as in cuda-convnet2), a strided view of it enumerates
+(channel, ky, kx) x (output position, case) and is copied into a ``cols``
+matrix, and GEMMs do the rest.
 
-* the input is copied once into a zero-padded buffer large enough for every
-  window the ceiling rule creates (windows hanging over the padded edge read
-  zeros, as in cuda-convnet2),
-* a strided view of that buffer enumerates (channel, ky, kx) x (output
-  position, case) and is copied once into a contiguous ``cols`` matrix,
-* conv: one GEMM per group, ``W (F_g, K_g) @ cols (K_g, N*P)``;
-  local: one batched matmul over the P output positions, ``W (P, F_g, K_g) @
-  cols (P, K_g, N)``,
-* the backward pass runs the transposed GEMMs and scatters the column
-  gradient back with one strided add per filter offset (ky, kx).
+Conv columns come in one of two orders, chosen per layer by cost:
 
-The only Python loops are over inputs, groups and the few filter offsets.
+* ``chwn`` (many weights per filter, ``K = C/groups * fs^2`` at least
+  ``4 * F``): the padded input is laid out (C, H, W, N), cases innermost as
+  in cuda-convnet, so every copy moves long contiguous runs.  The output
+  pixels are taken in blocks whose columns (about :data:`CHUNK_BYTES`) stay
+  in the cache: per block one column copy and one GEMM per group, the block
+  of the output transposed straight into the (N, F, M, M) result.  The
+  backward pass rebuilds each block's columns for ``dW += gy_block @
+  cols_block.T``; the input gradient of a stride-1 input is a correlation of
+  the zero-padded output gradient with the flipped filters, computed block
+  by block like the forward pass (no scatter); other strides scatter each
+  block's column gradient back with one strided add per filter offset.
+* ``nchw`` (few weights per filter, e.g. a 3-channel first layer): columns
+  (K, N*M*M) of the whole minibatch, ``W (F_g, K_g) @ cols``, whose result
+  is already in (F, N, M*M) order and needs only a cheap transpose; the
+  backward pass scatters the column gradient back with one strided add per
+  filter offset.
 
-Conv columns come in one of two orders, chosen per input by cost: with
-many weights per filter (``K = C/groups * fs^2`` at least ``4 * F``) the
-padded input is laid out (C, H, W, N), cases innermost as in cuda-convnet,
-so that every copy in im2col and col2im moves long contiguous runs; with few
-(a 3-channel first layer) the (N, C, H, W) order avoids transposing the
-large output instead.  ``LAYOUT`` forces one of them (for tests).
+``LAYOUT`` forces one of them (for tests).  Local layers: one batched matmul
+over the P output positions, ``W (P, F_g, K_g) @ cols (P, K_g, N)``.
 
 Layouts: activations are (N, C, S, S).  Conv weights (F, C/groups, fs, fs);
 local weights (P, F, C/groups, fs, fs) with P = modulesX**2 in row-major
@@ -40,6 +46,7 @@ LAYOUT: str | None = None  # None: choose per input; "nchw" or "chwn": force (te
 
 _SCRATCH = threading.local()
 _SCRATCH_LIMIT = 256 << 20  # bytes: larger temporaries are not kept between calls
+CHUNK_BYTES = 2 << 20  # chwn conv: size of one block of columns (about the L2 cache)
 
 
 def _scratch(xp, name: str, shape, dtype, zero: bool = False):
@@ -103,17 +110,6 @@ def _padded_hw(xp, x, padding: int, total: int):
     return out
 
 
-def _padded_chwn(xp, x, padding: int, total: int):
-    """x (N, C, H, H) -> zero-padded (C, total, total, N), x at offset ``padding``."""
-    n, c, h, _ = x.shape
-    keep = max(0, min(h, total - padding))
-    out = xp.zeros((c, total, total, n), dtype=x.dtype)
-    if keep:
-        out[:, padding:padding + keep, padding:padding + keep] = \
-            x[:, :, :keep, :keep].transpose(1, 2, 3, 0)
-    return out
-
-
 def _as_strided(xp, a, shape, strides):
     return xp.lib.stride_tricks.as_strided(a, shape=shape, strides=strides)
 
@@ -127,17 +123,6 @@ def _cols_conv(xp, x, fs: int, padding: int, stride: int, modules: int):
     view = _as_strided(xp, xpad, (c, fs, fs, n, modules, modules),
                        (sc, sy, sx, sn, stride * sy, stride * sx))
     return xp.ascontiguousarray(view).reshape(c * fs * fs, n * modules * modules)
-
-
-def _cols_conv_chwn(xp, x, fs: int, padding: int, stride: int, modules: int):
-    """cols (C*fs*fs, M*M*N) for a conv input, columns in (oy, ox, case) order."""
-    n, c = x.shape[0], x.shape[1]
-    total = _pad_span(modules, fs, stride)
-    xpad = _padded_chwn(xp, x, padding, total)
-    sc, sy, sx, sn = xpad.strides
-    view = _as_strided(xp, xpad, (c, fs, fs, modules, modules, n),
-                       (sc, sy, sx, stride * sy, stride * sx, sn))
-    return xp.ascontiguousarray(view).reshape(c * fs * fs, modules * modules * n)
 
 
 def _cols_local(xp, x, fs: int, padding: int, stride: int, modules: int):
@@ -162,19 +147,6 @@ def _col2im_conv(xp, dcols, shape, fs: int, padding: int, stride: int, modules: 
         for kx in range(fs):
             acc[:, :, ky:ky + span:stride, kx:kx + span:stride] += d[:, ky, kx]
     return _crop(xp, acc.transpose(1, 0, 2, 3), shape, padding, total)
-
-
-def _col2im_conv_chwn(xp, dcols, shape, fs: int, padding: int, stride: int, modules: int):
-    """Adjoint of :func:`_cols_conv_chwn`: dcols (C*fs*fs, M*M*N) -> dx of ``shape``."""
-    n, c, h, _ = shape
-    total = _pad_span(modules, fs, stride)
-    d = dcols.reshape(c, fs, fs, modules, modules, n)
-    acc = _scratch(xp, "col2im", (c, total, total, n), dcols.dtype, zero=True)
-    span = stride * (modules - 1) + 1
-    for ky in range(fs):
-        for kx in range(fs):
-            acc[:, ky:ky + span:stride, kx:kx + span:stride] += d[:, ky, kx]
-    return _crop(xp, acc.transpose(3, 0, 1, 2), shape, padding, total)
 
 
 def _col2im_local(xp, dcols, shape, fs: int, padding: int, stride: int, modules: int):
@@ -218,17 +190,59 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
     Returns ``(y, cache)`` with y (N, F, M, M).  ``b`` is (F,) or (F, M, M).
     """
     xp = array_module(xs[0])
+    filters = ws[0].shape[0]
+    geom = _ConvGeometry(filter_sizes, paddings, strides, channels, groups, img_sizes, modules)
+    if _use_chwn(sum(w[0].size for w in ws), filters):
+        return _conv_forward_chwn(xp, xs, ws, b, geom, keep_cache)
+    return _conv_forward_nchw(xp, xs, ws, b, geom, keep_cache)
+
+
+@kernel
+def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides, channels,
+                  groups, img_sizes, modules, shared_biases=True):
+    """Gradients of :func:`conv_forward`: ``(dxs, dws, db)``.
+
+    ``dxs[i]`` is None where ``need_dx[i]`` is false; ``dxs[i]`` has the shape
+    of ``xs[i]``.  Weight and bias gradients are sums over the cases.
+    """
+    xp = array_module(gy)
+    filters = ws[0].shape[0]
+    geom = _ConvGeometry(filter_sizes, paddings, strides, channels, groups, img_sizes, modules)
+    if cache is not None:
+        layout, saved = cache
+    else:
+        layout = "chwn" if _use_chwn(sum(w[0].size for w in ws), filters) else "nchw"
+        saved = None
+    if layout == "chwn":
+        return _conv_backward_chwn(xp, gy, xs, ws, saved, need_dx, geom, shared_biases)
+    return _conv_backward_nchw(xp, gy, xs, ws, saved, need_dx, geom, shared_biases)
+
+
+class _ConvGeometry:
+    """Per-input geometry of a conv or local layer."""
+
+    def __init__(self, filter_sizes, paddings, strides, channels, groups, img_sizes, modules):
+        self.fs, self.pad, self.stride = filter_sizes, paddings, strides
+        self.channels, self.groups, self.img = channels, groups, img_sizes
+        self.modules = modules
+
+    def span(self, i: int) -> int:
+        return _pad_span(self.modules, self.fs[i], self.stride[i])
+
+
+# ------------------------------------------------------- conv, nchw columns
+
+def _conv_forward_nchw(xp, xs, ws, b, geom, keep_cache):
     n = xs[0].shape[0]
     filters = ws[0].shape[0]
+    modules = geom.modules
     p = modules * modules
-    chwn = _use_chwn(sum(w[0].size for w in ws), filters)
     acc = None
     cols_all = []
     for i, (x, w) in enumerate(zip(xs, ws)):
-        x = _as_image(x, channels[i], img_sizes[i])
-        make = _cols_conv_chwn if chwn else _cols_conv
-        cols = make(xp, x, filter_sizes[i], paddings[i], strides[i], modules)
-        g = groups[i]
+        x = _as_image(x, geom.channels[i], geom.img[i])
+        cols = _cols_conv(xp, x, geom.fs[i], geom.pad[i], geom.stride[i], modules)
+        g = geom.groups[i]
         wm = w.reshape(filters, -1)
         if g == 1:
             if acc is None:
@@ -242,49 +256,30 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
             for gi in range(g):
                 acc[gi * fg:(gi + 1) * fg] += wm[gi * fg:(gi + 1) * fg] @ cols[gi * kg:(gi + 1) * kg]
         cols_all.append(cols if keep_cache else None)
-    if chwn:  # acc (F, M*M*N)
-        y4 = acc.reshape(filters, modules, modules, n)
-        y4 += b.reshape(filters, 1, 1, 1) if b.ndim == 1 else b.reshape(filters, modules, modules, 1)
-        y = xp.ascontiguousarray(y4.transpose(3, 0, 1, 2))
-    else:  # acc (F, N*M*M)
-        y3 = acc.reshape(filters, n, p)
-        y3 += b.reshape(filters, 1, 1) if b.ndim == 1 else b.reshape(filters, 1, p)
-        y = xp.ascontiguousarray(y3.transpose(1, 0, 2)).reshape(n, filters, modules, modules)
-    return y, (chwn, cols_all)
+    y3 = acc.reshape(filters, n, p)
+    y3 += b.reshape(filters, 1, 1) if b.ndim == 1 else b.reshape(filters, 1, p)
+    y = xp.ascontiguousarray(y3.transpose(1, 0, 2)).reshape(n, filters, modules, modules)
+    return y, ("nchw", cols_all)
 
 
-@kernel
-def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides, channels,
-                  groups, img_sizes, modules, shared_biases=True):
-    """Gradients of :func:`conv_forward`: ``(dxs, dws, db)``.
-
-    ``dxs[i]`` is None where ``need_dx[i]`` is false; ``dxs[i]`` has the shape
-    of ``xs[i]``.  Weight and bias gradients are sums over the cases.
-    """
-    xp = array_module(gy)
+def _conv_backward_nchw(xp, gy, xs, ws, cols_all, need_dx, geom, shared_biases):
     n = gy.shape[0]
     filters = ws[0].shape[0]
+    modules = geom.modules
     p = modules * modules
-    chwn, cols_all = cache if cache is not None else \
-        (_use_chwn(sum(w[0].size for w in ws), filters), [None] * len(xs))
-    if chwn:
-        g4 = gy.reshape(n, filters, modules, modules)
-        gt = xp.ascontiguousarray(g4.transpose(1, 2, 3, 0)).reshape(filters, p * n)
-        db = gt.sum(axis=1) if shared_biases else \
-            gt.reshape(filters, modules, modules, n).sum(axis=3)
-    else:
-        gt = xp.ascontiguousarray(gy.reshape(n, filters, p).transpose(1, 0, 2)).reshape(filters, n * p)
-        db = gt.sum(axis=1) if shared_biases else \
-            gt.reshape(filters, n, modules, modules).sum(axis=1)
+    if cols_all is None:
+        cols_all = [None] * len(xs)
+    gt = xp.ascontiguousarray(gy.reshape(n, filters, p).transpose(1, 0, 2)).reshape(filters, n * p)
+    db = gt.sum(axis=1) if shared_biases else \
+        gt.reshape(filters, n, modules, modules).sum(axis=1)
     dxs, dws = [], []
     for i, (x, w) in enumerate(zip(xs, ws)):
-        fs = filter_sizes[i]
+        fs = geom.fs[i]
         cols = cols_all[i]
         if cols is None:
-            make = _cols_conv_chwn if chwn else _cols_conv
-            cols = make(xp, _as_image(x, channels[i], img_sizes[i]), fs, paddings[i], strides[i],
-                        modules)
-        g = groups[i]
+            cols = _cols_conv(xp, _as_image(x, geom.channels[i], geom.img[i]), fs, geom.pad[i],
+                              geom.stride[i], modules)
+        g = geom.groups[i]
         wm = w.reshape(filters, -1)
         fg, kg = filters // g, wm.shape[1]
         if g == 1:
@@ -302,11 +297,236 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
         for gi in range(g):
             fsl = slice(gi * fg, (gi + 1) * fg)
             xp.matmul(wm[fsl].T, gt[fsl], out=dcols[gi * kg:(gi + 1) * kg])
-        shape = (n, channels[i], img_sizes[i], img_sizes[i])
-        back = _col2im_conv_chwn if chwn else _col2im_conv
-        dx = back(xp, dcols, shape, fs, paddings[i], strides[i], modules)
+        shape = (n, geom.channels[i], geom.img[i], geom.img[i])
+        dx = _col2im_conv(xp, dcols, shape, fs, geom.pad[i], geom.stride[i], modules)
         dxs.append(dx.reshape(x.shape))
     return dxs, dws, db
+
+
+# ------------------------------------------------------- conv, chwn blocks
+
+def _blocks(rows: int, cols: int, unit_bytes: int):
+    """Cover a rows x cols grid of output pixels with blocks of about CHUNK_BYTES of
+    columns (``unit_bytes`` per pixel): whole rows where a row fits, else row pieces.
+    Yields (y0, y1, x0, x1)."""
+    per_row = max(1, cols * unit_bytes)
+    if per_row <= CHUNK_BYTES:
+        step = max(1, CHUNK_BYTES // per_row)
+        for y0 in range(0, rows, step):
+            yield y0, min(rows, y0 + step), 0, cols
+        return
+    step = max(1, CHUNK_BYTES // max(1, unit_bytes))
+    pieces = -(-cols // step)
+    step = -(-cols // pieces)  # even pieces
+    for y0 in range(rows):
+        for x0 in range(0, cols, step):
+            yield y0, y0 + 1, x0, min(cols, x0 + step)
+
+
+def _block_size(rows: int, cols: int, unit_bytes: int) -> int:
+    return max((y1 - y0) * (x1 - x0) for y0, y1, x0, x1 in _blocks(rows, cols, unit_bytes))
+
+
+def _zero_border(a, lo: int, inner: int) -> None:
+    """Zero a (C, T, T, N) buffer outside its [lo, lo + inner)^2 interior."""
+    t = a.shape[1]
+    hi = lo + inner
+    if lo > 0:
+        a[:, :lo] = 0
+        a[:, lo:hi, :lo] = 0
+    if hi < t:
+        a[:, hi:] = 0
+        a[:, lo:hi, hi:] = 0
+
+
+def _padded_chwn_buffer(xp, x, padding: int, total: int, name: str | None):
+    """x (N, C, H, H) -> zero-padded (C, total, total, N); a scratch buffer when
+    ``name`` is given, else a fresh array."""
+    n, c, h, _ = x.shape
+    keep = max(0, min(h, total - padding))
+    shape = (c, total, total, n)
+    out = _scratch(xp, name, shape, x.dtype) if name else xp.empty(shape, dtype=x.dtype)
+    if keep == 0:
+        out.fill(0)
+        return out
+    _zero_border(out, padding, keep)
+    out[:, padding:padding + keep, padding:padding + keep] = \
+        x[:, :, :keep, :keep].transpose(1, 2, 3, 0)
+    return out
+
+
+def _block_cols(xp, src, fs: int, stride: int, y0: int, y1: int, x0: int, x1: int, name: str):
+    """Columns (C*fs*fs, (y1-y0)*(x1-x0)*N) of output pixels [y0, y1) x [x0, x1) of a
+    padded (C, T, T, N) source, rows in (c, ky, kx) order, in a scratch buffer."""
+    c, n = src.shape[0], src.shape[3]
+    r, w = y1 - y0, x1 - x0
+    sc, sy, sx, sn = src.strides
+    base = src[:, y0 * stride:, x0 * stride:]
+    view = _as_strided(xp, base, (c, fs, fs, r, w, n), (sc, sy, sx, stride * sy, stride * sx, sn))
+    cols = _scratch(xp, name, (c, fs, fs, r, w, n), src.dtype)
+    cols[...] = view
+    return cols.reshape(c * fs * fs, r * w * n)
+
+
+def _gemm_groups(xp, wm, cols, out, groups: int, accumulate: bool) -> None:
+    """out (F, L) (+)= block-diagonal W (F, K/groups per group) @ cols (K, L)."""
+    filters = wm.shape[0]
+    fg, kg = filters // groups, cols.shape[0] // groups
+    for gi in range(groups):
+        a = wm[gi * fg:(gi + 1) * fg]
+        bm = cols[gi * kg:(gi + 1) * kg]
+        dst = out[gi * fg:(gi + 1) * fg]
+        if accumulate:
+            dst += a @ bm
+        else:
+            xp.matmul(a, bm, out=dst)
+
+
+def _conv_forward_chwn(xp, xs, ws, b, geom, keep_cache):
+    """Cases-innermost conv: per block of output pixels, one column block
+    (C*fs*fs, pixels*N) in cache-sized scratch and one GEMM per group."""
+    n = xs[0].shape[0]
+    filters = ws[0].shape[0]
+    m = geom.modules
+    dtype = xs[0].dtype
+    xpads = []
+    for i, x in enumerate(xs):
+        x = _as_image(x, geom.channels[i], geom.img[i])
+        xpads.append(_padded_chwn_buffer(xp, x, geom.pad[i], geom.span(i),
+                                         None if keep_cache else f"xpad{i}"))
+    k = max(w[0].size * g for w, g in zip(ws, geom.groups))
+    unit = n * max(k, filters) * xp.dtype(dtype).itemsize
+    out_buf = _scratch(xp, "conv_out", (filters, _block_size(m, m, unit) * n), dtype)
+    y = xp.empty((n, filters, m, m), dtype=dtype)
+    for y0, y1, x0, x1 in _blocks(m, m, unit):
+        out = out_buf[:, :(y1 - y0) * (x1 - x0) * n]
+        for i, w in enumerate(ws):
+            cols = _block_cols(xp, xpads[i], geom.fs[i], geom.stride[i], y0, y1, x0, x1, "cols")
+            _gemm_groups(xp, w.reshape(filters, -1), cols, out, geom.groups[i], i > 0)
+        o4 = out.reshape(filters, y1 - y0, x1 - x0, n)
+        o4 += b.reshape(filters, 1, 1, 1) if b.ndim == 1 else \
+            b.reshape(filters, m, m)[:, y0:y1, x0:x1, None]
+        y[:, :, y0:y1, x0:x1] = o4.transpose(3, 0, 1, 2)
+    return y, ("chwn", xpads if keep_cache else None)
+
+
+def _conv_backward_chwn(xp, gy, xs, ws, xpads, need_dx, geom, shared_biases):
+    """Backward of :func:`_conv_forward_chwn`, block by block of output pixels.
+
+    Weight gradients: per block, the columns are rebuilt in cache and
+    ``dW += gy_block @ cols_block.T``.  Input gradients of a stride-1 input
+    (padding at most fs - 1): a correlation of the zero-padded output gradient
+    with the flipped filters, computed like the forward pass (columns of the
+    padded gradient and one GEMM per block of input pixels), so there is no
+    scatter; other inputs scatter the column gradient back per filter offset.
+    """
+    n = gy.shape[0]
+    filters = ws[0].shape[0]
+    m = geom.modules
+    dtype = gy.dtype
+    item = xp.dtype(dtype).itemsize
+    g4 = gy.reshape(n, filters, m, m)
+    db = g4.sum(axis=(0, 2, 3)) if shared_biases else g4.sum(axis=0)
+    gt = _scratch(xp, "gt", (filters, m, m, n), dtype)
+    gt[...] = g4.transpose(1, 2, 3, 0)
+    dxs, dws = [], []
+    for i, (x, w) in enumerate(zip(xs, ws)):
+        fs, pad, stride, g = geom.fs[i], geom.pad[i], geom.stride[i], geom.groups[i]
+        img, c = geom.img[i], geom.channels[i]
+        xpad = xpads[i] if xpads is not None else _padded_chwn_buffer(
+            xp, _as_image(x, c, img), pad, geom.span(i), "xpad")
+        wm = w.reshape(filters, -1)
+        k = wm.shape[1] * g
+        # dW = sum over blocks of gt_block @ cols_block.T
+        dw = xp.empty_like(wm)
+        tmp = None
+        unit = n * max(k, filters) * item
+        for bi, (y0, y1, x0, x1) in enumerate(_blocks(m, m, unit)):
+            cols = _block_cols(xp, xpad, fs, stride, y0, y1, x0, x1, "cols")
+            gmat = gt[:, y0:y1, x0:x1].reshape(filters, -1)
+            if bi == 0:
+                _gemm_groups_dw(xp, gmat, cols, dw, g)
+            else:
+                if tmp is None:
+                    tmp = _scratch(xp, "dw_tmp", dw.shape, dtype)
+                _gemm_groups_dw(xp, gmat, cols, tmp, g)
+                dw += tmp
+        dws.append(dw.reshape(w.shape))
+        if not need_dx[i]:
+            dxs.append(None)
+            continue
+        if stride == 1 and pad <= fs - 1:
+            dx = _conv_dx_correlation(xp, gt, wm, n, c, img, fs, pad, g)
+        else:
+            dx = _conv_dx_scatter(xp, gt, wm, n, c, img, fs, pad, stride, g, m)
+        dxs.append(dx.reshape(x.shape))
+    return dxs, dws, db
+
+
+def _gemm_groups_dw(xp, gmat, cols, out, groups: int) -> None:
+    """out (F, K/groups) = per group gmat_g (F_g, L) @ cols_g (K_g, L).T."""
+    filters = gmat.shape[0]
+    fg, kg = filters // groups, cols.shape[0] // groups
+    for gi in range(groups):
+        xp.matmul(gmat[gi * fg:(gi + 1) * fg], cols[gi * kg:(gi + 1) * kg].T,
+                  out=out[gi * fg:(gi + 1) * fg])
+
+
+def _conv_dx_correlation(xp, gt, wm, n, c, img, fs, pad, groups):
+    """dx of a stride-1 conv: dx[c, iy, ix] = sum_{f, ky, kx} W[f, c, fs-1-ky, fs-1-kx] *
+    gpad[f, iy + ky, ix + kx], gpad = the output gradient placed at fs - 1 - pad in a
+    zero buffer of side img + fs - 1."""
+    filters, m = gt.shape[0], gt.shape[1]
+    dtype = gt.dtype
+    lo = fs - 1 - pad
+    side = img + fs - 1
+    gpad = _scratch(xp, "gpad", (filters, side, side, n), dtype)
+    keep = min(m, side - lo)
+    _zero_border(gpad, lo, keep)
+    gpad[:, lo:lo + keep, lo:lo + keep] = gt[:, :keep, :keep]
+    fg, cg = filters // groups, c // groups
+    # flipped filters, one (C_g, F_g*fs*fs) matrix per group
+    w5 = wm.reshape(groups, fg, cg, fs, fs)[:, :, :, ::-1, ::-1]
+    wflip = _scratch(xp, "wflip", (groups, cg, fg, fs, fs), dtype)
+    wflip[...] = w5.transpose(0, 2, 1, 3, 4)
+    wflip = wflip.reshape(groups, cg, fg * fs * fs)
+    unit = n * max(filters * fs * fs, c) * xp.dtype(dtype).itemsize
+    out_buf = _scratch(xp, "dx_out", (c, _block_size(img, img, unit) * n), dtype)
+    dx = xp.empty((n, c, img, img), dtype=dtype)
+    for y0, y1, x0, x1 in _blocks(img, img, unit):
+        cols = _block_cols(xp, gpad, fs, 1, y0, y1, x0, x1, "cols")
+        out = out_buf[:, :(y1 - y0) * (x1 - x0) * n]
+        kg = fg * fs * fs
+        for gi in range(groups):
+            xp.matmul(wflip[gi], cols[gi * kg:(gi + 1) * kg], out=out[gi * cg:(gi + 1) * cg])
+        dx[:, :, y0:y1, x0:x1] = out.reshape(c, y1 - y0, x1 - x0, n).transpose(3, 0, 1, 2)
+    return dx
+
+
+def _conv_dx_scatter(xp, gt, wm, n, c, img, fs, pad, stride, groups, m):
+    """dx by columns: per block of output pixels, dcols = W.T @ gt_block, added back
+    into a padded (C, T, T, N) buffer with one strided add per filter offset."""
+    filters = gt.shape[0]
+    dtype = gt.dtype
+    total = _pad_span(m, fs, stride)
+    acc = _scratch(xp, "col2im", (c, total, total, n), dtype, zero=True)
+    fg, kg = filters // groups, wm.shape[1]
+    unit = n * max(c * fs * fs, filters) * xp.dtype(dtype).itemsize
+    dbuf = _scratch(xp, "dcols", (c * fs * fs, _block_size(m, m, unit) * n), dtype)
+    for y0, y1, x0, x1 in _blocks(m, m, unit):
+        r, w = y1 - y0, x1 - x0
+        gmat = gt[:, y0:y1, x0:x1].reshape(filters, -1)
+        dcols = dbuf[:, :r * w * n]
+        for gi in range(groups):
+            xp.matmul(wm[gi * fg:(gi + 1) * fg].T, gmat[gi * fg:(gi + 1) * fg],
+                      out=dcols[gi * kg:(gi + 1) * kg])
+        d = dcols.reshape(c, fs, fs, r, w, n)
+        for ky in range(fs):
+            for kx in range(fs):
+                ys, xs_ = y0 * stride + ky, x0 * stride + kx
+                acc[:, ys:ys + stride * (r - 1) + 1:stride,
+                    xs_:xs_ + stride * (w - 1) + 1:stride] += d[:, ky, kx]
+    return _crop(xp, acc.transpose(3, 0, 1, 2), (n, c, img, img), pad, total)
 
 
 # -------------------------------------------------------------------- local

@@ -1,0 +1,576 @@
+"""Training-step benchmark of the CIFAR-10 reference net: this engine on one and on two
+CPU devices against the same network in PyTorch, and the machine's GEMM peak.
+
+    python bench/bench_training.py [--rounds 5] [--steps 6] [--mini 128] [--size 32]
+                                   [--profile] [--no-torch] [--gpus 0 0,1]
+
+The net is cuda-convnet2's ``layers-cifar10-11pct.cfg`` with its
+``layer-params-cifar10-11pct.cfg`` on 3x32x32 dummy images (random normal,
+10 classes), minibatches of 128.  For two devices the config's ``gpu=0``
+lines (conv1 and logprob) become ``gpu=0,1`` in a temporary copy, which makes
+the whole net data-parallel.  A training step is ``Executor.step``: forward,
+backward, all-reduce and the momentum update, the same call the command line
+makes per minibatch (without data loading, which the command line overlaps).
+
+The PyTorch column is the same network written with torch ops, PyTorch's
+default CPU threads (one per core), float32, ``torch.optim.SGD`` with the
+config's momentum, weight decay and per-layer learning rates, and the mean of
+``cross_entropy`` as the loss (the engine's softmax + ``cost.logreg``):
+
+* conv: ``conv2d`` on an input padded as the ceiling rule wants (for this net
+  the symmetric padding of the config, so ``F.conv2d(padding=2)``);
+* pool: ``max_pool2d(3, 2, ceil_mode=True)`` (the ceiling rule's 16 and 8);
+* cmrnorm: ``F.local_response_norm(size=9, alpha=scale, beta=pow, k=minDiv)``:
+  PyTorch divides alpha by size and sums over channels c-4..c+4 clipped at
+  the edges, which is cmrnorm's ``minDiv + scale/size * sum x^2`` exactly;
+* local: PyTorch has no locally-connected layer; ``F.unfold`` of the padded
+  input and one batched matmul over the 64 output positions
+  (``torch.bmm``), weights (positions, filters, C*3*3), bias per output;
+* fc, then ``F.cross_entropy`` (log-softmax and the mean negative log
+  likelihood in one op).
+
+Before timing, the script checks that the two compute the same thing: both
+start from the engine's initial weights, take one step on the same minibatch,
+and the cost and every updated weight must agree (float32 tolerance).
+
+Every configuration runs in its own process (so that thread settings and the
+allocator of one do not affect the others), and the processes take turns:
+each round runs ``--steps`` steps of each, after one warm-up round.  The table
+gives the median step time over all rounds (images/s = minibatch / median)
+and the spread (the 10th and 90th percentiles of the per-step images/s).
+
+GFLOP/s counts the GEMM work of the conv, local and fc layers (2 * filters *
+weights per filter * outputs per map * cases for a forward pass, times 3 for
+forward, weight gradient and input gradient).  The GEMM peak is measured
+here: numpy's (OpenBLAS) sgemm on one thread, on two threads with one BLAS
+thread each (the engine's two-device arrangement) and PyTorch's ``mm`` with
+its default threads, on 2048x2048 float32 matrices.
+
+``--profile`` also prints the engine's per-layer time of each operation
+(forward, backward, all-reduce, update, loads and copies), per device, as
+mean ms per step; the command line's ``--profile`` prints the same figures
+summed over devices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+REF = ROOT / "examples" / "cuda-convnet2"
+LAYER_DEF = REF / "layers-cifar10-11pct.cfg"
+LAYER_PARAMS = REF / "layer-params-cifar10-11pct.cfg"
+NUM_CLASSES = 10
+
+
+# ------------------------------------------------------------------ the net
+
+def layer_def_for(num_devices: int, folder: Path) -> Path:
+    """The reference layer file, with ``gpu=0`` made ``gpu=0,1,...`` for several devices."""
+    if num_devices == 1:
+        return LAYER_DEF
+    text = LAYER_DEF.read_text()
+    devices = ",".join(str(i) for i in range(num_devices))
+    text, count = re.subn(r"(?m)^gpu=0\s*$", f"gpu={devices}", text)
+    assert count == 2, "expected gpu=0 on conv1 and logprob"
+    path = folder / f"layers-cifar10-11pct-{num_devices}dev.cfg"
+    path.write_text(text)
+    return path
+
+
+def load(num_devices: int, size: int, folder: Path):
+    from convnet.config import load_net
+
+    return load_net(layer_def_for(num_devices, folder), LAYER_PARAMS,
+                    data_dims={0: (3, size, size), 1: (1,)}, num_classes=NUM_CLASSES)
+
+
+def gemm_flops(net, mini: int) -> float:
+    """FLOPs of one training step's conv/local/fc GEMMs (forward, dW and dx: 3x forward)."""
+    total = 0
+    for ldef in net:
+        a = ldef.attrs
+        if ldef.type in ("conv", "local"):
+            outputs = a["modulesX"] ** 2
+            for i in range(len(ldef.inputs)):
+                k = a["channels"][i] // a["groups"][i] * a["filterSize"][i] ** 2
+                total += 2 * a["filters"] * k * outputs * mini
+        elif ldef.type == "fc":
+            for shape in ldef.input_shapes:
+                total += 2 * math.prod(shape) * a["outputs"] * mini
+    return 3.0 * total
+
+
+def make_batch(mini: int, size: int, seed: int = 0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((mini, 3, size, size), dtype=np.float32),
+            rng.integers(0, NUM_CLASSES, (mini, 1)).astype(np.float32)]
+
+
+# ------------------------------------------------------------------ workers
+
+def _reply(obj) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _serve(step, profile=None, extra=None) -> None:
+    """Answer the parent: ``run K`` times K steps, ``profile K`` profiles them."""
+    for line in sys.stdin:
+        cmd, *arg = line.split()
+        if cmd == "run":
+            walls, cpus = [], []
+            for _ in range(int(arg[0])):
+                w, c = time.perf_counter(), time.process_time()
+                step()
+                walls.append(time.perf_counter() - w)
+                cpus.append(time.process_time() - c)
+            _reply({"wall": walls, "cpu": cpus})
+        elif cmd == "profile" and profile is not None:
+            _reply(profile(int(arg[0])))
+        elif cmd == "extra" and extra is not None:
+            _reply(extra())
+        elif cmd == "quit":
+            return
+        else:
+            _reply({"error": f"unknown command {line.strip()!r}"})
+
+
+def engine_worker(args) -> None:
+    import numpy as np
+
+    from convnet.devices import make_devices
+    from convnet.executor import Executor
+    from convnet.planner import make_plan
+
+    gpus = tuple(range(args.devices))
+    with tempfile.TemporaryDirectory() as tmp:
+        net = load(args.devices, args.size, Path(tmp))
+    plan = make_plan(net, gpus, args.mini)
+    ex = Executor(net, plan, make_devices(gpus, "cpu"), seed=0, parallel=True)
+    batch = make_batch(args.mini, args.size)
+    for _ in range(2):
+        ex.step(batch)
+
+    def profile(steps: int):
+        per: dict = {}
+        walls = []
+        ex.timings = []
+        for _ in range(steps):
+            w = time.perf_counter()
+            ex.step(batch)
+            walls.append(time.perf_counter() - w)
+            for t in ex.timings:
+                key = f"{t.layer}|{t.kind}|{t.device}"
+                per[key] = per.get(key, 0.0) + (t.end - t.start) / steps
+        ex.timings = None
+        return {"ops": per, "wall": walls}
+
+    _reply({"ready": True})
+    try:
+        _serve(lambda: ex.step(batch), profile)
+    finally:
+        ex.close()
+
+
+def _torch_net(torch, net, params: dict):
+    """The engine's net in torch ops; ``params`` maps 'layer/key' to float32 arrays."""
+    F = torch.nn.functional
+    tensors = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+
+    def pad_for(a, i=0):
+        fs, p, s = a["filterSize"][i], a["padding"][i], a["stride"][i]
+        m, img = a["modulesX"], a["imgSize"][i]
+        right = (m - 1) * s + fs - img - p
+        return fs, s, (p, right, p, right)
+
+    def forward(x, labels):
+        acts = {}
+        for ldef in net:
+            a = ldef.attrs
+            if ldef.is_data:
+                continue
+            inp = acts[ldef.inputs[-1]] if ldef.inputs[-1] in acts else x
+            name, t = ldef.name, ldef.type
+            if t == "conv":
+                fs, s, pads = pad_for(a)
+                if pads[0] == pads[1]:
+                    y = F.conv2d(inp, tensors[f"{name}/W0"], tensors[f"{name}/b"], stride=s,
+                                 padding=pads[0])
+                else:
+                    y = F.conv2d(F.pad(inp, pads), tensors[f"{name}/W0"], tensors[f"{name}/b"],
+                                 stride=s)
+            elif t == "local":
+                fs, s, pads = pad_for(a)
+                m = a["modulesX"]
+                n = inp.shape[0]
+                w = tensors[f"{name}/W0"]
+                cols = F.unfold(F.pad(inp, pads), fs, stride=s)          # (N, K, P)
+                y = torch.bmm(cols.permute(2, 0, 1),                      # (P, N, K)
+                              w.reshape(m * m, w.shape[1], -1).transpose(1, 2))  # (P, K, F)
+                y = y.permute(1, 2, 0).reshape(n, -1, m, m) + tensors[f"{name}/b"]
+            elif t == "pool":
+                assert a["pool"] == "max" and a["start"] == 0
+                y = F.max_pool2d(inp, a["sizeX"], a["stride"], ceil_mode=True)
+                assert y.shape[-1] == a["outputsX"]
+            elif t == "cmrnorm":
+                p = ldef.params
+                y = F.local_response_norm(inp, a["size"], alpha=p["scale"], beta=p["pow"],
+                                          k=p.get("minDiv", 1.0))
+            elif t == "fc":
+                y = inp.reshape(inp.shape[0], -1) @ tensors[f"{name}/W0"] + tensors[f"{name}/b"]
+            elif t == "softmax":
+                acts[name] = inp  # fused into cross_entropy below
+                continue
+            elif t == "cost.logreg":
+                return F.cross_entropy(acts[ldef.inputs[1]], labels)
+            else:
+                raise NotImplementedError(t)
+            if ldef.neuron is not None and ldef.neuron.name != "ident":
+                assert ldef.neuron.name == "relu"
+                y = F.relu(y)
+            acts[name] = y
+        raise ValueError("no cost layer")
+
+    groups = []
+    for key, tensor in tensors.items():
+        layer, k = key.split("/")
+        p = net[layer].params
+        if k == "b":
+            lr, mom, wc = p["epsB"].value(0.0), p["momB"], 0.0
+        else:
+            i = int(k[1:])
+            lr, mom, wc = p["epsW"][i].value(0.0), p["momW"][i], p["wc"][i]
+        groups.append({"params": [tensor], "lr": lr, "momentum": mom, "weight_decay": wc})
+    opt = torch.optim.SGD(groups)
+    return tensors, forward, opt
+
+
+def _engine_initial(net, mini: int):
+    """A one-device engine executor and its initial weights as 'layer/key' arrays."""
+    from convnet.devices import CpuDevice
+    from convnet.executor import Executor
+    from convnet.planner import make_plan
+
+    ex = Executor(net, make_plan(net, (0,), mini), [CpuDevice(0, 0)], seed=0, parallel=False)
+    params = {f"{name}/{k}": v.copy() for name, reps in ex.weights.items()
+              for k, v in reps[0].items()}
+    return ex, params
+
+
+def check_equivalence(torch, net, mini: int, size: int) -> dict:
+    """One step of the engine and of the torch net from the same weights: relative
+    differences of the cost and of every weight's first momentum increment
+    (engine ``inc = -eps * (grad / N + wc * W)``, PyTorch ``-lr * momentum_buffer``)."""
+    import numpy as np
+
+    ex, params = _engine_initial(net, mini)
+    tensors, forward, opt = _torch_net(torch, net, params)
+    x, labels = make_batch(mini, size, seed=1)
+    result = ex.step([x, labels])
+    ex.close()
+    opt.zero_grad()
+    loss = forward(torch.from_numpy(x), torch.from_numpy(labels.reshape(-1).astype(np.int64)))
+    loss.backward()
+    opt.step()
+    cost, tcost = result.costs["logprob"]["cost"], float(loss.detach())
+    worst, where = 0.0, ""
+    for group in opt.param_groups:
+        (t,) = group["params"]
+        key = next(k for k, v in tensors.items() if v is t)
+        layer, k = key.split("/")
+        ours = ex.momentum[layer][0][k]
+        theirs = -group["lr"] * opt.state[t]["momentum_buffer"].numpy()
+        diff = float(np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30))
+        if diff > worst:
+            worst, where = diff, key
+    return {"engine_cost": cost, "torch_cost": tcost, "cost_rel": abs(cost - tcost) / abs(cost),
+            "update_rel": worst, "update_worst": where}
+
+
+def torch_worker(args) -> None:
+    import numpy as np
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        net = load(1, args.size, Path(tmp))
+    check = check_equivalence(torch, net, args.mini, args.size)
+    _, params = _engine_initial(net, args.mini)
+    tensors, forward, opt = _torch_net(torch, net, params)
+    x, labels = make_batch(args.mini, args.size)
+    xt, lt = torch.from_numpy(x), torch.from_numpy(labels.reshape(-1).astype(np.int64))
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        forward(xt, lt).backward()
+        opt.step()
+
+    for _ in range(2):
+        step()
+    _reply({"ready": True, "check": check, "threads": torch.get_num_threads(),
+            "version": torch.__version__})
+    _serve(step, extra=lambda: {"torch_gemm": torch_gemm_gflops(torch)})
+
+
+# ---------------------------------------------------------------- GEMM peak
+
+GEMM_N = 2048
+
+
+def _best_gflops(fn, flops: float, repeat: int = 5) -> float:
+    fn()
+    best = min(_time(fn) for _ in range(repeat))
+    return flops / best / 1e9
+
+
+def _time(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def numpy_gemm_gflops() -> dict:
+    """numpy sgemm on one BLAS thread, and on two threads with one BLAS thread each."""
+    import threading
+
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    n = GEMM_N
+    rng = np.random.default_rng(0)
+    mats = [(rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32),
+             np.empty((n, n), np.float32)) for _ in range(2)]
+    flops = 2.0 * n ** 3
+    with threadpool_limits(1, user_api="blas"):
+        one = _best_gflops(lambda: np.matmul(*mats[0][:2], out=mats[0][2]), flops)
+        reps = 4
+
+        def work(i):
+            for _ in range(reps):
+                np.matmul(*mats[i][:2], out=mats[i][2])
+
+        best = math.inf
+        for _ in range(3):
+            threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+            t = time.perf_counter()
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            best = min(best, time.perf_counter() - t)
+        two = 2 * reps * flops / best / 1e9
+    return {"numpy_1thread": one, "numpy_2threads": two}
+
+
+def torch_gemm_gflops(torch) -> float:
+    n = GEMM_N
+    a, b = torch.rand(n, n), torch.rand(n, n)
+    out = torch.empty(n, n)
+    return _best_gflops(lambda: torch.mm(a, b, out=out), 2.0 * n ** 3)
+
+
+def gemm_worker(args) -> None:
+    _reply({"ready": True})
+    _serve(lambda: None, extra=numpy_gemm_gflops)
+
+
+# ------------------------------------------------------------------- parent
+
+class Worker:
+    def __init__(self, label: str, argv: list[str]):
+        self.label = label
+        self.proc = subprocess.Popen([sys.executable, __file__] + argv, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=str(ROOT))
+        self.hello = self._read()
+
+    def _read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.label}: worker exited (code {self.proc.wait()})")
+        return json.loads(line)
+
+    def ask(self, command: str):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        reply = self._read()
+        if "error" in reply:
+            raise RuntimeError(f"{self.label}: {reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass
+        self.proc.wait(timeout=60)
+
+
+def _pct(values, q: float) -> float:
+    values = sorted(values)
+    i = (len(values) - 1) * q
+    lo, hi = math.floor(i), math.ceil(i)
+    return values[lo] + (values[hi] - values[lo]) * (i - lo)
+
+
+def print_profile(label: str, prof: dict) -> None:
+    per: dict = {}
+    devices = set()
+    for key, ms in prof["ops"].items():
+        layer, kind, dev = key.split("|")
+        devices.add(int(dev))
+        per.setdefault((layer, kind), {})[int(dev)] = 1e3 * ms
+    devices = sorted(devices)
+    wall = 1e3 * statistics.median(prof["wall"])
+    print(f"\nProfile of {label}: mean ms per step of each operation, per device "
+          f"(median step {wall:.1f} ms)")
+    head = f"{'layer':<10} {'operation':<10}" + "".join(f" {'dev ' + str(d):>8}" for d in devices)
+    print(head)
+    rows = sorted(per.items(), key=lambda kv: -sum(kv[1].values()))
+    totals = dict.fromkeys(devices, 0.0)
+    for (layer, kind), by_dev in rows:
+        cells = ""
+        for d in devices:
+            v = by_dev.get(d)
+            cells += f" {v:8.2f}" if v is not None else f" {'':>8}"
+            totals[d] += v or 0.0
+        print(f"{layer:<10} {kind:<10}{cells}")
+    print(f"{'total':<10} {'':<10}" + "".join(f" {totals[d]:8.2f}" for d in devices))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
+    ap.add_argument("--steps", type=int, default=6, help="steps per configuration and round")
+    ap.add_argument("--mini", type=int, default=128)
+    ap.add_argument("--size", type=int, default=32, help="image side (default 32)")
+    ap.add_argument("--gpus", nargs="+", default=["0", "0,1"],
+                    help="engine device lists to time (default: 0 and 0,1)")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print the per-layer profile of each engine configuration")
+    ap.add_argument("--worker", choices=["engine", "torch", "gemm"], help=argparse.SUPPRESS)
+    ap.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.worker == "engine":
+        engine_worker(args)
+        return 0
+    if args.worker == "torch":
+        torch_worker(args)
+        return 0
+    if args.worker == "gemm":
+        gemm_worker(args)
+        return 0
+
+    import numpy as np
+
+    common = ["--mini", str(args.mini), "--size", str(args.size)]
+    with tempfile.TemporaryDirectory() as tmp:
+        net = load(1, args.size, Path(tmp))
+    flops = gemm_flops(net, args.mini)
+    start_load = os.getloadavg()
+    began = time.perf_counter()
+    print(f"CIFAR-10 reference net ({LAYER_DEF.name}), 3x{args.size}x{args.size} dummy data, "
+          f"minibatch {args.mini}, float32; {flops / 1e9:.2f} GFLOP of conv/local/fc GEMMs "
+          f"per training step")
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
+          f"Python {platform.python_version()}, numpy {np.__version__}")
+
+    gemm = Worker("gemm", ["--worker", "gemm"])
+    peaks = [gemm.ask("extra")]
+    workers = []
+    for g in args.gpus:
+        n = len(g.split(","))
+        workers.append(Worker(f"engine --gpu {g}", ["--worker", "engine", "--devices", str(n)]
+                              + common))
+    if not args.no_torch:
+        tw = Worker("PyTorch", ["--worker", "torch"] + common)
+        workers.append(tw)
+        c = tw.hello["check"]
+        print(f"PyTorch {tw.hello['version']}, {tw.hello['threads']} threads.  Same net check "
+              f"(one step from the engine's weights): cost {c['engine_cost']:.6f} (engine) vs "
+              f"{c['torch_cost']:.6f} (PyTorch); largest difference of a weight update "
+              f"{c['update_rel']:.1e} of its largest element ({c['update_worst']})")
+        if c["cost_rel"] > 1e-4 or c["update_rel"] > 1e-3:
+            print("warning: the two nets do not compute the same thing")
+        peaks[0]["torch"] = tw.ask("extra")["torch_gemm"]
+
+    for w in workers:  # warm-up round
+        w.ask("run 2")
+    walls = {w.label: [] for w in workers}
+    cpus = {w.label: [] for w in workers}
+    for r in range(args.rounds):
+        order = workers if r % 2 == 0 else workers[::-1]
+        for w in order:
+            time.sleep(0.3)  # let the previous process's spinning threads go idle
+            res = w.ask(f"run {args.steps}")
+            walls[w.label] += res["wall"]
+            cpus[w.label] += res["cpu"]
+    profiles = {}
+    if args.profile:
+        for w in workers:
+            if w.label.startswith("engine"):
+                profiles[w.label] = w.ask(f"profile {args.steps}")
+    peaks.append(gemm.ask("extra"))
+    if not args.no_torch:
+        peaks[-1]["torch"] = tw.ask("extra")["torch_gemm"]
+    for w in workers + [gemm]:
+        w.close()
+    end_load = os.getloadavg()
+
+    peak = {k: max(p[k] for p in peaks if k in p) for k in peaks[0]}
+    print(f"\nGEMM peak, {GEMM_N}x{GEMM_N} float32 (best of two measurements): numpy/OpenBLAS "
+          f"{peak['numpy_1thread']:.0f} GFLOP/s on one thread, {peak['numpy_2threads']:.0f} on "
+          "two threads with one BLAS thread each" +
+          (f"; PyTorch mm {peak['torch']:.0f} GFLOP/s with its default threads"
+           if "torch" in peak else ""))
+    machine_peak = max(peak.values())
+    print(f"\n{args.rounds} rounds x {args.steps} steps per configuration; img/s = "
+          f"{args.mini} / median step time; spread = 10th-90th percentile of per-step img/s; "
+          f"cpu = process CPU time / wall time")
+    print(f"{'run':<18} {'step ms':>8} {'img/s':>8} {'spread':>13} {'cpu':>5} {'GFLOP/s':>8} "
+          f"{'% peak':>7}")
+    rates = {}
+    for w in workers:
+        med = statistics.median(walls[w.label])
+        ips = [args.mini / t for t in walls[w.label]]
+        rates[w.label] = args.mini / med
+        util = sum(cpus[w.label]) / sum(walls[w.label])
+        gf = flops / med / 1e9
+        print(f"{w.label:<18} {1e3 * med:8.1f} {args.mini / med:8.1f} "
+              f"{_pct(ips, 0.1):6.1f}-{_pct(ips, 0.9):6.1f} {util:5.2f} {gf:8.1f} "
+              f"{100 * gf / machine_peak:6.1f}%")
+    labels = [w.label for w in workers]
+    print()
+    eng = [lab for lab in labels if lab.startswith("engine")]
+    if len(eng) >= 2:
+        print(f"speedup {eng[-1]} over {eng[0]}: {rates[eng[-1]] / rates[eng[0]]:.2f}x")
+    if not args.no_torch:
+        for lab in eng:
+            print(f"ratio {lab} / PyTorch: {rates[lab] / rates['PyTorch']:.2f}")
+    print(f"% peak is of the best GEMM measured ({machine_peak:.0f} GFLOP/s).  Load average "
+          f"{start_load[0]:.2f} at the start, {end_load[0]:.2f} at the end; "
+          f"{time.perf_counter() - began:.0f} s in all")
+    for label, prof in profiles.items():
+        print_profile(label, prof)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
