@@ -89,10 +89,11 @@ def _pad_span(modules: int, filter_size: int, stride: int) -> int:
 
 
 def _padded_cn(xp, x, padding: int, total: int):
-    """x (N, C, H, H) -> zero-padded (C, N, total, total), x at offset ``padding``."""
+    """x (N, C, H, H) -> zero-padded (C, N, total, total), x at offset ``padding``
+    (a scratch buffer)."""
     n, c, h, _ = x.shape
     keep = max(0, min(h, total - padding))
-    out = xp.zeros((c, n, total, total), dtype=x.dtype)
+    out = _scratch(xp, "pad_cn", (c, n, total, total), x.dtype, zero=True)
     if keep:
         out[:, :, padding:padding + keep, padding:padding + keep] = \
             x[:, :, :keep, :keep].transpose(1, 0, 2, 3)
@@ -100,10 +101,11 @@ def _padded_cn(xp, x, padding: int, total: int):
 
 
 def _padded_hw(xp, x, padding: int, total: int):
-    """x (N, C, H, H) -> zero-padded (total, total, C, N), x at offset ``padding``."""
+    """x (N, C, H, H) -> zero-padded (total, total, C, N), x at offset ``padding``
+    (a scratch buffer)."""
     n, c, h, _ = x.shape
     keep = max(0, min(h, total - padding))
-    out = xp.zeros((total, total, c, n), dtype=x.dtype)
+    out = _scratch(xp, "pad_hw", (total, total, c, n), x.dtype, zero=True)
     if keep:
         out[padding:padding + keep, padding:padding + keep] = \
             x[:, :, :keep, :keep].transpose(2, 3, 1, 0)
@@ -114,26 +116,33 @@ def _as_strided(xp, a, shape, strides):
     return xp.lib.stride_tricks.as_strided(a, shape=shape, strides=strides)
 
 
-def _cols_conv(xp, x, fs: int, padding: int, stride: int, modules: int):
-    """cols (C*fs*fs, N*M*M) for a conv input, rows in (c, ky, kx) order."""
+def _cols_conv(xp, x, fs: int, padding: int, stride: int, modules: int, keep: bool = True):
+    """cols (C*fs*fs, N*M*M) for a conv input, rows in (c, ky, kx) order; a scratch
+    buffer unless ``keep``."""
     n, c = x.shape[0], x.shape[1]
     total = _pad_span(modules, fs, stride)
     xpad = _padded_cn(xp, x, padding, total)
     sc, sn, sy, sx = xpad.strides
     view = _as_strided(xp, xpad, (c, fs, fs, n, modules, modules),
                        (sc, sy, sx, sn, stride * sy, stride * sx))
-    return xp.ascontiguousarray(view).reshape(c * fs * fs, n * modules * modules)
+    shape = (c, fs, fs, n, modules, modules)
+    cols = xp.empty(shape, dtype=x.dtype) if keep else _scratch(xp, "cols_nchw", shape, x.dtype)
+    cols[...] = view
+    return cols.reshape(c * fs * fs, n * modules * modules)
 
 
-def _cols_local(xp, x, fs: int, padding: int, stride: int, modules: int):
-    """cols (M*M, C*fs*fs, N) for a local input."""
+def _cols_local(xp, x, fs: int, padding: int, stride: int, modules: int, keep: bool = True):
+    """cols (M*M, C*fs*fs, N) for a local input; a scratch buffer unless ``keep``."""
     n, c = x.shape[0], x.shape[1]
     total = _pad_span(modules, fs, stride)
     xpad = _padded_hw(xp, x, padding, total)
     sy, sx, sc, sn = xpad.strides
     view = _as_strided(xp, xpad, (modules, modules, c, fs, fs, n),
                        (stride * sy, stride * sx, sc, sy, sx, sn))
-    return xp.ascontiguousarray(view).reshape(modules * modules, c * fs * fs, n)
+    shape = (modules, modules, c, fs, fs, n)
+    cols = xp.empty(shape, dtype=x.dtype) if keep else _scratch(xp, "cols_local", shape, x.dtype)
+    cols[...] = view
+    return cols.reshape(modules * modules, c * fs * fs, n)
 
 
 def _col2im_conv(xp, dcols, shape, fs: int, padding: int, stride: int, modules: int):
@@ -241,12 +250,13 @@ def _conv_forward_nchw(xp, xs, ws, b, geom, keep_cache):
     cols_all = []
     for i, (x, w) in enumerate(zip(xs, ws)):
         x = _as_image(x, geom.channels[i], geom.img[i])
-        cols = _cols_conv(xp, x, geom.fs[i], geom.pad[i], geom.stride[i], modules)
+        cols = _cols_conv(xp, x, geom.fs[i], geom.pad[i], geom.stride[i], modules, keep_cache)
         g = geom.groups[i]
         wm = w.reshape(filters, -1)
         if g == 1:
             if acc is None:
-                acc = wm @ cols
+                acc = xp.matmul(wm, cols, out=_scratch(xp, "acc_nchw", (filters, n * p),
+                                                       x.dtype))
             else:
                 acc += wm @ cols
         else:
@@ -256,9 +266,11 @@ def _conv_forward_nchw(xp, xs, ws, b, geom, keep_cache):
             for gi in range(g):
                 acc[gi * fg:(gi + 1) * fg] += wm[gi * fg:(gi + 1) * fg] @ cols[gi * kg:(gi + 1) * kg]
         cols_all.append(cols if keep_cache else None)
-    y3 = acc.reshape(filters, n, p)
-    y3 += b.reshape(filters, 1, 1) if b.ndim == 1 else b.reshape(filters, 1, p)
-    y = xp.ascontiguousarray(y3.transpose(1, 0, 2)).reshape(n, filters, modules, modules)
+    y = xp.empty((n, filters, modules, modules), dtype=acc.dtype)
+    # the bias is added while the (F, N, P) result is transposed to (N, F, P)
+    xp.add(acc.reshape(filters, n, p).transpose(1, 0, 2),
+           b.reshape(1, filters, 1) if b.ndim == 1 else b.reshape(1, filters, p),
+           out=y.reshape(n, filters, p))
     return y, ("nchw", cols_all)
 
 
@@ -269,7 +281,9 @@ def _conv_backward_nchw(xp, gy, xs, ws, cols_all, need_dx, geom, shared_biases):
     p = modules * modules
     if cols_all is None:
         cols_all = [None] * len(xs)
-    gt = xp.ascontiguousarray(gy.reshape(n, filters, p).transpose(1, 0, 2)).reshape(filters, n * p)
+    gt = _scratch(xp, "gt_nchw", (filters, n, p), gy.dtype)
+    gt[...] = gy.reshape(n, filters, p).transpose(1, 0, 2)
+    gt = gt.reshape(filters, n * p)
     db = gt.sum(axis=1) if shared_biases else \
         gt.reshape(filters, n, modules, modules).sum(axis=1)
     dxs, dws = [], []
@@ -278,7 +292,7 @@ def _conv_backward_nchw(xp, gy, xs, ws, cols_all, need_dx, geom, shared_biases):
         cols = cols_all[i]
         if cols is None:
             cols = _cols_conv(xp, _as_image(x, geom.channels[i], geom.img[i]), fs, geom.pad[i],
-                              geom.stride[i], modules)
+                              geom.stride[i], modules, keep=False)
         g = geom.groups[i]
         wm = w.reshape(filters, -1)
         fg, kg = filters // g, wm.shape[1]
@@ -543,15 +557,16 @@ def local_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, group
     cols_all = []
     for i, (x, w) in enumerate(zip(xs, ws)):
         x = _as_image(x, channels[i], img_sizes[i])
-        cols = _cols_local(xp, x, filter_sizes[i], paddings[i], strides[i], modules)  # (P, K, N)
+        cols = _cols_local(xp, x, filter_sizes[i], paddings[i], strides[i], modules,
+                           keep_cache)  # (P, K, N)
         g = groups[i]
         wm = w.reshape(p, filters, -1)
         if g == 1:
-            part = xp.matmul(wm, cols)
             if acc is None:
-                acc = part
+                acc = xp.matmul(wm, cols, out=_scratch(xp, "acc_local", (p, filters, n),
+                                                       x.dtype))
             else:
-                acc += part
+                acc += xp.matmul(wm, cols)
         else:
             if acc is None:
                 acc = xp.zeros((p, filters, n), dtype=x.dtype)
@@ -560,8 +575,9 @@ def local_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, group
                 acc[:, gi * fg:(gi + 1) * fg] += xp.matmul(wm[:, gi * fg:(gi + 1) * fg],
                                                            cols[:, gi * kg:(gi + 1) * kg])
         cols_all.append(cols if keep_cache else None)
-    y = xp.ascontiguousarray(acc.transpose(2, 1, 0)).reshape(n, filters, modules, modules)
-    y += b.reshape(filters, modules, modules)
+    y = xp.empty((n, filters, modules, modules), dtype=acc.dtype)
+    # the bias is added while the (P, F, N) result is transposed to (N, F, P)
+    xp.add(acc.transpose(2, 1, 0), b.reshape(filters, p), out=y.reshape(n, filters, p))
     return y, cols_all
 
 
@@ -572,14 +588,15 @@ def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, stride
     xp = array_module(gy)
     n = gy.shape[0]
     p, filters = ws[0].shape[0], ws[0].shape[1]
-    gp = xp.ascontiguousarray(gy.reshape(n, filters, p).transpose(2, 1, 0))  # (P, F, N)
+    gp = _scratch(xp, "gp_local", (p, filters, n), gy.dtype)
+    gp[...] = gy.reshape(n, filters, p).transpose(2, 1, 0)  # (P, F, N)
     db = gy.reshape(n, filters, modules, modules).sum(axis=0)
     dxs, dws = [], []
     for i, (x, w) in enumerate(zip(xs, ws)):
         fs = filter_sizes[i]
         cols = cache[i] if cache is not None and cache[i] is not None else \
             _cols_local(xp, _as_image(x, channels[i], img_sizes[i]), fs, paddings[i], strides[i],
-                        modules)
+                        modules, keep=False)
         g = groups[i]
         wm = w.reshape(p, filters, -1)
         fg, kg = filters // g, wm.shape[2]
@@ -594,10 +611,10 @@ def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, stride
         if not need_dx[i]:
             dxs.append(None)
             continue
+        dcols = _scratch(xp, "dcols_local", (p, g * kg, n), gy.dtype)
         if g == 1:
-            dcols = xp.matmul(wm.transpose(0, 2, 1), gp)
+            xp.matmul(wm.transpose(0, 2, 1), gp, out=dcols)
         else:
-            dcols = xp.empty((p, g * kg, n), dtype=gy.dtype)
             for gi in range(g):
                 fsl = slice(gi * fg, (gi + 1) * fg)
                 dcols[:, gi * kg:(gi + 1) * kg] = xp.matmul(wm[:, fsl].transpose(0, 2, 1), gp[:, fsl])

@@ -12,7 +12,9 @@ With ``h = size // 2`` and windows clipped at the edges:
   (cuda-convnet2 multiplies the input, not ``u``, by ``d^(-pow)``).  The
   backward pass includes the dependence of the mean on x.
 
-Window sums are whole-array shifted adds, one per offset of the window.
+Window sums are whole-array shifted adds, one per offset of the window,
+over blocks of cases that fit in the cache (the results do not depend on
+the block size).
 """
 
 from __future__ import annotations
@@ -22,10 +24,25 @@ import numpy as np
 from . import array_module, kernel
 
 
-def _shift_sum(xp, a, axis: int, lo: int, size: int):
+BLOCK_BYTES = 1 << 19  # cases are processed in blocks of about this much of each array
+
+
+def _case_blocks(x):
+    """[(first, last)) case ranges whose slices of x take about BLOCK_BYTES each, so
+    that the dozen or so passes over a block run in the cache."""
+    n = x.shape[0]
+    per_case = max(1, x[:1].nbytes)
+    step = max(1, BLOCK_BYTES // per_case)
+    return [(a, min(n, a + step)) for a in range(0, n, step)]
+
+
+def _shift_sum(xp, a, axis: int, lo: int, size: int, out=None):
     """out[i] = sum_{k < size} a[i + lo + k] along ``axis``, out-of-range terms dropped."""
     n = a.shape[axis]
-    out = xp.zeros_like(a)
+    if out is None:
+        out = xp.zeros_like(a)
+    else:
+        out.fill(0)
     for k in range(size):
         off = lo + k
         if off >= n or off <= -n:
@@ -40,16 +57,16 @@ def _shift_sum(xp, a, axis: int, lo: int, size: int):
     return out
 
 
-def _window_sum_2d(xp, a, size: int, transpose: bool = False):
+def _window_sum_2d(xp, a, size: int, transpose: bool = False, out=None):
     h = size // 2
     lo = (h - size + 1) if transpose else -h
-    return _shift_sum(xp, _shift_sum(xp, a, 2, lo, size), 3, lo, size)
+    return _shift_sum(xp, _shift_sum(xp, a, 2, lo, size), 3, lo, size, out=out)
 
 
-def _window_sum_maps(xp, a, size: int, transpose: bool = False):
+def _window_sum_maps(xp, a, size: int, transpose: bool = False, out=None):
     h = size // 2
     lo = (h - size + 1) if transpose else -h
-    return _shift_sum(xp, a, 1, lo, size)
+    return _shift_sum(xp, a, 1, lo, size, out=out)
 
 
 def _pixel_counts(img_size: int, size: int) -> np.ndarray:
@@ -60,16 +77,21 @@ def _pixel_counts(img_size: int, size: int) -> np.ndarray:
     return np.outer(c, c)
 
 
-def _pow_neg(xp, d, p: float):
+def _pow_neg(xp, d, p: float, out=None):
+    """d^(-p), into ``out`` when given."""
     if p == 0.75:  # the usual exponent: d^-0.75 = 1 / (sqrt(d) * d^0.25)
-        r = xp.sqrt(d)
+        r = xp.sqrt(d, out=out)
         r *= xp.sqrt(r)
         return xp.reciprocal(r, out=r)
     if p == 0.5:
-        return xp.reciprocal(xp.sqrt(d))
+        r = xp.sqrt(d, out=out)
+        return xp.reciprocal(r, out=r)
     if p == 1.0:
-        return xp.reciprocal(d)
-    return xp.power(d, -p)
+        return xp.reciprocal(d, out=out)
+    return xp.power(d, -p, out=out)
+
+
+_KINDS = ("cmrnorm", "rnorm", "cnorm")
 
 
 @kernel
@@ -77,26 +99,30 @@ def response_norm_forward(x, *, kind: str, size: int, scale: float, pow: float,
                           min_div: float = 1.0):
     """``kind`` in {'cmrnorm', 'rnorm', 'cnorm'}; x (N, C, S, S) -> ``(y, cache)``."""
     xp = array_module(x)
-    mean_diff = None
-    if kind == "cmrnorm":
-        d = _window_sum_maps(xp, x * x, size)
-        alpha = scale / size
-    elif kind == "rnorm":
-        d = _window_sum_2d(xp, x * x, size)
-        alpha = scale / (size * size)
-    elif kind == "cnorm":
-        counts = xp.asarray(_pixel_counts(x.shape[2], size).astype(x.dtype))
-        mean = _window_sum_2d(xp, x, size)
-        mean /= counts
-        mean_diff = x - mean
-        d = _window_sum_2d(xp, mean_diff * mean_diff, size)
-        alpha = scale / (size * size)
-    else:
+    if kind not in _KINDS:
         raise ValueError(f"unknown normalisation {kind!r}")
-    d *= alpha
-    d += min_div
-    scale_pow = _pow_neg(xp, d, pow)
-    y = x * scale_pow
+    alpha = scale / size if kind == "cmrnorm" else scale / (size * size)
+    d = xp.empty_like(x)
+    scale_pow = xp.empty_like(x)
+    y = xp.empty_like(x)
+    mean_diff = xp.empty_like(x) if kind == "cnorm" else None
+    counts = xp.asarray(_pixel_counts(x.shape[2], size).astype(x.dtype)) \
+        if kind == "cnorm" else None
+    for a, b in _case_blocks(x):
+        xb, db = x[a:b], d[a:b]
+        if kind == "cmrnorm":
+            _window_sum_maps(xp, xb * xb, size, out=db)
+        elif kind == "rnorm":
+            _window_sum_2d(xp, xb * xb, size, out=db)
+        else:
+            mean = _window_sum_2d(xp, xb, size)
+            mean /= counts
+            md = xp.subtract(xb, mean, out=mean_diff[a:b])
+            _window_sum_2d(xp, md * md, size, out=db)
+        db *= alpha
+        db += min_div
+        _pow_neg(xp, db, pow, out=scale_pow[a:b])
+        xp.multiply(xb, scale_pow[a:b], out=y[a:b])
     return y, (d, scale_pow, mean_diff)
 
 
@@ -106,19 +132,24 @@ def response_norm_backward(gy, x, y, cache, *, kind: str, size: int, scale: floa
     """Exact gradient of :func:`response_norm_forward` with respect to x."""
     xp = array_module(gy)
     d, scale_pow, mean_diff = cache
-    t = gy * y
-    t /= d  # = gy * x * d^(-pow-1)
-    if kind == "cmrnorm":
-        back = _window_sum_maps(xp, t, size, transpose=True)
-        alpha = scale / size
-        back *= x
-    else:
-        back = _window_sum_2d(xp, t, size, transpose=True)
-        alpha = scale / (size * size)
-        back *= x if kind == "rnorm" else mean_diff
-    back *= -2.0 * alpha * pow
-    if kind == "cnorm":
-        counts = xp.asarray(_pixel_counts(x.shape[2], size).astype(x.dtype))
-        back -= _window_sum_2d(xp, back / counts, size, transpose=True)
-    back += gy * scale_pow
-    return back
+    alpha = scale / size if kind == "cmrnorm" else scale / (size * size)
+    counts = xp.asarray(_pixel_counts(x.shape[2], size).astype(x.dtype)) \
+        if kind == "cnorm" else None
+    dx = xp.empty(gy.shape, dtype=xp.result_type(gy, y))
+    for a, b in _case_blocks(gy):
+        gb = gy[a:b]
+        t = gb * y[a:b]
+        t /= d[a:b]  # = gy * x * d^(-pow-1)
+        back = dx[a:b]
+        if kind == "cmrnorm":
+            _window_sum_maps(xp, t, size, transpose=True, out=back)
+            back *= x[a:b]
+        else:
+            _window_sum_2d(xp, t, size, transpose=True, out=back)
+            back *= x[a:b] if kind == "rnorm" else mean_diff[a:b]
+        back *= -2.0 * alpha * pow
+        if kind == "cnorm":
+            back -= _window_sum_2d(xp, back / counts, size, transpose=True)
+        xp.multiply(gb, scale_pow[a:b], out=t)
+        back += t
+    return dx
