@@ -304,6 +304,10 @@ def check_equivalence(torch, net, mini: int, size: int) -> dict:
 
 
 def torch_worker(args) -> None:
+    if args.keep_freed:  # the engine's allocator setting, for comparison
+        from convnet.devices import keep_freed_memory
+
+        keep_freed_memory()
     import numpy as np
     import torch
 
@@ -464,8 +468,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="also print the per-layer profile of each engine configuration")
+    ap.add_argument("--torch-keep-freed", action="store_true",
+                    help="also time PyTorch with the engine's malloc setting "
+                         "(convnet.devices.keep_freed_memory)")
     ap.add_argument("--worker", choices=["engine", "torch", "gemm"], help=argparse.SUPPRESS)
     ap.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--keep-freed", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.worker == "engine":
@@ -510,6 +518,9 @@ def main(argv=None) -> int:
         if c["cost_rel"] > 1e-4 or c["update_rel"] > 1e-3:
             print("warning: the two nets do not compute the same thing")
         peaks[0]["torch"] = tw.ask("extra")["torch_gemm"]
+        if args.torch_keep_freed:
+            workers.append(Worker("PyTorch keep-freed", ["--worker", "torch", "--keep-freed"]
+                                  + common))
 
     for w in workers:  # warm-up round
         w.ask("run 2")
@@ -561,9 +572,9 @@ def main(argv=None) -> int:
     eng = [lab for lab in labels if lab.startswith("engine")]
     if len(eng) >= 2:
         print(f"speedup {eng[-1]} over {eng[0]}: {rates[eng[-1]] / rates[eng[0]]:.2f}x")
-    if not args.no_torch:
+    for ref in [lab for lab in labels if lab.startswith("PyTorch")]:
         for lab in eng:
-            print(f"ratio {lab} / PyTorch: {rates[lab] / rates['PyTorch']:.2f}")
+            print(f"ratio {lab} / {ref}: {rates[lab] / rates[ref]:.2f}")
     print(f"% peak is of the best GEMM measured ({machine_peak:.0f} GFLOP/s).  Load average "
           f"{start_load[0]:.2f} at the start, {end_load[0]:.2f} at the end; "
           f"{time.perf_counter() - began:.0f} s in all")

@@ -24,7 +24,7 @@ import numpy as np
 from . import array_module, kernel
 
 
-BLOCK_BYTES = 1 << 19  # cases are processed in blocks of about this much of each array
+BLOCK_BYTES = 2 << 20  # cases are processed in blocks of about this much of each array
 
 
 def _case_blocks(x):
