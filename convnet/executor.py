@@ -61,6 +61,7 @@ class _StepBuffers:
     gouts: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)  # (cost layer, shard) -> sums over the shard
     collectives: dict = field(default_factory=dict)
+    contexts: dict = field(default_factory=dict)  # shard -> Context (immutable, shared)
 
 
 FORWARD_KINDS = (Load, Copy, Forward)
@@ -231,7 +232,11 @@ class Executor:
 
     # -------------------------------------------------------------- operations
     def _ctx(self, buffers: _StepBuffers, shard: int) -> Context:
-        return Context(case_offset=buffers.bounds[shard][0], **buffers.ctx_base)
+        ctx = buffers.contexts.get(shard)
+        if ctx is None:
+            ctx = buffers.contexts[shard] = Context(case_offset=buffers.bounds[shard][0],
+                                                    **buffers.ctx_base)
+        return ctx
 
     def _run(self, op: Op, buffers: _StepBuffers, device: int | None) -> None:
         """Carry out ``op``; ``device`` is the calling worker's (None: all of the op's)."""
@@ -359,7 +364,7 @@ class Executor:
         grads.clear()
 
 
-UPDATE_BLOCK = 1 << 16  # elements per block of the CPU update (stays in the L2 cache)
+UPDATE_BLOCK = 1 << 17  # elements per block of the CPU update (stays in the L2 cache)
 
 
 def _momentum_step(xp, w, inc, grad, eps, mom, wc, num_cases) -> None:

@@ -38,6 +38,7 @@ that overrides ``conv_forward`` must override ``conv_backward`` too.
 
 from __future__ import annotations
 
+import math
 import threading
 
 from . import array_module, backend_name, kernel
@@ -54,14 +55,15 @@ def _scratch(xp, name: str, shape, dtype, zero: bool = False):
 
     Only for arrays that never leave the kernel; each ``name`` has one buffer.
     """
-    size = 1
-    for d in shape:
-        size *= int(d)
-    nbytes = size * xp.dtype(dtype).itemsize
-    if nbytes > _SCRATCH_LIMIT:
+    size = math.prod(shape)
+    dtype = xp.dtype(dtype)
+    if size * dtype.itemsize > _SCRATCH_LIMIT:
         return xp.zeros(shape, dtype) if zero else xp.empty(shape, dtype)
-    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
-    key = (name, backend_name(xp), xp.dtype(dtype).str)
+    try:
+        bufs = _SCRATCH.bufs
+    except AttributeError:
+        bufs = _SCRATCH.bufs = {}
+    key = (name, backend_name(xp), dtype.str)
     buf = bufs.get(key)
     if buf is None or buf.size < size:
         buf = xp.empty(size, dtype)
@@ -369,17 +371,29 @@ def _padded_chwn_buffer(xp, x, padding: int, total: int, name: str | None):
     return out
 
 
-def _block_cols(xp, src, fs: int, stride: int, y0: int, y1: int, x0: int, x1: int, name: str):
-    """Columns (C*fs*fs, (y1-y0)*(x1-x0)*N) of output pixels [y0, y1) x [x0, x1) of a
-    padded (C, T, T, N) source, rows in (c, ky, kx) order, in a scratch buffer."""
-    c, n = src.shape[0], src.shape[3]
-    r, w = y1 - y0, x1 - x0
-    sc, sy, sx, sn = src.strides
-    base = src[:, y0 * stride:, x0 * stride:]
-    view = _as_strided(xp, base, (c, fs, fs, r, w, n), (sc, sy, sx, stride * sy, stride * sx, sn))
-    cols = _scratch(xp, name, (c, fs, fs, r, w, n), src.dtype)
-    cols[...] = view
-    return cols.reshape(c * fs * fs, r * w * n)
+class _Columns:
+    """Column blocks of a padded (C, T, T, N) source: the window view
+    (C, fs, fs, rows, cols, N) is made once, each block is a slice of it copied
+    into one scratch buffer sized for the largest block."""
+
+    def __init__(self, xp, src, fs: int, stride: int, rows: int, cols: int, block: int,
+                 name: str):
+        c, n = src.shape[0], src.shape[3]
+        sc, sy, sx, sn = src.strides
+        self.win = _as_strided(xp, src, (c, fs, fs, rows, cols, n),
+                               (sc, sy, sx, stride * sy, stride * sx, sn))
+        self.k = c * fs * fs
+        self.head = (c, fs, fs)
+        self.n = n
+        self.buf = _scratch(xp, name, (self.k * block * n,), src.dtype)
+
+    def __call__(self, y0: int, y1: int, x0: int, x1: int):
+        """Columns (C*fs*fs, (y1-y0)*(x1-x0)*N) of output pixels [y0, y1) x [x0, x1),
+        rows in (c, ky, kx) order."""
+        r, w = y1 - y0, x1 - x0
+        cols = self.buf[:self.k * r * w * self.n].reshape(self.head + (r, w, self.n))
+        cols[...] = self.win[:, :, :, y0:y1, x0:x1]
+        return cols.reshape(self.k, r * w * self.n)
 
 
 def _gemm_groups(xp, wm, cols, out, groups: int, accumulate: bool) -> None:
@@ -410,13 +424,17 @@ def _conv_forward_chwn(xp, xs, ws, b, geom, keep_cache):
                                          None if keep_cache else f"xpad{i}"))
     k = max(w[0].size * g for w, g in zip(ws, geom.groups))
     unit = n * max(k, filters) * xp.dtype(dtype).itemsize
-    out_buf = _scratch(xp, "conv_out", (filters, _block_size(m, m, unit) * n), dtype)
+    blocks = list(_blocks(m, m, unit))
+    biggest = _block_size(m, m, unit)
+    out_buf = _scratch(xp, "conv_out", (filters, biggest * n), dtype)
+    columns = [_Columns(xp, xpads[i], geom.fs[i], geom.stride[i], m, m, biggest, f"cols{i}")
+               for i in range(len(xs))]
+    wms = [w.reshape(filters, -1) for w in ws]
     y = xp.empty((n, filters, m, m), dtype=dtype)
-    for y0, y1, x0, x1 in _blocks(m, m, unit):
+    for y0, y1, x0, x1 in blocks:
         out = out_buf[:, :(y1 - y0) * (x1 - x0) * n]
-        for i, w in enumerate(ws):
-            cols = _block_cols(xp, xpads[i], geom.fs[i], geom.stride[i], y0, y1, x0, x1, "cols")
-            _gemm_groups(xp, w.reshape(filters, -1), cols, out, geom.groups[i], i > 0)
+        for i, wm in enumerate(wms):
+            _gemm_groups(xp, wm, columns[i](y0, y1, x0, x1), out, geom.groups[i], i > 0)
         o4 = out.reshape(filters, y1 - y0, x1 - x0, n)
         o4 += b.reshape(filters, 1, 1, 1) if b.ndim == 1 else \
             b.reshape(filters, m, m)[:, y0:y1, x0:x1, None]
@@ -455,8 +473,9 @@ def _conv_backward_chwn(xp, gy, xs, ws, xpads, need_dx, geom, shared_biases):
         dw = xp.empty_like(wm)
         tmp = None
         unit = n * max(k, filters) * item
+        columns = _Columns(xp, xpad, fs, stride, m, m, _block_size(m, m, unit), "cols0")
         for bi, (y0, y1, x0, x1) in enumerate(_blocks(m, m, unit)):
-            cols = _block_cols(xp, xpad, fs, stride, y0, y1, x0, x1, "cols")
+            cols = columns(y0, y1, x0, x1)
             gmat = gt[:, y0:y1, x0:x1].reshape(filters, -1)
             if bi == 0:
                 _gemm_groups_dw(xp, gmat, cols, dw, g)
@@ -505,12 +524,14 @@ def _conv_dx_correlation(xp, gt, wm, n, c, img, fs, pad, groups):
     wflip[...] = w5.transpose(0, 2, 1, 3, 4)
     wflip = wflip.reshape(groups, cg, fg * fs * fs)
     unit = n * max(filters * fs * fs, c) * xp.dtype(dtype).itemsize
-    out_buf = _scratch(xp, "dx_out", (c, _block_size(img, img, unit) * n), dtype)
+    biggest = _block_size(img, img, unit)
+    out_buf = _scratch(xp, "dx_out", (c, biggest * n), dtype)
+    columns = _Columns(xp, gpad, fs, 1, img, img, biggest, "cols0")
     dx = xp.empty((n, c, img, img), dtype=dtype)
+    kg = fg * fs * fs
     for y0, y1, x0, x1 in _blocks(img, img, unit):
-        cols = _block_cols(xp, gpad, fs, 1, y0, y1, x0, x1, "cols")
+        cols = columns(y0, y1, x0, x1)
         out = out_buf[:, :(y1 - y0) * (x1 - x0) * n]
-        kg = fg * fs * fs
         for gi in range(groups):
             xp.matmul(wflip[gi], cols[gi * kg:(gi + 1) * kg], out=out[gi * cg:(gi + 1) * cg])
         dx[:, :, y0:y1, x0:x1] = out.reshape(c, y1 - y0, x1 - x0, n).transpose(3, 0, 1, 2)

@@ -23,6 +23,8 @@ it evenly over the pixels inside the window.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import array_module, kernel
@@ -144,6 +146,11 @@ class _Plan:
         return out
 
 
+@functools.lru_cache(maxsize=64)
+def _plan(img: int, size: int, stride: int, start: int, outputs: int) -> _Plan:
+    return _Plan(img, size, stride, start, outputs)
+
+
 def _scratch(xp, name, shape, dtype):
     from .conv import _scratch as scratch
 
@@ -157,7 +164,7 @@ def pool_forward(x, *, pool: str, size: int, stride: int, start: int, outputs: i
     if pool not in ("max", "avg", "maxabs"):
         raise ValueError(f"unknown pooling {pool!r}")
     n, c, s = x.shape[0], x.shape[1], x.shape[2]
-    plan = _Plan(s, size, stride, start, outputs)
+    plan = _plan(s, size, stride, start, outputs)
     maps = n * c
     xb = x.reshape(maps, s, s)
     y = xp.empty((n, c, outputs, outputs), dtype=x.dtype)
@@ -232,7 +239,7 @@ def pool_backward(gy, x, y, cache, *, pool: str, size: int, stride: int, start: 
     if pool not in ("max", "avg", "maxabs"):
         raise ValueError(f"unknown pooling {pool!r}")
     n, c, s = x.shape[0], x.shape[1], x.shape[2]
-    plan = _Plan(s, size, stride, start, outputs)
+    plan = _plan(s, size, stride, start, outputs)
     maps = n * c
     o, L = outputs, plan.flat
     dtype = gy.dtype
