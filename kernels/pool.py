@@ -49,10 +49,7 @@ def _counts(img_size: int, size: int, stride: int, start: int, outputs: int) -> 
     return np.clip(np.minimum(lo + size, img_size) - np.maximum(lo, 0), 0, None)
 
 
-# Maps are processed in blocks of about this much input.  Blocks that fit in the L3
-# cache rather than L2 mean fewer, longer numpy calls, which matters more when two
-# device workers take turns holding the GIL between calls.
-BLOCK_BYTES = 4 << 20
+BLOCK_BYTES = 1 << 20  # maps are processed in blocks of about this much input (L2-sized)
 
 
 class _Plan:
