@@ -6,8 +6,7 @@ edge read zeros, as in cuda-convnet2), a strided view of it enumerates
 (channel, ky, kx) x (output position, case) and is copied into a ``cols``
 matrix, and GEMMs do the rest.
 
-Conv columns come in one of three orders; the first two are chosen per layer
-by cost:
+Conv columns come in one of two orders, chosen per layer by cost:
 
 * ``chwn`` (many weights per filter, ``K = C/groups * fs^2`` at least
   ``4 * F``): the padded input is laid out (C, H, W, N), cases innermost as
@@ -20,19 +19,13 @@ by cost:
   the zero-padded output gradient with the flipped filters, computed block
   by block like the forward pass (no scatter); other strides scatter each
   block's column gradient back with one strided add per filter offset.
-* ``cases`` (few weights per filter, e.g. a 3-channel first layer): one GEMM
-  per case, ``W (F_g, K_g) @ cols[n] (K_g, M*M)``, whose result is already
-  the case's (F, M*M) output; columns are made a cache-sized block of cases
-  at a time.  ``dW`` sums ``gy[n] @ cols[n].T`` over the cases; the input
-  gradient scatters ``W.T @ gy[n]`` back with one strided add per offset.
-* ``nchw`` (only when forced): columns (K, N*M*M) of the whole minibatch and
-  one GEMM per group, then a transpose of the (F, N, M*M) result.  It does
-  the same sums as ``cases`` but groups them differently, and it is the
-  order the CUDA kernels follow, so their emulation tests compare with it
-  bit for bit; on the CPU ``cases`` is faster (no minibatch-sized columns
-  or transposes).
+* ``nchw`` (few weights per filter, e.g. a 3-channel first layer): columns
+  (K, N*M*M) of the whole minibatch, ``W (F_g, K_g) @ cols``, whose result
+  is already in (F, N, M*M) order and needs only a cheap transpose; the
+  backward pass scatters the column gradient back with one strided add per
+  filter offset.
 
-``LAYOUT`` forces one of the three (for tests).  Local layers: one batched matmul
+``LAYOUT`` forces one of them (for tests).  Local layers: one batched matmul
 over the P output positions, ``W (P, F_g, K_g) @ cols (P, K_g, N)``.
 
 Layouts: activations are (N, C, S, S).  Conv weights (F, C/groups, fs, fs);
@@ -50,7 +43,7 @@ import threading
 
 from . import array_module, backend_name, kernel
 
-LAYOUT: str | None = None  # None: choose per layer; "cases", "chwn" or "nchw": force (tests)
+LAYOUT: str | None = None  # None: choose per input; "nchw" or "chwn": force (tests)
 
 _SCRATCH = threading.local()
 _SCRATCH_LIMIT = 256 << 20  # bytes: larger temporaries are not kept between calls
@@ -81,11 +74,10 @@ def _scratch(xp, name: str, shape, dtype, zero: bool = False):
     return out
 
 
-def _layout(ws, filters: int) -> str:
-    """The conv column order for weights ``ws`` (see the module docstring)."""
+def _use_chwn(k: int, filters: int) -> bool:
     if LAYOUT is not None:
-        return LAYOUT
-    return "chwn" if sum(w[0].size for w in ws) >= 4 * filters else "cases"
+        return LAYOUT == "chwn"
+    return k >= 4 * filters
 
 
 def out_size(img_size: int, filter_size: int, padding: int, stride: int) -> int:
@@ -211,11 +203,8 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
     xp = array_module(xs[0])
     filters = ws[0].shape[0]
     geom = _ConvGeometry(filter_sizes, paddings, strides, channels, groups, img_sizes, modules)
-    layout = _layout(ws, filters)
-    if layout == "chwn":
+    if _use_chwn(sum(w[0].size for w in ws), filters):
         return _conv_forward_chwn(xp, xs, ws, b, geom, keep_cache)
-    if layout == "cases":
-        return _conv_forward_cases(xp, xs, ws, b, geom, keep_cache)
     return _conv_forward_nchw(xp, xs, ws, b, geom, keep_cache)
 
 
@@ -233,11 +222,10 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
     if cache is not None:
         layout, saved = cache
     else:
-        layout, saved = _layout(ws, filters), None
+        layout = "chwn" if _use_chwn(sum(w[0].size for w in ws), filters) else "nchw"
+        saved = None
     if layout == "chwn":
         return _conv_backward_chwn(xp, gy, xs, ws, saved, need_dx, geom, shared_biases)
-    if layout == "cases":
-        return _conv_backward_cases(xp, gy, xs, ws, saved, need_dx, geom, shared_biases)
     return _conv_backward_nchw(xp, gy, xs, ws, saved, need_dx, geom, shared_biases)
 
 
@@ -327,134 +315,6 @@ def _conv_backward_nchw(xp, gy, xs, ws, cols_all, need_dx, geom, shared_biases):
             xp.matmul(wm[fsl].T, gt[fsl], out=dcols[gi * kg:(gi + 1) * kg])
         shape = (n, geom.channels[i], geom.img[i], geom.img[i])
         dx = _col2im_conv(xp, dcols, shape, fs, geom.pad[i], geom.stride[i], modules)
-        dxs.append(dx.reshape(x.shape))
-    return dxs, dws, db
-
-
-# ------------------------------------------------- conv, per-case columns
-
-def _padded_nchw(xp, x, padding: int, total: int, name: str):
-    """x (N, C, H, H) -> zero-padded (N, C, total, total) scratch, x at ``padding``."""
-    n, c, h, _ = x.shape
-    keep = max(0, min(h, total - padding))
-    out = _scratch(xp, name, (n, c, total, total), x.dtype, zero=True)
-    if keep:
-        out[:, :, padding:padding + keep, padding:padding + keep] = x[:, :, :keep, :keep]
-    return out
-
-
-def _case_windows(xp, x, geom, i: int):
-    """The (N, C, fs, fs, M, M) window view of input i, zero-padded."""
-    fs, stride, m = geom.fs[i], geom.stride[i], geom.modules
-    x = _as_image(x, geom.channels[i], geom.img[i])
-    xpad = _padded_nchw(xp, x, geom.pad[i], geom.span(i), f"pad_cases{i}")
-    sn, sc, sy, sx = xpad.strides
-    return _as_strided(xp, xpad, (x.shape[0], x.shape[1], fs, fs, m, m),
-                       (sn, sc, sy, sx, stride * sy, stride * sx))
-
-
-def _case_block(n: int, k: int, p: int, itemsize: int) -> int:
-    """Cases per block: about CHUNK_BYTES of columns (k x p per case)."""
-    return max(1, min(n, CHUNK_BYTES // max(1, k * p * itemsize)))
-
-
-def _conv_forward_cases(xp, xs, ws, b, geom, keep_cache):
-    """Per-case GEMMs: for a block of cases, columns (cases, K, M*M) in the cache and
-    ``y[n] (F, M*M) = W (F, K) @ cols[n]`` written straight into the output, so there
-    is neither a minibatch-sized column matrix nor a transpose of the output.  The
-    columns are kept for the backward pass when ``keep_cache``."""
-    n = xs[0].shape[0]
-    filters = ws[0].shape[0]
-    m = geom.modules
-    p = m * m
-    dtype = xs[0].dtype
-    ks = [geom.channels[i] * geom.fs[i] ** 2 for i in range(len(xs))]
-    nb = _case_block(n, max(ks), p, xp.dtype(dtype).itemsize)
-    wins = [_case_windows(xp, x, geom, i) for i, x in enumerate(xs)]
-    kept = [xp.empty((n, k, p), dtype=dtype) if keep_cache else None for k in ks]
-    y = xp.empty((n, filters, p), dtype=dtype)
-    bias = b.reshape(1, filters, 1) if b.ndim == 1 else b.reshape(1, filters, p)
-    for n0 in range(0, n, nb):
-        n1 = min(n, n0 + nb)
-        yb = y[n0:n1]
-        for i, w in enumerate(ws):
-            if kept[i] is not None:
-                cb = kept[i][n0:n1]
-            else:
-                cb = _scratch(xp, f"cols_cases{i}", (nb, ks[i], p), dtype)[:n1 - n0]
-            cb.reshape(wins[i][n0:n1].shape)[...] = wins[i][n0:n1]
-            _gemm_groups_cases(xp, w.reshape(filters, -1), cb, yb, geom.groups[i], i > 0)
-        yb += bias
-    return y.reshape(n, filters, m, m), ("cases", kept if keep_cache else None)
-
-
-def _gemm_groups_cases(xp, wm, cols, out, groups: int, accumulate: bool) -> None:
-    """out (B, F, P) (+)= per case, block-diagonal W (F, K/groups) @ cols (B, K, P)."""
-    filters = wm.shape[0]
-    fg, kg = filters // groups, cols.shape[1] // groups
-    for gi in range(groups):
-        a = wm[gi * fg:(gi + 1) * fg]
-        bm = cols[:, gi * kg:(gi + 1) * kg]
-        dst = out[:, gi * fg:(gi + 1) * fg]
-        if accumulate:
-            dst += xp.matmul(a, bm)
-        else:
-            xp.matmul(a, bm, out=dst)
-
-
-def _conv_backward_cases(xp, gy, xs, ws, kept, need_dx, geom, shared_biases):
-    """Backward of :func:`_conv_forward_cases`, block of cases by block:
-    ``dW += sum_n gy[n] @ cols[n].T``; the input gradient scatters
-    ``W.T @ gy[n]`` back with one strided add per filter offset."""
-    n = gy.shape[0]
-    filters = ws[0].shape[0]
-    m = geom.modules
-    p = m * m
-    dtype = gy.dtype
-    item = xp.dtype(dtype).itemsize
-    g3 = gy.reshape(n, filters, p)
-    db = g3.sum(axis=(0, 2)) if shared_biases else g3.sum(axis=0).reshape(filters, m, m)
-    dxs, dws = [], []
-    for i, (x, w) in enumerate(zip(xs, ws)):
-        fs, stride, groups, c = geom.fs[i], geom.stride[i], geom.groups[i], geom.channels[i]
-        k = c * fs * fs
-        nb = _case_block(n, k, p, item)
-        fg, kg = filters // groups, k // groups
-        wm = w.reshape(filters, kg)
-        win = _case_windows(xp, x, geom, i) if kept is None or kept[i] is None else None
-        dw = xp.zeros_like(wm)
-        tmp = _scratch(xp, "dw_cases", (nb, fg, kg), dtype)
-        for n0 in range(0, n, nb):
-            n1 = min(n, n0 + nb)
-            if win is None:
-                cb = kept[i][n0:n1]
-            else:
-                cb = _scratch(xp, "cols_cases", (nb, k, p), dtype)[:n1 - n0]
-                cb.reshape(win[n0:n1].shape)[...] = win[n0:n1]
-            t = tmp[:n1 - n0]
-            for gi in range(groups):
-                fsl = slice(gi * fg, (gi + 1) * fg)
-                xp.matmul(g3[n0:n1, fsl], cb[:, gi * kg:(gi + 1) * kg].transpose(0, 2, 1), out=t)
-                dw[fsl] += t.sum(axis=0)
-        dws.append(dw.reshape(w.shape))
-        if not need_dx[i]:
-            dxs.append(None)
-            continue
-        img, total = geom.img[i], geom.span(i)
-        acc = _scratch(xp, "col2im_cases", (n, c, total, total), dtype, zero=True)
-        dbuf = _scratch(xp, "dcols_cases", (nb, k, p), dtype)
-        span = stride * (m - 1) + 1
-        for n0 in range(0, n, nb):
-            n1 = min(n, n0 + nb)
-            dcols = dbuf[:n1 - n0]
-            for gi in range(groups):
-                fsl = slice(gi * fg, (gi + 1) * fg)
-                xp.matmul(wm[fsl].T, g3[n0:n1, fsl], out=dcols[:, gi * kg:(gi + 1) * kg])
-            d = dcols.reshape(n1 - n0, c, fs, fs, m, m)
-            for ky in range(fs):
-                for kx in range(fs):
-                    acc[n0:n1, :, ky:ky + span:stride, kx:kx + span:stride] += d[:, :, ky, kx]
-        dx = _crop(xp, acc, (n, c, img, img), geom.pad[i], total)
         dxs.append(dx.reshape(x.shape))
     return dxs, dws, db
 
