@@ -602,6 +602,31 @@ def local_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, group
     return y, cols_all
 
 
+def local_weight_grad(xp, gp, cols, wm, groups: int):
+    """Weight gradient (P, F, K/groups) of a local layer: per position, gp (P, F, N)
+    times cols (P, K, N) transposed, each filter group against its channel group."""
+    if groups == 1:
+        return xp.matmul(gp, cols.transpose(0, 2, 1))
+    fg, kg = wm.shape[1] // groups, wm.shape[2]
+    dw = xp.empty_like(wm)
+    for gi in range(groups):
+        fsl = slice(gi * fg, (gi + 1) * fg)
+        dw[:, fsl] = xp.matmul(gp[:, fsl], cols[:, gi * kg:(gi + 1) * kg].transpose(0, 2, 1))
+    return dw
+
+
+def local_cols_grad(xp, wm, gp, groups: int, out):
+    """Column gradient (P, K, N) of a local layer into ``out``: wm (P, F, K/groups)
+    transposed times gp (P, F, N), group by group."""
+    if groups == 1:
+        return xp.matmul(wm.transpose(0, 2, 1), gp, out=out)
+    fg, kg = wm.shape[1] // groups, wm.shape[2]
+    for gi in range(groups):
+        fsl = slice(gi * fg, (gi + 1) * fg)
+        out[:, gi * kg:(gi + 1) * kg] = xp.matmul(wm[:, fsl].transpose(0, 2, 1), gp[:, fsl])
+    return out
+
+
 @kernel
 def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides, channels,
                    groups, img_sizes, modules):
@@ -618,27 +643,14 @@ def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, stride
         cols = cache[i] if cache is not None and cache[i] is not None else \
             _cols_local(xp, _as_image(x, channels[i], img_sizes[i]), fs, paddings[i], strides[i],
                         modules, keep=False)
-        g = groups[i]
         wm = w.reshape(p, filters, -1)
-        fg, kg = filters // g, wm.shape[2]
-        if g == 1:
-            dw = xp.matmul(gp, cols.transpose(0, 2, 1))
-        else:
-            dw = xp.empty_like(wm)
-            for gi in range(g):
-                fsl = slice(gi * fg, (gi + 1) * fg)
-                dw[:, fsl] = xp.matmul(gp[:, fsl], cols[:, gi * kg:(gi + 1) * kg].transpose(0, 2, 1))
-        dws.append(dw.reshape(w.shape))
+        dws.append(local_weight_grad(xp, gp, cols, wm, groups[i]).reshape(w.shape))
         if not need_dx[i]:
             dxs.append(None)
             continue
-        dcols = _scratch(xp, "dcols_local", (p, g * kg, n), gy.dtype)
-        if g == 1:
-            xp.matmul(wm.transpose(0, 2, 1), gp, out=dcols)
-        else:
-            for gi in range(g):
-                fsl = slice(gi * fg, (gi + 1) * fg)
-                dcols[:, gi * kg:(gi + 1) * kg] = xp.matmul(wm[:, fsl].transpose(0, 2, 1), gp[:, fsl])
+        dcols = local_cols_grad(xp, wm, gp, groups[i],
+                                _scratch(xp, "dcols_local", (p, wm.shape[2] * groups[i], n),
+                                         gy.dtype))
         shape = (n, channels[i], img_sizes[i], img_sizes[i])
         dx = _col2im_local(xp, dcols, shape, fs, paddings[i], strides[i], modules)
         dxs.append(dx.reshape(x.shape))

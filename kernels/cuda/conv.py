@@ -24,6 +24,7 @@ generic forward's cache (it then rebuilds the columns).
 
 from __future__ import annotations
 
+from ..conv import local_cols_grad, local_weight_grad
 from .backend import contiguous, current
 
 
@@ -197,28 +198,13 @@ def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, stride
         cols = cols_all[i]
         if cols is None:
             cols = im2col_local(x, channels[i], img_sizes[i], fs, pad, stride, modules)
-        g = groups[i]
         wm = contiguous(w).reshape(p, filters, -1)
-        fg, kg = filters // g, wm.shape[2]
-        if g == 1:
-            dw = xp.matmul(gp, cols.transpose(0, 2, 1))
-        else:
-            dw = xp.empty_like(wm)
-            for gi in range(g):
-                fsl = slice(gi * fg, (gi + 1) * fg)
-                dw[:, fsl] = xp.matmul(gp[:, fsl], cols[:, gi * kg:(gi + 1) * kg].transpose(0, 2, 1))
-        dws.append(dw.reshape(w.shape))
+        dws.append(local_weight_grad(xp, gp, cols, wm, groups[i]).reshape(w.shape))
         if not need_dx[i]:
             dxs.append(None)
             continue
-        if g == 1:
-            dcols = xp.matmul(wm.transpose(0, 2, 1), gp)
-        else:
-            dcols = xp.empty((p, g * kg, n), dtype=gy.dtype)
-            for gi in range(g):
-                fsl = slice(gi * fg, (gi + 1) * fg)
-                dcols[:, gi * kg:(gi + 1) * kg] = xp.matmul(wm[:, fsl].transpose(0, 2, 1),
-                                                            gp[:, fsl])
+        dcols = local_cols_grad(xp, wm, gp, groups[i],
+                                xp.empty((p, wm.shape[2] * groups[i], n), dtype=gy.dtype))
         dx = col2im_local(dcols, n, channels[i], img_sizes[i], fs, pad, stride, modules)
         dxs.append(dx.reshape(x.shape))
     return dxs, dws, db
