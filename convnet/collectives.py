@@ -36,6 +36,13 @@ Two implementations:
   NCCL kernel waits for its peers on the GPU, which the event ordering of
   :class:`convnet.cuda_device.CudaDevice` must not be allowed to cycle through).
 
+The chunked algorithm also works by halves (:attr:`AllReduce.sharded`):
+:meth:`ChunkedAllReduce.reduce_slice` is one rank's phase 1 and
+:meth:`ChunkedAllReduce.gather_slices` copies the other ranks' slices of any
+arrays into a rank's own.  The executor uses them to update each slice of
+the weights on one rank only and then gather the updated weights (see
+:mod:`convnet.tasks`).
+
 :func:`make_all_reduce` picks one; ``CONVNET_ALLREDUCE=chunked|nccl`` forces it.
 """
 
@@ -67,6 +74,7 @@ class AllReduce:
     """Interface: sum ``grads[r][k]`` over ranks r, for every key k (see the module docstring)."""
 
     name = "all-reduce"
+    sharded = False  # True: offers reduce_slice / gather_slices / bounds (rank r owns slice r)
 
     def __init__(self, devices: Sequence):
         self.devices = list(devices)
@@ -93,6 +101,39 @@ class ChunkedAllReduce(AllReduce):
     """Reduce-scatter then all-gather by slices, with ``device.copy_from``."""
 
     name = "chunked"
+    sharded = True
+
+    def bounds(self, size: int, rank: int) -> tuple[int, int]:
+        """The slice of a flattened array of ``size`` elements that ``rank`` owns."""
+        return chunk_bounds(size, len(self.devices), rank)
+
+    def reduce_slice(self, grads: list[dict], rank: int) -> dict:
+        """Slice ``rank`` of every ``grads[r][k]``, summed over r in rank order, as new
+        arrays on ``rank``'s device (the inputs are not written)."""
+        device = self.devices[rank]
+        sums = {}
+        with _scope(device):
+            for k in sorted(grads[rank]):
+                lo, hi = self.bounds(grads[rank][k].size, rank)
+                parts = [g[k].reshape(-1)[lo:hi] for g in grads]
+                parts = [p if r == rank else device.copy_from(p) for r, p in enumerate(parts)]
+                total = parts[0] + parts[1] if len(parts) > 1 else parts[0].copy()
+                for part in parts[2:]:
+                    total += part
+                sums[k] = total
+        return sums
+
+    def gather_slices(self, arrays: list[dict], rank: int) -> None:
+        """Copy, into each contiguous ``arrays[rank][k]`` in place, every other rank's
+        slice of it from ``arrays[owner][k]``."""
+        device = self.devices[rank]
+        with _scope(device):
+            for k in sorted(arrays[rank]):
+                flat = arrays[rank][k].reshape(-1)
+                for owner, peer in enumerate(arrays):
+                    if owner != rank:
+                        lo, hi = self.bounds(flat.size, owner)
+                        device.copy_into(flat[lo:hi], peer[k].reshape(-1)[lo:hi])
 
     def __call__(self, grads, ranks=None, barrier=None, scratch=None) -> None:
         count = len(self.devices)
@@ -103,28 +144,18 @@ class ChunkedAllReduce(AllReduce):
             raise ValueError("ranks done by several callers need a barrier between the phases")
         scratch = {} if scratch is None else scratch
         chunks = scratch.setdefault("chunks", {})
-        keys = sorted(grads[0])
         for rank in ranks:  # phase 1: rank r owns slice r of every array
-            device = self.devices[rank]
-            with _scope(device):
-                sums = {}
-                for k in keys:
-                    lo, hi = chunk_bounds(grads[0][k].size, count, rank)
-                    total = device.copy_from(grads[0][k].reshape(-1)[lo:hi])
-                    for r in range(1, count):
-                        total += device.copy_from(grads[r][k].reshape(-1)[lo:hi])
-                    sums[k] = total
-            chunks[rank] = sums
+            chunks[rank] = self.reduce_slice(grads, rank)
         if barrier is not None:
             barrier()
         for rank in ranks:  # phase 2: gather every slice
             device = self.devices[rank]
             with _scope(device):
-                for k in keys:
+                for k in sorted(grads[rank]):
                     old = grads[rank][k]
                     flat = device.xp.empty(old.size, dtype=old.dtype)
                     for owner in range(count):
-                        lo, hi = chunk_bounds(flat.size, count, owner)
+                        lo, hi = self.bounds(flat.size, owner)
                         chunk = chunks[owner][k]
                         flat[lo:hi] = chunk if owner == rank else device.copy_from(chunk)
                     grads[rank][k] = flat.reshape(old.shape)

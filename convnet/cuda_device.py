@@ -37,8 +37,12 @@ a GPU only means their kernels are queued.  Three rules make that enough:
 3. **Arrays handed to another device are not written in place afterwards.**
    The executor replaces activations, output gradients and gradient sums
    (``store[key] = store[key] + value``) instead of updating them in place,
-   so a queued read never races a later in-place write.  (Weights are updated
-   in place, but only their own replica reads them.)
+   so a queued read never races a later in-place write.  Weights are updated
+   in place; with a sharded update (:mod:`convnet.tasks`) other replicas
+   copy a rank's slice after its update, and the rank writes that slice
+   again only in its next update of the layer, which follows (through
+   copies made with rule 1) their next backward pass of the layer, queued
+   after their copy.
 
 Streams are *blocking* streams (they synchronise with the legacy default
 stream of their GPU).  Work the executor does outside a worker thread (weight
@@ -244,6 +248,13 @@ class CudaDevice:
             self._pending.append((done, array, staged))
         self._release_finished()
         return out
+
+    def copy_into(self, out, array) -> None:
+        """Copy an array of any device into ``out``, an array of this device (through
+        :meth:`copy_from`, so the same ordering rules hold), on this device's stream."""
+        staged = self.copy_from(array)
+        with self.scope():
+            out[...] = staged
 
     def to_host(self, array) -> np.ndarray:
         """The array on the host, once every kernel queued so far that may write it is done."""

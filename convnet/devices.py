@@ -52,6 +52,10 @@ class CpuDevice:
         """A real copy of an array that lives on another device."""
         return np.array(array, copy=True)
 
+    def copy_into(self, out: np.ndarray, array) -> None:
+        """Copy an array of another device into ``out``, a buffer of this device."""
+        np.copyto(out, array)
+
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)
 

@@ -2,11 +2,12 @@
 
 :class:`Executor` owns the weights, momentum and gradient accumulators of
 every replica, and the per-step activation buffers.  It runs the operations
-of :mod:`convnet.plan` either in plan order on the calling thread
-(``parallel=False``, the reference walk) or on one worker per logical device
-(``parallel=True``).  Both call the same :meth:`Executor._run` for each
-operation and every device's buffers are written only by that device's ops in
-plan order, so the two walks give bitwise-identical results.
+of :mod:`convnet.plan`, as the tasks of :mod:`convnet.tasks`, either in list
+order on the calling thread (``parallel=False``, the reference walk) or on
+one worker per logical device (``parallel=True``, :mod:`convnet.workers`).
+Both call the same :meth:`Executor._run` for each task and every buffer is
+written by the tasks of one device in list order, so the two walks give
+bitwise-identical results.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import numpy as np
 from convnet.collectives import make_all_reduce
 from convnet.config.model import NetConfig
 from convnet.errors import DataError, TrainingError
-from convnet.plan import (AllReduce, Backward, Copy, Forward, GradCopy, Load, Op, Plan, Update,
+from convnet.plan import (AllReduce, Backward, Copy, Forward, GradCopy, Load, Plan, Update,
                           shard_bounds)
+from convnet.tasks import GATHER, REDUCE, UPDATE_SLICE, Task, make_tasks
 from convnet.workers import DeviceWorkers
 from layers import build_layer
 from layers.base import Context
@@ -61,6 +63,7 @@ class _StepBuffers:
     gouts: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)  # (cost layer, shard) -> sums over the shard
     collectives: dict = field(default_factory=dict)
+    reduced: dict = field(default_factory=dict)  # (layer, pass, rank) -> summed gradient slices
     contexts: dict = field(default_factory=dict)  # shard -> Context (immutable, shared)
 
 
@@ -72,7 +75,10 @@ class Executor:
 
     Weights start identical on every replica (drawn once per layer from a
     generator seeded by ``seed`` and the layer name, then copied), and stay
-    identical because every replica applies the same all-reduced gradient.
+    identical because every replica applies the same all-reduced gradient
+    (or, with a sharded update, gathers the slices the others updated with it;
+    the momentum of replica r is then current on its own slice only, and
+    :meth:`state_arrays` assembles it from the owners).
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, seed: int = 0,
@@ -91,11 +97,12 @@ class Executor:
         self.momentum: dict[str, list[dict]] = {}
         self.wgrads: dict[str, list[dict]] = {}
         self._init_weights()
-        self._train_ops = list(plan.ops)
-        self._eval_ops = [op for op in plan.ops if isinstance(op, FORWARD_KINDS)]
         self.collectives = {op.replica_devices: make_all_reduce([devices[d] for d in
                                                                  op.replica_devices])
                             for op in plan.ops if isinstance(op, AllReduce)}
+        self._train_tasks = make_tasks(plan.ops, self._sharded)
+        self._eval_tasks = make_tasks([op for op in plan.ops if isinstance(op, FORWARD_KINDS)],
+                                      self._sharded)
         self.workers = DeviceWorkers(devices) if parallel else None
         self.timings: list[OpTiming] | None = None
 
@@ -111,6 +118,9 @@ class Executor:
                                    for d, w in zip(devs, self.weights[name])]
             self.wgrads[name] = [{} for _ in devs]
 
+    def _sharded(self, op: AllReduce) -> bool:
+        return self.collectives[op.replica_devices].sharded
+
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Weights and momentum of every layer (replica 0, on the host) for checkpoints."""
         out = {}
@@ -118,9 +128,25 @@ class Executor:
             dev = self.devices[self.plan.layers[name].devices[0]]
             for k, v in self.weights[name][0].items():
                 out[f"weights/{name}/{k}"] = dev.to_host(v)
-            for k, v in self.momentum[name][0].items():
-                out[f"momentum/{name}/{k}"] = dev.to_host(v)
+            for k in self.momentum[name][0]:
+                out[f"momentum/{name}/{k}"] = self._momentum_on_host(name, k)
         return out
+
+    def _momentum_on_host(self, name: str, key: str) -> np.ndarray:
+        """The momentum of ``name``'s weights ``key``: replica 0's, or with a sharded
+        update each slice from the replica that owns it."""
+        devs = self.plan.layers[name].devices
+        first = self.devices[devs[0]].to_host(self.momentum[name][0][key])
+        collective = self.collectives.get(devs)
+        if collective is None or not collective.sharded:
+            return first
+        whole = np.array(first)  # to_host may return a view of the device's array
+        flat = whole.reshape(-1)
+        for owner in range(1, len(devs)):
+            lo, hi = collective.bounds(flat.size, owner)
+            part = self.devices[devs[owner]].to_host(self.momentum[name][owner][key])
+            flat[lo:hi] = part.reshape(-1)[lo:hi]
+        return whole
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Put checkpointed weights and momentum onto every replica (shapes must match)."""
@@ -141,17 +167,17 @@ class Executor:
     # ------------------------------------------------------------------- steps
     def step(self, batch: list[np.ndarray], progress: float = 0.0) -> StepResult:
         """One training step on a minibatch: forward, backward and the updates due."""
-        result = self._execute(batch, self._train_ops, train=True, progress=progress)
+        result = self._execute(batch, self._train_tasks, train=True, progress=progress)
         self.step_count += 1
         return result
 
     def evaluate(self, batch: list[np.ndarray]) -> StepResult:
         """Forward only, in test mode (no dropout), no update."""
-        return self._execute(batch, self._eval_ops, train=False, progress=0.0)
+        return self._execute(batch, self._eval_tasks, train=False, progress=0.0)
 
     def features(self, batch: list[np.ndarray], layer: str) -> np.ndarray:
         """The test-mode output of ``layer`` for every case of ``batch``, on the host."""
-        buffers = self._run_ops(batch, self._eval_ops, train=False, progress=0.0)
+        buffers = self._run_tasks(batch, self._eval_tasks, train=False, progress=0.0)
         placement = self.plan.layers[layer]
         parts = []
         for shard in range(self.plan.num_shards):
@@ -167,9 +193,9 @@ class Executor:
             collective.close()
         self.collectives = {}
 
-    def _execute(self, batch, ops, train: bool, progress: float) -> StepResult:
+    def _execute(self, batch, tasks, train: bool, progress: float) -> StepResult:
         start = time.perf_counter()
-        buffers = self._run_ops(batch, ops, train, progress)
+        buffers = self._run_tasks(batch, tasks, train, progress)
         num_cases = buffers.bounds[-1][1]
         costs: dict[str, dict[str, float]] = {}
         for (layer, _), sums in sorted(buffers.metrics.items()):  # fixed order: shard order
@@ -180,7 +206,7 @@ class Executor:
                  for layer, sums in costs.items()}
         return StepResult(num_cases, costs, time.perf_counter() - start)
 
-    def _run_ops(self, batch, ops, train: bool, progress: float) -> _StepBuffers:
+    def _run_tasks(self, batch, tasks: list[Task], train: bool, progress: float) -> _StepBuffers:
         num_cases = self._check_batch(batch)
         buffers = _StepBuffers(batch=batch, bounds=shard_bounds(num_cases, self.plan.num_shards),
                                ctx_base={"train": train, "seed": self.seed,
@@ -189,20 +215,20 @@ class Executor:
         t0 = time.perf_counter()
         timings = [] if self.timings is not None else None
 
-        def run(op: Op, device: int | None) -> None:
+        def run(task: Task, device: int | None) -> None:
             began = time.perf_counter()
-            self._run(op, buffers, device)
+            self._run(task, buffers, device)
             if timings is not None:
-                for d in ([device] if device is not None else op.devices):
-                    timings.append(OpTiming(d, op.kind, op.layer, began - t0,
+                for d in ([device] if device is not None else task.devices):
+                    timings.append(OpTiming(d, task.kind, task.layer, began - t0,
                                             time.perf_counter() - t0))
 
         if self.workers is None:
-            for op in ops:
-                self.devices[op.devices[0]].activate()  # the op's GPU and stream (CUDA)
-                run(op, None)
+            for task in tasks:
+                self.devices[task.devices[0]].activate()  # the task's GPU and stream (CUDA)
+                run(task, None)
         else:
-            self.workers.run(ops, run)
+            self.workers.run(tasks, run)
         if timings is not None:
             self.timings = timings
         return buffers
@@ -238,9 +264,19 @@ class Executor:
                                                     **buffers.ctx_base)
         return ctx
 
-    def _run(self, op: Op, buffers: _StepBuffers, device: int | None) -> None:
-        """Carry out ``op``; ``device`` is the calling worker's (None: all of the op's)."""
-        if isinstance(op, Load):
+    def _run(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        """Carry out ``task``; ``device`` is the calling worker's (None: all of the task's)."""
+        op = task.op
+        if task.action == REDUCE:
+            buffers.reduced[(op.layer, op.pass_index, task.rank)] = \
+                self.collectives[op.replica_devices].reduce_slice(self.wgrads[op.layer], task.rank)
+        elif task.action == UPDATE_SLICE:
+            self._update(op, buffers, task.rank)
+        elif task.action == GATHER:
+            self.collectives[self.plan.layers[op.layer].devices].gather_slices(
+                self.weights[op.layer], task.rank)
+            self.wgrads[op.layer][task.rank].clear()  # every rank's reduce has read it
+        elif isinstance(op, Load):
             ldef = self.net[op.layer]
             start, stop = buffers.bounds[op.shard]
             column = buffers.batch[ldef.attrs["dataIdx"]][start:stop]
@@ -336,17 +372,26 @@ class Executor:
             self.collectives[devs](self.wgrads[op.layer], [devs.index(rank_device)],
                                    lambda: self.workers.barrier(op.index, len(devs)), scratch)
 
-    def _update(self, op: Update, buffers: _StepBuffers) -> None:
-        """SPEC 4: inc = mom * inc - eps * (grad / numCases + wc * W); W += inc."""
+    def _update(self, op: Update, buffers: _StepBuffers, rank: int | None = None) -> None:
+        """SPEC 4: inc = mom * inc - eps * (grad / numCases + wc * W); W += inc.
+
+        With ``rank`` (a sharded update) only that rank's slice of the weights and
+        momentum, with the summed gradient slice its reduce task left."""
         ldef = self.net[op.layer]
         placement = self.plan.layers[op.layer]
         u = placement.update_period
         first = (op.pass_index - u + 1) * self.plan.rmin
         last = (op.pass_index + 1) * self.plan.rmin
         num_cases = buffers.bounds[last - 1][1] - buffers.bounds[first][0]
-        grads = self.wgrads[op.layer][op.replica]
         weights = self.weights[op.layer][op.replica]
         momentum = self.momentum[op.layer][op.replica]
+        if rank is None:
+            grads = self.wgrads[op.layer][op.replica]
+        else:
+            grads = buffers.reduced.pop((op.layer, op.pass_index, rank))
+            bounds = self.collectives[placement.devices].bounds
+            weights, momentum = ({k: a.reshape(-1)[slice(*bounds(a.size, rank))]
+                                  for k, a in arrays.items()} for arrays in (weights, momentum))
         params = ldef.params
         xp = self.devices[op.device].xp
         for k, grad in grads.items():
@@ -375,6 +420,8 @@ def _momentum_step(xp, w, inc, grad, eps, mom, wc, num_cases) -> None:
     goes through the same operations in the same order as the whole-array form,
     which the other cases use.
     """
+    if w.size == 0:
+        return
     same = grad.dtype == w.dtype == inc.dtype
     if xp is not np or not (same and w.flags.c_contiguous and inc.flags.c_contiguous):
         inc *= mom

@@ -1,14 +1,26 @@
-"""One worker thread per logical device, running its share of a plan.
+"""One worker thread per logical device, running its share of a step's tasks.
 
-Each worker gets the plan's operations that involve its device, in plan order
-(a subsequence of one global topological order, so waiting never deadlocks),
-and before each operation waits until the operations it depends on that ran
-on *other* devices have finished.  Collectives (the all-reduce) meet at a
-barrier.
+Each worker gets the tasks (:mod:`convnet.tasks`) that involve its device, in
+list order (a subsequence of one global topological order).  It runs the
+first task that may run now: one whose dependencies have finished and which
+no earlier pending task of its device holds back.  An earlier task holds
+back every later one unless it is *deferrable* (a part of an all-reduce or a
+weight update: it only touches its own layer's weight state) and the later
+one belongs to another layer.  So a worker whose all-reduce of one layer
+still waits for another device goes on with the backward pass of the layers
+below, instead of idling; the work of each layer, and of every buffer, still
+happens in list order, which keeps results bitwise reproducible.  A task
+whose devices meet inside it (an NCCL all-reduce, at a barrier) only starts
+when nothing earlier is pending on its device.
 
-If any operation raises, the run is aborted: every waiting worker wakes up
-and stops, and :meth:`DeviceWorkers.run` re-raises the first error in the
-calling thread, so one worker's failure never hangs the others.
+Why this cannot deadlock: the earliest unfinished task in the global order
+has all its dependencies finished and nothing earlier pending on its devices,
+so its workers run it as soon as they are free; no task blocks once started
+except at a barrier, which all its devices reach in that same way.
+
+If any task raises, the run is aborted: every waiting worker wakes up and
+stops, and :meth:`DeviceWorkers.run` re-raises the first error in the calling
+thread, so one worker's failure never hangs the others.
 """
 
 from __future__ import annotations
@@ -16,8 +28,6 @@ from __future__ import annotations
 import queue
 import threading
 from typing import Callable
-
-from convnet.plan import Op
 
 _POLL_SECONDS = 0.05
 
@@ -32,6 +42,7 @@ class DeviceWorkers:
     def __init__(self, devices: list):
         self.devices = devices
         self._inboxes = [queue.Queue() for _ in devices]
+        self._wake = [threading.Event() for _ in devices]
         self._threads = [threading.Thread(target=self._serve, args=(i,), daemon=True,
                                           name=f"device-{i}") for i in range(len(devices))]
         self._done: queue.Queue = queue.Queue()
@@ -42,17 +53,19 @@ class DeviceWorkers:
         for t in self._threads:
             t.start()
 
-    def run(self, ops: list[Op], fn: Callable[[Op, int], None]) -> None:
-        """Run ``fn(op, device)`` for every op on each of its devices; re-raise the first error."""
-        self._finished = [threading.Event() for _ in range(max((op.index for op in ops),
+    def run(self, tasks: list, fn: Callable[[object, int], None]) -> None:
+        """Run ``fn(task, device)`` for every task on each of its devices; re-raise the
+        first error.  A task has ``index``, ``deps``, ``devices``, ``layer``,
+        ``deferrable`` and ``barrier`` (see :class:`convnet.tasks.Task`)."""
+        self._finished = [threading.Event() for _ in range(max((t.index for t in tasks),
                                                                default=-1) + 1)]
-        present = {op.index for op in ops}
+        present = {t.index for t in tasks}
         self._abort.clear()
         self._barriers = {}
         per_device = [[] for _ in self.devices]
-        for op in ops:
-            for d in op.devices:
-                per_device[d].append(op)
+        for task in tasks:
+            for d in task.devices:
+                per_device[d].append(task)
         for d, inbox in enumerate(self._inboxes):
             inbox.put((per_device[d], present, fn))
         errors = []
@@ -89,42 +102,59 @@ class DeviceWorkers:
             job = self._inboxes[device].get()
             if job is None:
                 return
-            ops, present, fn = job
+            pending, present, fn = job
             try:
-                for op in ops:
-                    self._wait_for(op, device, present)
-                    fn(op, device)
-                    if len(op.devices) == 1:
-                        self._finished[op.index].set()
-                    else:
-                        self._mark_collective_part(op)
+                while pending:
+                    self._wake[device].clear()
+                    i = self._next(pending, present)
+                    if i is None:
+                        self._sleep(device)
+                        continue
+                    task = pending.pop(i)
+                    fn(task, device)
+                    self._mark_done(task)
                 self.devices[device].synchronize()
                 self._done.put(None)
             except BaseException as error:  # noqa: BLE001 - handed to the caller
                 self._fail()
                 self._done.put(error)
 
-    def _mark_collective_part(self, op: Op) -> None:
-        """A collective is finished once all its devices have done their part."""
-        with self._barrier_lock:
-            count = self._barriers.get(("done", op.index), 0) + 1
-            self._barriers[("done", op.index)] = count
-        if count == len(op.devices):
-            self._finished[op.index].set()
+    def _next(self, pending: list, present: set[int]) -> int | None:
+        """Position in ``pending`` of the first task that may run now, or None."""
+        held_layers = set()
+        for i, task in enumerate(pending):
+            if (task.layer not in held_layers and (i == 0 or not task.barrier)
+                    and all(self._finished[d].is_set() for d in task.deps if d in present)):
+                return i
+            if not task.deferrable:
+                return None
+            held_layers.add(task.layer)
+        return None
 
-    def _wait_for(self, op: Op, device: int, present: set[int]) -> None:
-        for dep in op.deps:
-            if dep not in present:
-                continue
-            event = self._finished[dep]
-            while not event.wait(_POLL_SECONDS):
-                if self._abort.is_set():
-                    raise _Aborted()
+    def _sleep(self, device: int) -> None:
+        """Wait until some task finishes (or the run is aborted)."""
+        while not self._wake[device].wait(_POLL_SECONDS):
             if self._abort.is_set():
                 raise _Aborted()
+        if self._abort.is_set():
+            raise _Aborted()
+
+    def _mark_done(self, task) -> None:
+        """Finish ``task`` (a multi-device task once all its devices did their part)."""
+        if len(task.devices) > 1:
+            with self._barrier_lock:
+                count = self._barriers.get(("done", task.index), 0) + 1
+                self._barriers[("done", task.index)] = count
+            if count < len(task.devices):
+                return
+        self._finished[task.index].set()
+        for wake in self._wake:
+            wake.set()
 
     def _fail(self) -> None:
         self._abort.set()
+        for wake in self._wake:
+            wake.set()
         with self._barrier_lock:
             for barrier in self._barriers.values():
                 if isinstance(barrier, threading.Barrier):

@@ -1,0 +1,125 @@
+"""The executor's units of work: plan operations, with sharded weight updates split up.
+
+A plan (:mod:`convnet.plan`) says *what* happens in a minibatch; a task list
+says what each device's worker runs.  Most operations become one task each.
+The all-reduce and the updates of a replicated layer whose collective can
+work on slices (:attr:`convnet.collectives.AllReduce.sharded`) become three
+one-device tasks per rank r instead of one collective and R full updates:
+
+* ``reduce``: sum slice r of the layer's weight gradients over the ranks (in
+  rank order), on rank r's device;
+* ``update-slice``: apply the SPEC 4 momentum step to slice r of rank r's
+  weights and momentum only, with that summed slice;
+* ``gather``: copy every other slice of the weights from the rank that
+  updated it.
+
+Every replica then holds the weights a full update would give, bit for bit
+(the same element-wise operations on the same sums), each rank does 1/R of
+the update work, and no rank ever waits at a barrier: a ``reduce`` waits for
+the other ranks' backward passes of that layer, a ``gather`` for their
+``update-slice``, both through ordinary dependencies.  The momentum of rank r
+is current on slice r only (see :meth:`convnet.executor.Executor.state_arrays`).
+Collectives that cannot be split (NCCL) stay one task with a barrier.
+
+Tasks that only touch their own layer's weight state (all-reduce parts and
+updates) are *deferrable*: a worker whose next such task is still waiting
+for another device may run later tasks of other layers first (see
+:mod:`convnet.workers`), so the all-reduce of one layer overlaps the backward
+pass of the layers below it.  Each task records the plan operation it comes
+from; ``kind`` names it in timings and profiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from convnet.plan import AllReduce, Op, Update
+
+OP = "op"                    # the plan operation itself
+REDUCE = "reduce"            # one rank's slice of a sharded all-reduce
+UPDATE_SLICE = "update-slice"  # one rank's slice of the weight update
+GATHER = "gather"            # one rank collects the other ranks' updated slices
+
+_KIND = {REDUCE: "allreduce", UPDATE_SLICE: "update", GATHER: "allreduce"}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One worker's unit of work; ``index`` is its position in the task list."""
+
+    index: int
+    op: Op
+    action: str
+    deps: tuple[int, ...]
+    device: int | None = None  # the device of a one-device part; None: the op's own devices
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        return self.op.devices if self.device is None else (self.device,)
+
+    @property
+    def layer(self) -> str:
+        return self.op.layer
+
+    @property
+    def kind(self) -> str:
+        return _KIND.get(self.action, self.op.kind)
+
+    @property
+    def barrier(self) -> bool:
+        """Its devices meet inside it: it may only start once nothing earlier is pending."""
+        return len(self.devices) > 1
+
+    @property
+    def deferrable(self) -> bool:
+        """Later tasks of other layers may run before it while it waits."""
+        return not self.barrier and isinstance(self.op, (AllReduce, Update))
+
+    @property
+    def rank(self) -> int:
+        """The replica this part works for (parts of an all-reduce or an update)."""
+        if isinstance(self.op, AllReduce):
+            return self.op.replica_devices.index(self.device)
+        return self.op.replica
+
+
+def make_tasks(ops: list[Op], sharded) -> list[Task]:
+    """Tasks for ``ops`` (a plan's operations, or a subset in plan order).
+
+    ``sharded(op)`` says whether an :class:`AllReduce` is split into slices.
+    Dependencies on operations not in ``ops`` are dropped, like the workers do.
+    """
+    tasks: list[Task] = []
+    finished_by: dict[int, list[int]] = {}  # op index -> tasks that complete it
+    reduces: dict[tuple[str, int], list[int]] = {}  # (layer, pass) -> reduce task per rank
+    slices: dict[tuple[str, int], list[tuple[Update, int]]] = {}
+
+    def deps_of(op: Op) -> tuple[int, ...]:
+        return tuple(sorted({t for d in op.deps for t in finished_by.get(d, ())}))
+
+    def add(op: Op, action: str, deps, device: int | None = None) -> int:
+        tasks.append(Task(len(tasks), op, action, tuple(deps), device))
+        return len(tasks) - 1
+
+    for op in ops:
+        key = (op.layer, op.pass_index)
+        if isinstance(op, AllReduce) and sharded(op):
+            deps = deps_of(op)
+            reduces[key] = [add(op, REDUCE, deps, d) for d in op.replica_devices]
+            finished_by[op.index] = list(reduces[key])
+        elif isinstance(op, Update) and key in reduces:
+            rank_reduce = reduces[key][op.replica]
+            group = slices.setdefault(key, [])
+            group.append((op, add(op, UPDATE_SLICE, (rank_reduce,), op.device)))
+            finished_by[op.index] = []  # filled by the gather tasks below
+            if len(group) == len(reduces[key]):
+                updated = [t for _, t in group]
+                for update, _ in group:
+                    gather = add(update, GATHER, updated, update.device)
+                    finished_by[update.index].append(gather)
+        else:
+            finished_by[op.index] = [add(op, OP, deps_of(op))]
+    return tasks
+
+
+__all__ = ["Task", "make_tasks", "OP", "REDUCE", "UPDATE_SLICE", "GATHER"]

@@ -1,0 +1,144 @@
+"""The sharded weight update and the deferrable tasks (convnet/tasks.py, convnet/workers.py).
+
+A replicated layer's update is split into reduce / update-slice / gather
+tasks per rank; it must give bitwise the weights and momentum of the plain
+all-reduce and full update, and a worker must keep computing while an
+all-reduce waits for a slower device.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from convnet.collectives import ChunkedAllReduce
+from convnet.config import load_net
+from convnet.devices import make_devices
+from convnet.executor import Executor
+from convnet.plan import AllReduce, Update
+from convnet.planner import make_plan
+from convnet.tasks import GATHER, OP, REDUCE, UPDATE_SLICE, make_tasks
+from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
+
+MINI = 8
+
+
+def _net(tmp_path, name="imagenet-4gpu-data-model", edit=None):
+    layer_def, params = scaled_config(name, tmp_path, edit)
+    return load_net(layer_def, params, data_dims={0: IMAGE_DIMS, 1: (1,)},
+                    num_classes=NUM_CLASSES)
+
+
+def _batches(count: int):
+    rng = np.random.default_rng(11)
+    return [[rng.standard_normal((MINI,) + IMAGE_DIMS).astype(np.float32),
+             rng.integers(0, NUM_CLASSES, (MINI, 1)).astype(np.float32)] for _ in range(count)]
+
+
+def _train(net, gpus, steps=3, parallel=True):
+    plan = make_plan(net, gpus, MINI)
+    executor = Executor(net, plan, make_devices(gpus, "cpu"), seed=5, parallel=parallel)
+    try:
+        for i, batch in enumerate(_batches(steps)):
+            executor.step(batch, progress=i / 10)
+        return executor.state_arrays(), executor
+    finally:
+        executor.close()
+
+
+def test_tasks_split_each_sharded_all_reduce_into_parts_per_rank(tmp_path):
+    plan = make_plan(_net(tmp_path), (0, 1, 2, 3), MINI)
+    tasks = make_tasks(plan.ops, sharded=lambda op: True)
+    reductions = [op for op in plan.ops if isinstance(op, AllReduce)]
+    assert reductions
+    for ar in reductions:
+        parts = [t for t in tasks if t.op is ar]
+        assert [t.action for t in parts] == [REDUCE] * len(ar.replica_devices)
+        assert [t.device for t in parts] == list(ar.replica_devices)
+        updates = [t for t in tasks if isinstance(t.op, Update) and t.layer == ar.layer
+                   and t.op.pass_index == ar.pass_index]
+        slices = [t for t in updates if t.action == UPDATE_SLICE]
+        gathers = [t for t in updates if t.action == GATHER]
+        assert len(slices) == len(gathers) == len(ar.replica_devices)
+        for s in slices:  # a rank updates its slice from its own reduce
+            assert s.deps == (parts[s.rank].index,)
+        for g in gathers:  # and gathers once every rank has updated
+            assert set(g.deps) == {s.index for s in slices}
+            assert g.index > max(s.index for s in slices)
+    for t in tasks:  # the list stays in a dependency order
+        assert all(dep < t.index for dep in t.deps)
+    unsharded = make_tasks(plan.ops, sharded=lambda op: False)
+    assert [t.action for t in unsharded] == [OP] * len(plan.ops)
+    assert [t.deps for t in unsharded] == [op.deps for op in plan.ops]
+
+
+@pytest.mark.parametrize("name, gpus", [("imagenet-4gpu-data-model", (0, 1, 2, 3)),
+                                        ("imagenet-2gpu-data", (0, 1))])
+def test_sharded_update_is_bitwise_the_full_update(tmp_path, monkeypatch, name, gpus):
+    """Weights and (assembled) momentum equal those of every replica doing the whole update."""
+    net = _net(tmp_path, name)
+    sharded, executor = _train(net, gpus)
+    assert any(t.action == UPDATE_SLICE for t in executor._train_tasks)
+    monkeypatch.setattr(ChunkedAllReduce, "sharded", False)
+    full, executor = _train(net, gpus)
+    assert not any(t.action == UPDATE_SLICE for t in executor._train_tasks)
+    assert sharded.keys() == full.keys()
+    assert any(k.startswith("momentum/") for k in sharded)
+    for key in full:
+        assert np.array_equal(sharded[key], full[key]), key
+    for replicas in executor.weights.values():  # every replica holds the whole update
+        for replica in replicas[1:]:
+            for k in replica:
+                assert np.array_equal(replica[k], replicas[0][k])
+
+
+def test_slices_smaller_than_the_rank_count(tmp_path):
+    """A bias of 2 elements on 4 ranks: two ranks own empty slices."""
+    devices = make_devices((0, 1, 2, 3), "cpu")
+    collective = ChunkedAllReduce(devices)
+    rng = np.random.default_rng(0)
+    grads = [{"b": rng.standard_normal(2).astype(np.float32)} for _ in devices]
+    sums = [collective.reduce_slice(grads, r)["b"] for r in range(4)]
+    assert [s.size for s in sums] == [1, 1, 0, 0]
+    total = grads[0]["b"] + grads[1]["b"] + grads[2]["b"] + grads[3]["b"]
+    assert np.array_equal(np.concatenate(sums), total)
+    weights = [{"b": np.full(2, float(r), np.float32)} for r in range(4)]
+    for r in range(4):
+        collective.gather_slices(weights, r)
+    for r in range(4):  # slice 0 from rank 0, slice 1 from rank 1
+        assert weights[r]["b"].tolist() == [0.0, 1.0]
+
+
+def test_all_reduce_waits_while_the_layers_below_run(tmp_path, monkeypatch):
+    """Device 0 does not idle while device 1 is slow with a layer's backward pass:
+    it goes on with the layers below and reduces the slow layer's gradients later."""
+    net = _net(tmp_path, "imagenet-2gpu-data")
+    plan = make_plan(net, (0, 1), MINI)
+    reduced = [op.layer for op in plan.ops if isinstance(op, AllReduce)]
+    slow = reduced[0]  # the topmost weight layer: backward runs first
+    executor = Executor(net, plan, make_devices((0, 1), "cpu"), seed=5, parallel=True)
+    layer = executor.layers[slow]
+    original = layer.backward
+
+    def backward(*args, **kwargs):
+        if threading.current_thread().name == "device-1":
+            time.sleep(0.3)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(layer, "backward", backward)
+    try:
+        executor.step(_batches(1)[0])
+        executor.timings = []
+        executor.step(_batches(1)[0])
+        timings = executor.timings
+    finally:
+        executor.close()
+    on0 = [t for t in timings if t.device == 0]
+    reduce_slow = next(t for t in on0 if t.layer == slow and t.kind == "allreduce")
+    later_backward = [t for t in on0 if t.kind == "backward" and t.layer in reduced[1:]]
+    assert later_backward
+    assert all(t.end <= reduce_slow.start for t in later_backward), \
+        "device 0 should run the backward passes below while its all-reduce waits"
