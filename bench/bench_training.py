@@ -2,7 +2,7 @@
 CPU devices against the same network in PyTorch, and the machine's GEMM peak.
 
     python bench/bench_training.py [--rounds 5] [--steps 6] [--mini 128] [--size 32]
-                                   [--profile] [--no-torch] [--gpus 0 0,1]
+                                   [--profile] [--no-torch] [--no-bound] [--gpus 0 0,1]
 
 The net is cuda-convnet2's ``layers-cifar10-11pct.cfg`` with its
 ``layer-params-cifar10-11pct.cfg`` on 3x32x32 dummy images (random normal,
@@ -11,6 +11,14 @@ lines (conv1 and logprob) become ``gpu=0,1`` in a temporary copy, which makes
 the whole net data-parallel.  A training step is ``Executor.step``: forward,
 backward, all-reduce and the momentum update, the same call the command line
 makes per minibatch (without data loading, which the command line overlaps).
+
+The row ``2 halves, no sync`` is the bound two devices can reach on these
+cores: two one-device executors in one process, each training on half of the
+minibatch on its own worker thread at the same time, never meeting (no
+all-reduce, no shared weights); its step is the time both halves take.  The
+script prints how much of that bound the two-device engine reaches, which
+separates what the executor costs from what the machine does to two busy
+cores (shared caches and memory bandwidth).  ``--no-bound`` skips it.
 
 The PyTorch column is the same network written with torch ops, PyTorch's
 default CPU threads (one per core), float32, ``torch.optim.SGD`` with the
@@ -74,6 +82,7 @@ REF = ROOT / "examples" / "cuda-convnet2"
 LAYER_DEF = REF / "layers-cifar10-11pct.cfg"
 LAYER_PARAMS = REF / "layer-params-cifar10-11pct.cfg"
 NUM_CLASSES = 10
+BOUND = "2 halves, no sync"  # label of halves_worker's row
 
 
 # ------------------------------------------------------------------ the net
@@ -123,6 +132,41 @@ def make_batch(mini: int, size: int, seed: int = 0):
 
 
 # ------------------------------------------------------------------ workers
+
+def halves_worker(args) -> None:
+    """The machine's bound for two devices: two one-device executors, each training on
+    half of the minibatch on its own worker thread, at the same time, and never
+    meeting (no all-reduce, no shared weights).  A two-device step cannot beat
+    this on the same cores; what it loses against it is the executor's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from convnet.devices import make_devices
+    from convnet.executor import Executor
+    from convnet.planner import make_plan
+
+    with tempfile.TemporaryDirectory() as tmp:
+        net = load(1, args.size, Path(tmp))
+    half = args.mini // 2
+    plan = make_plan(net, (0,), half)
+    executors = [Executor(net, plan, make_devices((0,), "cpu"), seed=0, parallel=True)
+                 for _ in range(2)]
+    batches = [make_batch(half, args.size, seed) for seed in (0, 1)]
+    pool = ThreadPoolExecutor(2)
+
+    def step():
+        for future in [pool.submit(ex.step, b) for ex, b in zip(executors, batches)]:
+            future.result()
+
+    for _ in range(2):
+        step()
+    _reply({"ready": True})
+    try:
+        _serve(step)
+    finally:
+        pool.shutdown()
+        for ex in executors:
+            ex.close()
+
 
 def _reply(obj) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
@@ -466,18 +510,24 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", nargs="+", default=["0", "0,1"],
                     help="engine device lists to time (default: 0 and 0,1)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-bound", action="store_true",
+                    help="skip the two-independent-halves bound")
     ap.add_argument("--profile", action="store_true",
                     help="also print the per-layer profile of each engine configuration")
     ap.add_argument("--torch-keep-freed", action="store_true",
                     help="also time PyTorch with the engine's malloc setting "
                          "(convnet.devices.keep_freed_memory)")
-    ap.add_argument("--worker", choices=["engine", "torch", "gemm"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["engine", "halves", "torch", "gemm"],
+                    help=argparse.SUPPRESS)
     ap.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--keep-freed", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.worker == "engine":
         engine_worker(args)
+        return 0
+    if args.worker == "halves":
+        halves_worker(args)
         return 0
     if args.worker == "torch":
         torch_worker(args)
@@ -512,6 +562,10 @@ def main(argv=None) -> int:
         n = len(g.split(","))
         workers.append(Worker(f"engine --gpu {g}", ["--worker", "engine", "--devices", str(n)]
                               + common))
+    bound = None
+    if not args.no_bound and any(len(g.split(",")) == 2 for g in args.gpus):
+        bound = Worker(BOUND, ["--worker", "halves"] + common)
+        workers.append(bound)
     if not args.no_torch:
         tw = Worker("PyTorch", ["--worker", "torch"] + common)
         workers.append(tw)
@@ -577,6 +631,10 @@ def main(argv=None) -> int:
     eng = [lab for lab in labels if lab.startswith("engine")]
     if len(eng) >= 2:
         print(f"speedup {eng[-1]} over {eng[0]}: {rates[eng[-1]] / rates[eng[0]]:.2f}x")
+    if bound is not None and len(eng) >= 2:
+        print(f"bound for two devices on this machine ({BOUND} over {eng[0]}): "
+              f"{rates[BOUND] / rates[eng[0]]:.2f}x; {eng[-1]} reaches "
+              f"{100 * rates[eng[-1]] / rates[BOUND]:.0f}% of it")
     for ref in [lab for lab in labels if lab.startswith("PyTorch")]:
         for lab in eng:
             print(f"ratio {lab} / {ref}: {rates[lab] / rates[ref]:.2f}")
