@@ -517,23 +517,15 @@ def main(argv=None) -> int:
     ap.add_argument("--torch-keep-freed", action="store_true",
                     help="also time PyTorch with the engine's malloc setting "
                          "(convnet.devices.keep_freed_memory)")
-    ap.add_argument("--worker", choices=["engine", "halves", "torch", "gemm"],
-                    help=argparse.SUPPRESS)
+    child_roles = {"engine": engine_worker, "halves": halves_worker, "torch": torch_worker,
+                   "gemm": gemm_worker}
+    ap.add_argument("--worker", choices=sorted(child_roles), help=argparse.SUPPRESS)
     ap.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--keep-freed", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
-    if args.worker == "engine":
-        engine_worker(args)
-        return 0
-    if args.worker == "halves":
-        halves_worker(args)
-        return 0
-    if args.worker == "torch":
-        torch_worker(args)
-        return 0
-    if args.worker == "gemm":
-        gemm_worker(args)
+    if args.worker:  # a child process of the run below
+        child_roles[args.worker](args)
         return 0
 
     import importlib.util
