@@ -112,6 +112,7 @@ def test_hybrid_with_update_period_1_is_p_sequential_updates(tmp_path):
 
 
 @pytest.mark.parametrize("name, gpus", [("imagenet-4gpu-data-model", (0, 1, 2, 3)),
+                                        ("imagenet-4gpu-data", (0, 1, 2, 3)),
                                         ("imagenet-2gpu-data", (0, 1)),
                                         ("imagenet-2gpu-model", (0, 1))])
 def test_parallel_and_sequential_walks_are_bitwise_identical(tmp_path, name, gpus):
