@@ -93,8 +93,11 @@ def make_tasks(ops: list[Op], sharded) -> list[Task]:
     finished_by: dict[int, list[int]] = {}  # op index -> tasks that complete it
     reduces: dict[tuple[str, int], list[int]] = {}  # (layer, pass) -> reduce task per rank
     slices: dict[tuple[str, int], list[tuple[Update, int]]] = {}
+    waiting: set[int] = set()  # sharded updates whose gather tasks are not made yet
 
     def deps_of(op: Op) -> tuple[int, ...]:
+        if any(d in waiting for d in op.deps):  # the planner emits a layer's updates together
+            raise ValueError(f"{op!r} needs an update whose layer's other updates come later")
         return tuple(sorted({t for d in op.deps for t in finished_by.get(d, ())}))
 
     def add(op: Op, action: str, deps, device: int | None = None) -> int:
@@ -112,11 +115,13 @@ def make_tasks(ops: list[Op], sharded) -> list[Task]:
             group = slices.setdefault(key, [])
             group.append((op, add(op, UPDATE_SLICE, (rank_reduce,), op.device)))
             finished_by[op.index] = []  # filled by the gather tasks below
+            waiting.add(op.index)
             if len(group) == len(reduces[key]):
                 updated = [t for _, t in group]
                 for update, _ in group:
                     gather = add(update, GATHER, updated, update.device)
                     finished_by[update.index].append(gather)
+                    waiting.discard(update.index)
         else:
             finished_by[op.index] = [add(op, OP, deps_of(op))]
     return tasks

@@ -142,3 +142,19 @@ def test_all_reduce_waits_while_the_layers_below_run(tmp_path, monkeypatch):
     assert later_backward
     assert all(t.end <= reduce_slow.start for t in later_backward), \
         "device 0 should run the backward passes below while its all-reduce waits"
+
+
+def test_an_op_between_a_layers_sharded_updates_is_refused():
+    """The gather tasks follow the layer's last update; an operation that needs an
+    earlier replica's update before that would lose its dependency, so it is refused."""
+    from convnet.plan import Forward
+
+    ar = AllReduce(index=0, pass_index=0, layer="fc", deps=(), replica_devices=(0, 1), nbytes=8)
+    up0 = Update(index=1, pass_index=0, layer="fc", deps=(0,), device=0, replica=0,
+                 num_cases_scale=1.0)
+    reader = Forward(index=2, pass_index=0, layer="fc", deps=(1,), device=0, replica=0, shard=0)
+    up1 = Update(index=3, pass_index=0, layer="fc", deps=(0,), device=1, replica=1,
+                 num_cases_scale=1.0)
+    assert len(make_tasks([ar, up0, up1, reader], sharded=lambda op: True)) == 7
+    with pytest.raises(ValueError, match="needs an update"):
+        make_tasks([ar, up0, reader, up1], sharded=lambda op: True)
