@@ -121,6 +121,10 @@ class Executor:
     def _sharded(self, op: AllReduce) -> bool:
         return self.collectives[op.replica_devices].sharded
 
+    def _collective(self, layer: str):
+        """The all-reduce of ``layer``'s replicas (one per replica set)."""
+        return self.collectives[self.plan.layers[layer].devices]
+
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Weights and momentum of every layer (replica 0, on the host) for checkpoints."""
         out = {}
@@ -269,12 +273,11 @@ class Executor:
         op = task.op
         if task.action == REDUCE:
             buffers.reduced[(op.layer, op.pass_index, task.rank)] = \
-                self.collectives[op.replica_devices].reduce_slice(self.wgrads[op.layer], task.rank)
+                self._collective(op.layer).reduce_slice(self.wgrads[op.layer], task.rank)
         elif task.action == UPDATE_SLICE:
             self._update(op, buffers, task.rank)
         elif task.action == GATHER:
-            self.collectives[self.plan.layers[op.layer].devices].gather_slices(
-                self.weights[op.layer], task.rank)
+            self._collective(op.layer).gather_slices(self.weights[op.layer], task.rank)
             self.wgrads[op.layer][task.rank].clear()  # every rank's reduce has read it
         elif isinstance(op, Load):
             ldef = self.net[op.layer]
@@ -389,7 +392,7 @@ class Executor:
             grads = self.wgrads[op.layer][op.replica]
         else:
             grads = buffers.reduced.pop((op.layer, op.pass_index, rank))
-            bounds = self.collectives[placement.devices].bounds
+            bounds = self._collective(op.layer).bounds
             weights, momentum = ({k: a.reshape(-1)[slice(*bounds(a.size, rank))]
                                   for k, a in arrays.items()} for arrays in (weights, momentum))
         params = ldef.params
