@@ -8,7 +8,7 @@ point (also installed as the ``convnet`` console script).
 
 import sys
 
-from convnet.cli import main
+from convnet.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -140,9 +140,9 @@ def halves_worker(args) -> None:
     this on the same cores; what it loses against it is the executor's."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from convnet.devices import make_devices
-    from convnet.executor import Executor
-    from convnet.planner import make_plan
+    from convnet.runtime.devices import make_devices
+    from convnet.runtime.executor import Executor
+    from convnet.plan.planner import make_plan
 
     with tempfile.TemporaryDirectory() as tmp:
         net = load(1, args.size, Path(tmp))
@@ -198,9 +198,9 @@ def _serve(step, profile=None, extra=None) -> None:
 def engine_worker(args) -> None:
     import numpy as np
 
-    from convnet.devices import make_devices
-    from convnet.executor import Executor
-    from convnet.planner import make_plan
+    from convnet.runtime.devices import make_devices
+    from convnet.runtime.executor import Executor
+    from convnet.plan.planner import make_plan
 
     gpus = tuple(range(args.devices))
     with tempfile.TemporaryDirectory() as tmp:
@@ -307,9 +307,9 @@ def _torch_net(torch, net, params: dict):
 
 def _engine_initial(net, mini: int):
     """A one-device engine executor and its initial weights as 'layer/key' arrays."""
-    from convnet.devices import CpuDevice
-    from convnet.executor import Executor
-    from convnet.planner import make_plan
+    from convnet.runtime.devices import CpuDevice
+    from convnet.runtime.executor import Executor
+    from convnet.plan.planner import make_plan
 
     ex = Executor(net, make_plan(net, (0,), mini), [CpuDevice(0, 0)], seed=0, parallel=False)
     params = {f"{name}/{k}": v.copy() for name, reps in ex.weights.items()
@@ -349,7 +349,7 @@ def check_equivalence(torch, net, mini: int, size: int) -> dict:
 
 def torch_worker(args) -> None:
     if args.keep_freed:  # the engine's allocator setting, for comparison
-        from convnet.devices import keep_freed_memory
+        from convnet.runtime.devices import keep_freed_memory
 
         keep_freed_memory()
     import numpy as np
@@ -516,7 +516,7 @@ def main(argv=None) -> int:
                     help="also print the per-layer profile of each engine configuration")
     ap.add_argument("--torch-keep-freed", action="store_true",
                     help="also time PyTorch with the engine's malloc setting "
-                         "(convnet.devices.keep_freed_memory)")
+                         "(convnet.runtime.devices.keep_freed_memory)")
     child_roles = {"engine": engine_worker, "halves": halves_worker, "torch": torch_worker,
                    "gemm": gemm_worker}
     ap.add_argument("--worker", choices=sorted(child_roles), help=argparse.SUPPRESS)

@@ -2,7 +2,7 @@
 
 The package turns a layer-def and a layer-params file into a typed layer graph
 (:mod:`convnet.config`), plans where every layer replica runs and which copies
-cross devices (:mod:`convnet.planner`), and walks that plan on logical devices.
+cross devices (:mod:`convnet.plan.planner`), and walks that plan on logical devices.
 The layer math lives in the top-level packages ``layers`` and ``kernels``.
 """
 

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from convnet.checkpoint import save_checkpoint
+from convnet.app.checkpoint import save_checkpoint
 
 
 def main() -> None:

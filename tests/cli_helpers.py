@@ -69,7 +69,7 @@ def assert_clean_error(proc: subprocess.CompletedProcess | tuple, code: int,
 
 
 def checkpoint_arrays(path: Path) -> tuple[dict[str, np.ndarray], dict]:
-    from convnet.checkpoint import load_checkpoint
+    from convnet.app.checkpoint import load_checkpoint
 
     return load_checkpoint(path)
 

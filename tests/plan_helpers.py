@@ -75,7 +75,7 @@ def check_plan_invariants(plan, net) -> None:
     read follow its write in any execution, and P/U updates per replica with
     an all-reduce before each when a weight layer is replicated.
     """
-    from convnet.plan import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load,
+    from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load,
                               Update)
 
     ops, layers = plan.ops, plan.layers

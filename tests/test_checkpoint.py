@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-import convnet.checkpoint as checkpoint
-from convnet.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint,
+import convnet.app.checkpoint as checkpoint
+from convnet.app.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint,
                                 save_checkpoint)
 from convnet.errors import CheckpointError
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from convnet.checkpoint import load_checkpoint, save_checkpoint
+from convnet.app.checkpoint import load_checkpoint, save_checkpoint
 
 HELPER = Path(__file__).with_name("checkpoint_writer.py")
 ROOT = Path(__file__).resolve().parents[1]

@@ -137,7 +137,7 @@ def test_load_file_that_is_not_a_checkpoint(earlier, tmp_path):
 
 def test_tampered_checkpoint_options(earlier, tmp_path):
     """A checkpoint whose saved options were edited into nonsense is refused clearly."""
-    from convnet.checkpoint import load_checkpoint, save_checkpoint
+    from convnet.app.checkpoint import load_checkpoint, save_checkpoint
 
     arrays, meta = load_checkpoint(earlier[0] / "checkpoint.npz")
     meta["options"]["mini"] = "lots"

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from cli_helpers import assert_clean_error, ok, run_cli
-from convnet.cli import build_parser, main
+from convnet.app.cli import build_parser, main
 
 SPEC_OPTIONS = ("--layer-def --layer-params --gpu --mini --epochs --data-provider --data-path "
                 "--train-range --test-range --test-freq --save-path --load-file --test-only "

@@ -18,18 +18,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from convnet.cli import build_parser, main
-from convnet.compare import CATEGORY, compare, config_pairs, run_names
-from convnet.compare_plot import figure_pixels
-from convnet.compare_table import (DEVICE_HEADER, SCHEME_HEADER, fmt_bytes, fmt_cost, fmt_error,
+from convnet.app.cli import build_parser, main
+from convnet.app.compare import CATEGORY, compare, config_pairs, run_names
+from convnet.app.compare_plot import figure_pixels
+from convnet.app.compare_table import (DEVICE_HEADER, SCHEME_HEADER, fmt_bytes, fmt_cost, fmt_error,
                                    fmt_ms, fmt_rate, fmt_seconds)
 from convnet.config import load_net
 from convnet.data import DataOptions, make_provider
-from convnet.plan import AllReduce, Copy, GradCopy
-from convnet.plan_report import device_totals
-from convnet.planner import make_plan
-from convnet.run_log import CSV_COLUMNS
-from convnet.tasks import make_tasks
+from convnet.plan.ops import AllReduce, Copy, GradCopy
+from convnet.plan.report import device_totals
+from convnet.plan.planner import make_plan
+from convnet.app.run_log import CSV_COLUMNS
+from convnet.runtime.tasks import make_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

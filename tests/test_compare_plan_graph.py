@@ -7,11 +7,11 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from convnet.cli import main
+from convnet.app.cli import main
 from convnet.config import load_net
-from convnet.plan_graph import (DPI, copied_edge, figure_size, layer_depths, layout,
+from convnet.plan.graph import (DPI, copied_edge, figure_size, layer_depths, layout,
                                 write_plan_graph)
-from convnet.planner import make_plan
+from convnet.plan.planner import make_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

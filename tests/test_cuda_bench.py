@@ -37,9 +37,9 @@ def test_pytorch_model_of_the_cifar_net_matches_the_engine_on_the_cpu():
     torch = pytest.importorskip("torch", reason="PyTorch (the 'bench' extra) is not installed")
     bench = _bench()
     from convnet.config import load_net
-    from convnet.devices import make_devices
-    from convnet.executor import Executor
-    from convnet.planner import make_plan
+    from convnet.runtime.devices import make_devices
+    from convnet.runtime.executor import Executor
+    from convnet.plan.planner import make_plan
 
     mini, dims, classes = 8, (3, 32, 32), 10
     net = load_net(*bench.CIFAR, data_dims={0: dims, 1: (1,)}, num_classes=classes)

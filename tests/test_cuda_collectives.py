@@ -1,4 +1,4 @@
-"""The all-reduce collectives (convnet/collectives.py).
+"""The all-reduce collectives (convnet/runtime/collectives.py).
 
 Runnable everywhere: the chunked copy-and-add on CPU devices, sequential and
 with one thread per rank, and the executor wired to it (the integration the
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import kernels
-from convnet.collectives import (ChunkedAllReduce, NcclAllReduce, SingleRank, chunk_bounds,
+from convnet.runtime.collectives import (ChunkedAllReduce, NcclAllReduce, SingleRank, chunk_bounds,
                                  choose_all_reduce, make_all_reduce)
-from convnet.devices import CpuDevice
+from convnet.runtime.devices import CpuDevice
 
 
 def _grads(ranks: int, seed: int = 0, dtype=np.float32):
@@ -122,7 +122,7 @@ def _gpu_count() -> int:
 def test_nccl_all_reduce_matches_the_chunked_sum(threaded):
     import cupy
 
-    from convnet.cuda_device import CudaDevice
+    from convnet.runtime.cuda_device import CudaDevice
 
     devices = [CudaDevice(i, i) for i in range(2)]
     host = _grads(2, seed=2)

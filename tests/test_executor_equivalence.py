@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from convnet.config import load_net
-from convnet.devices import make_devices
-from convnet.executor import Executor
-from convnet.planner import make_plan
+from convnet.runtime.devices import make_devices
+from convnet.runtime.executor import Executor
+from convnet.plan.planner import make_plan
 from layers import build_layer
 from layers.base import Context
 from reference_model import ReferenceTrainer

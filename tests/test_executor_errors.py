@@ -7,10 +7,10 @@ import threading
 import numpy as np
 import pytest
 
-from convnet.devices import make_devices
+from convnet.runtime.devices import make_devices
 from convnet.errors import DataError, PlanError, TrainingError
-from convnet.executor import Executor
-from convnet.planner import make_plan
+from convnet.runtime.executor import Executor
+from convnet.plan.planner import make_plan
 from plan_helpers import fc_net
 
 GPUS = (0, 1)

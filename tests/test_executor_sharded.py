@@ -1,4 +1,4 @@
-"""The sharded weight update and the deferrable tasks (convnet/tasks.py, convnet/workers.py).
+"""The sharded weight update and the deferrable tasks (convnet/runtime/tasks.py, convnet/runtime/workers.py).
 
 A replicated layer's update is split into reduce / update-slice / gather
 tasks per rank; it must give bitwise the weights and momentum of the plain
@@ -14,13 +14,13 @@ import time
 import numpy as np
 import pytest
 
-from convnet.collectives import ChunkedAllReduce
+from convnet.runtime.collectives import ChunkedAllReduce
 from convnet.config import load_net
-from convnet.devices import make_devices
-from convnet.executor import Executor
-from convnet.plan import AllReduce, Update
-from convnet.planner import make_plan
-from convnet.tasks import GATHER, OP, REDUCE, UPDATE_SLICE, make_tasks
+from convnet.runtime.devices import make_devices
+from convnet.runtime.executor import Executor
+from convnet.plan.ops import AllReduce, Update
+from convnet.plan.planner import make_plan
+from convnet.runtime.tasks import GATHER, OP, REDUCE, UPDATE_SLICE, make_tasks
 from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
 MINI = 8
@@ -147,7 +147,7 @@ def test_all_reduce_waits_while_the_layers_below_run(tmp_path, monkeypatch):
 def test_an_op_between_a_layers_sharded_updates_is_refused():
     """The gather tasks follow the layer's last update; an operation that needs an
     earlier replica's update before that would lose its dependency, so it is refused."""
-    from convnet.plan import Forward
+    from convnet.plan.ops import Forward
 
     ar = AllReduce(index=0, pass_index=0, layer="fc", deps=(), replica_devices=(0, 1), nbytes=8)
     up0 = Update(index=1, pass_index=0, layer="fc", deps=(0,), device=0, replica=0,

@@ -9,7 +9,7 @@ import pytest
 
 import kernels
 from convnet.config.model import LayerDef, NetConfig
-from convnet.gradcheck import check_net_gradients
+from convnet.runtime.gradcheck import check_net_gradients
 from layers import LAYER_TYPES, NEURON_TYPES
 
 from .test_layers_helpers import conv_def, fc_def, neuron, norm_def, pool_def, simple_def

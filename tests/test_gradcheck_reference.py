@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from convnet.cli import main
+from convnet.app.cli import main
 
 REFERENCE = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet2"
 

@@ -7,10 +7,10 @@ from collections import defaultdict
 
 from hypothesis import given, settings
 
-from convnet.plan import FLOAT_BYTES, AllReduce, Copy, GradCopy, Load
-from convnet.plan_report import (PARAM_COPIES, device_totals, human_bytes, plan_json,
+from convnet.plan.ops import FLOAT_BYTES, AllReduce, Copy, GradCopy, Load
+from convnet.plan.report import (PARAM_COPIES, device_totals, human_bytes, plan_json,
                                  plan_summary, plan_text)
-from convnet.planner import make_plan
+from convnet.plan.planner import make_plan
 from tests.plan_helpers import fc_net
 from tests.test_planner_properties import _plan, valid_nets
 

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convnet.errors import PlanError
-from convnet.plan import Forward
-from convnet.planner import make_plan
+from convnet.plan.ops import Forward
+from convnet.plan.planner import make_plan
 from tests.plan_helpers import check_plan_invariants, fc_net
 
 SETTINGS = settings(max_examples=400, deadline=None,

@@ -17,9 +17,9 @@ import pytest
 
 from convnet.config import load_net
 from convnet.errors import PlanError
-from convnet.plan import AllReduce, Backward, Copy, Forward, GradCopy, Load, Update
-from convnet.plan_report import device_totals, plan_json, plan_text
-from convnet.planner import make_plan
+from convnet.plan.ops import AllReduce, Backward, Copy, Forward, GradCopy, Load, Update
+from convnet.plan.report import device_totals, plan_json, plan_text
+from convnet.plan.planner import make_plan
 from tests.plan_helpers import check_plan_invariants, happens_before
 
 CONFIGS = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet2"

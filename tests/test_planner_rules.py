@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from convnet.errors import ConfigError, PlanError
-from convnet.plan import AllReduce, Backward, Copy, Forward, GradCopy, Load, Update
-from convnet.planner import make_plan
+from convnet.plan.ops import AllReduce, Backward, Copy, Forward, GradCopy, Load, Update
+from convnet.plan.planner import make_plan
 from tests.plan_helpers import fc_net
 
 GPUS4 = (0, 1, 2, 3)

@@ -6,7 +6,7 @@ and the override functions only touch CuPy when called (through
 :mod:`kernels.cuda.backend`).  :func:`install` registers the overrides with
 :func:`kernels.register_kernel` under the backend name ``'cupy'``, so the
 generic kernels dispatch to them for CuPy arrays and numpy calls are
-unaffected; :class:`convnet.cuda_device.CudaDevice` calls it.  Without CuPy
+unaffected; :class:`convnet.runtime.cuda_device.CudaDevice` calls it.  Without CuPy
 or without a GPU, :func:`install` raises :class:`CudaUnavailable` with the reason.
 
 Overrides (module: kernels replaced):

@@ -1,6 +1,6 @@
 """One worker thread per logical device, running its share of a step's tasks.
 
-Each worker gets the tasks (:mod:`convnet.tasks`) that involve its device, in
+Each worker gets the tasks (:mod:`convnet.runtime.tasks`) that involve its device, in
 list order (a subsequence of one global topological order).  It runs the
 first task that may run now: one whose dependencies have finished and which
 no earlier pending task of its device holds back.  An earlier task holds
@@ -56,7 +56,7 @@ class DeviceWorkers:
     def run(self, tasks: list, fn: Callable[[object, int], None]) -> None:
         """Run ``fn(task, device)`` for every task on each of its devices; re-raise the
         first error.  A task has ``index``, ``deps``, ``devices``, ``layer``,
-        ``deferrable`` and ``barrier`` (see :class:`convnet.tasks.Task`)."""
+        ``deferrable`` and ``barrier`` (see :class:`convnet.runtime.tasks.Task`)."""
         self._finished = [threading.Event() for _ in range(max((t.index for t in tasks),
                                                                default=-1) + 1)]
         present = {t.index for t in tasks}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from convnet.config.model import NetConfig
 from convnet.errors import ConvnetError
-from convnet.plan import Plan
+from convnet.plan.ops import Plan
 
 DPI = 100
 BOX_W, BOX_H = 2.0, 0.72  # in layout units

@@ -34,14 +34,14 @@ Two implementations:
   identical sums.  In the parallel walk the ranks meet at the barrier
   *before* queuing the NCCL kernels (see the comment in ``__call__``: an
   NCCL kernel waits for its peers on the GPU, which the event ordering of
-  :class:`convnet.cuda_device.CudaDevice` must not be allowed to cycle through).
+  :class:`convnet.runtime.cuda_device.CudaDevice` must not be allowed to cycle through).
 
 The chunked algorithm also works by halves (:attr:`AllReduce.sharded`):
 :meth:`ChunkedAllReduce.reduce_slice` is one rank's phase 1 and
 :meth:`ChunkedAllReduce.gather_slices` copies the other ranks' slices of any
 arrays into a rank's own.  The executor uses them to update each slice of
 the weights on one rank only and then gather the updated weights (see
-:mod:`convnet.tasks`).
+:mod:`convnet.runtime.tasks`).
 
 :func:`make_all_reduce` picks one; ``CONVNET_ALLREDUCE=chunked|nccl`` forces it.
 """

@@ -1,9 +1,9 @@
 """The executor's units of work: plan operations, with sharded weight updates split up.
 
-A plan (:mod:`convnet.plan`) says *what* happens in a minibatch; a task list
+A plan (:mod:`convnet.plan.ops`) says *what* happens in a minibatch; a task list
 says what each device's worker runs.  Most operations become one task each.
 The all-reduce and the updates of a replicated layer whose collective can
-work on slices (:attr:`convnet.collectives.AllReduce.sharded`) become three
+work on slices (:attr:`convnet.runtime.collectives.AllReduce.sharded`) become three
 one-device tasks per rank r instead of one collective and R full updates:
 
 * ``reduce``: sum slice r of the layer's weight gradients over the ranks (in
@@ -18,13 +18,13 @@ Every replica then holds the weights a full update would give, bit for bit
 the update work, and no rank ever waits at a barrier: a ``reduce`` waits for
 the other ranks' backward passes of that layer, a ``gather`` for their
 ``update-slice``, both through ordinary dependencies.  The momentum of rank r
-is current on slice r only (see :meth:`convnet.executor.Executor.state_arrays`).
+is current on slice r only (see :meth:`convnet.runtime.executor.Executor.state_arrays`).
 Collectives that cannot be split (NCCL) stay one task with a barrier.
 
 Tasks that only touch their own layer's weight state (all-reduce parts and
 updates) are *deferrable*: a worker whose next such task is still waiting
 for another device may run later tasks of other layers first (see
-:mod:`convnet.workers`), so the all-reduce of one layer overlaps the backward
+:mod:`convnet.runtime.workers`), so the all-reduce of one layer overlaps the backward
 pass of the layers below it.  Each task records the plan operation it comes
 from; ``kind`` names it in timings and profiles.
 """
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from convnet.plan import AllReduce, Op, Update
+from convnet.plan.ops import AllReduce, Op, Update
 
 OP = "op"                    # the plan operation itself
 REDUCE = "reduce"            # one rank's slice of a sharded all-reduce

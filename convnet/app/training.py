@@ -28,18 +28,18 @@ from pathlib import Path
 
 import numpy as np
 
-from convnet.backends import choose_backend
-from convnet.cli import raise_if_stopped
-from convnet.commands import CHECKPOINT_NAME, options_for_checkpoint
+from convnet.runtime.backends import choose_backend
+from convnet.app.cli import raise_if_stopped
+from convnet.app.commands import CHECKPOINT_NAME, options_for_checkpoint
 from convnet.config import infer_shapes, parse_data_dims, parse_net
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher, DataOptions, make_provider, parse_range
-from convnet.devices import make_devices
+from convnet.runtime.devices import make_devices
 from convnet.errors import CheckpointError, ConfigError, DataError, TrainingError
-from convnet.executor import Executor
-from convnet.plan import Plan
-from convnet.planner import make_plan
-from convnet.run_log import RunLog, TestResult, progress_bar
+from convnet.runtime.executor import Executor
+from convnet.plan.ops import Plan
+from convnet.plan.planner import make_plan
+from convnet.app.run_log import RunLog, TestResult, progress_bar
 
 
 def make_data_provider(opts: argparse.Namespace):
@@ -231,7 +231,7 @@ class Trainer:
     def save(self) -> Path | None:
         if self.checkpoint is None:
             return None
-        from convnet.checkpoint import save_checkpoint
+        from convnet.app.checkpoint import save_checkpoint
 
         step = self.executor.step_count
         meta = {"options": options_for_checkpoint(self.opts),

@@ -2,9 +2,9 @@
 
 :class:`Executor` owns the weights, momentum and gradient accumulators of
 every replica, and the per-step activation buffers.  It runs the operations
-of :mod:`convnet.plan`, as the tasks of :mod:`convnet.tasks`, either in list
+of :mod:`convnet.plan.ops`, as the tasks of :mod:`convnet.runtime.tasks`, either in list
 order on the calling thread (``parallel=False``, the reference walk) or on
-one worker per logical device (``parallel=True``, :mod:`convnet.workers`).
+one worker per logical device (``parallel=True``, :mod:`convnet.runtime.workers`).
 Both call the same :meth:`Executor._run` for each task and every buffer is
 written by the tasks of one device in list order, so the two walks give
 bitwise-identical results.
@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from convnet.collectives import make_all_reduce
+from convnet.runtime.collectives import make_all_reduce
 from convnet.config.model import NetConfig
 from convnet.errors import DataError, TrainingError
-from convnet.plan import (AllReduce, Backward, Copy, Forward, GradCopy, Load, Plan, Update,
+from convnet.plan.ops import (AllReduce, Backward, Copy, Forward, GradCopy, Load, Plan, Update,
                           shard_bounds)
-from convnet.tasks import GATHER, REDUCE, UPDATE_SLICE, Task, make_tasks
-from convnet.workers import DeviceWorkers
+from convnet.runtime.tasks import GATHER, REDUCE, UPDATE_SLICE, Task, make_tasks
+from convnet.runtime.workers import DeviceWorkers
 from layers import build_layer
 from layers.base import Context
 

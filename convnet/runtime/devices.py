@@ -1,7 +1,7 @@
 """Logical devices: where a replica's arrays live and whose worker computes them.
 
 A logical device is a CUDA GPU when the CUDA backend is chosen (see
-:mod:`convnet.backends`) and otherwise a CPU worker.  Each device owns its
+:mod:`convnet.runtime.backends`) and otherwise a CPU worker.  Each device owns its
 buffers: moving an array onto a device always makes a real copy, so a copy in
 the plan costs what it would cost between GPUs (a memory copy on the CPU).
 
@@ -103,7 +103,7 @@ def keep_freed_memory() -> bool:
 def make_devices(gpus: tuple[int, ...], backend: str) -> list:
     """One logical device per ``--gpu`` entry, on the chosen backend."""
     if backend == "cuda":
-        from convnet.cuda_device import CudaDevice  # imported only when CuPy is wanted
+        from convnet.runtime.cuda_device import CudaDevice  # imported only when CuPy is wanted
 
         return [CudaDevice(i, p) for i, p in enumerate(gpus)]
     limit_blas_threads(1)

@@ -5,7 +5,7 @@ physical GPU ``physical``.  Several logical devices may name the same GPU
 (``--gpu 0,0,0,0``); each still gets its own stream, so a one-GPU machine
 runs every multi-GPU config, and their kernels may overlap on the GPU.
 
-How the executor uses a device (see :mod:`convnet.workers`): one worker
+How the executor uses a device (see :mod:`convnet.runtime.workers`): one worker
 thread per logical device calls :meth:`CudaDevice.activate` once (the thread's
 current GPU and current CuPy stream become this device's), then runs its
 operations; every kernel, cuBLAS call and allocation of that thread goes to
@@ -38,7 +38,7 @@ a GPU only means their kernels are queued.  Three rules make that enough:
    The executor replaces activations, output gradients and gradient sums
    (``store[key] = store[key] + value``) instead of updating them in place,
    so a queued read never races a later in-place write.  Weights are updated
-   in place; with a sharded update (:mod:`convnet.tasks`) other replicas
+   in place; with a sharded update (:mod:`convnet.runtime.tasks`) other replicas
    copy a rank's slice after its update, and the rank writes that slice
    again only in its next update of the layer, which follows (through
    copies made with rule 1) their next backward pass of the layer, queued

@@ -4,7 +4,7 @@
 each layer's device list (explicit ``gpu=``, inherited from the first input,
 or device 0 next to a data layer), checks every placement rule, derives
 shards, passes and activation periods, and emits the operation list of
-:mod:`convnet.plan` with a copy wherever an activation or a gradient crosses
+:mod:`convnet.plan.ops` with a copy wherever an activation or a gradient crosses
 devices.  Every broken rule raises :class:`PlanError` naming the layers.
 """
 
@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from convnet.config.model import LayerDef, NetConfig
 from convnet.errors import PlanError
-from convnet.plan import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy,
+from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy,
                           LayerPlacement, Load, Op, Plan, Update)
 
 

@@ -2,17 +2,17 @@
 
 ``python convnet.py --compare A.cfg B.cfg ... --layer-params P.cfg [...]`` trains
 every layer-def file on the same data, seed, minibatch and ``--gpu`` list with
-the ordinary training machinery (:mod:`convnet.training`), one after the
-other, then prints one table (:mod:`convnet.compare_table`) and, with
-``--save-path``, draws one picture (:mod:`convnet.compare_plot`).
+the ordinary training machinery (:mod:`convnet.app.training`), one after the
+other, then prints one table (:mod:`convnet.app.compare_table`) and, with
+``--save-path``, draws one picture (:mod:`convnet.app.compare_plot`).
 
 Where each figure comes from:
 
 * scheme, passes, parameter memory, activation memory (an estimate), bytes
   copied and all-reduced per minibatch: the planner
-  (:func:`convnet.plan_report.device_totals` on the run's own plan);
+  (:func:`convnet.plan.report.device_totals` on the run's own plan);
 * final train/test cost and error, wall time and training images/s: the run's
-  CSV log (:data:`convnet.run_log.CSV_COLUMNS`), read back from disk;
+  CSV log (:data:`convnet.app.run_log.CSV_COLUMNS`), read back from disk;
 * the time split per device (compute / copy / all-reduce / idle) and the
   per-device timeline: :data:`PROFILE_STEPS` training steps on the first
   minibatch of the first training batch, run after training with the
@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from convnet.errors import ConvnetError
-from convnet.plan import AllReduce, Copy, GradCopy, Plan
-from convnet.plan_report import DeviceTotals, device_totals
-from convnet.run_log import CSV_NAME
+from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan
+from convnet.plan.report import DeviceTotals, device_totals
+from convnet.app.run_log import CSV_NAME
 
 #: Profiled training steps after training (after one warm-up step).
 PROFILE_STEPS = 10
@@ -62,7 +62,7 @@ _NOT_WITH_COMPARE = (
 
 
 def _usage_error(message: str) -> ConvnetError:
-    from convnet.cli import UsageError
+    from convnet.app.cli import UsageError
 
     return UsageError(message)
 
@@ -198,7 +198,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _config_options(args: argparse.Namespace, layer_def: Path, layer_params: Path,
                     gpu) -> argparse.Namespace:
-    from convnet.commands import resolve_options
+    from convnet.app.commands import resolve_options
 
     opts = argparse.Namespace(**vars(args))
     opts.compare = None
@@ -223,9 +223,9 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     data provider the options describe (for callers that need one the
     command line cannot make, e.g. dummy data with small batches).
     """
-    from convnet import training
-    from convnet.compare_plot import write_comparison_png
-    from convnet.compare_table import comparison_table
+    from convnet.app import training
+    from convnet.app.compare_plot import write_comparison_png
+    from convnet.app.compare_table import comparison_table
 
     _check_args(args)
     pairs = config_pairs(args)
@@ -291,7 +291,7 @@ def _write_text(path: Path, text: str) -> None:
 
 def _train_and_profile(result: ConfigResult, opts, provider, net, plan, keep_checkpoints: bool,
                        profile_steps: int) -> None:
-    from convnet.training import Trainer, check_save_dir, make_executor
+    from convnet.app.training import Trainer, check_save_dir, make_executor
 
     check_save_dir(result.log_path.parent)
     executor = make_executor(opts, net, plan)

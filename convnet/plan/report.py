@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 from convnet.config.model import NetConfig
-from convnet.plan import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load, Plan,
+from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load, Plan,
                           Update)
 
 PARAM_COPIES = 3  # weights, gradient accumulator, momentum

@@ -11,7 +11,7 @@ as one line on stderr and a non-zero exit, never a traceback:
 
 Options that a checkpoint remembers default to ``None`` here, so that on
 ``--load-file`` a value given on the command line can be told apart from a
-built-in default (see :mod:`convnet.commands`).
+built-in default (see :mod:`convnet.app.commands`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from convnet.errors import ConvnetError
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEFAULT_LAYER_DEF = EXAMPLES / "digits-hybrid.cfg"
 DEFAULT_LAYER_PARAMS = EXAMPLES / "digits-hybrid-params.cfg"
 PROVIDER_NAMES = ("digits", "cifar", "convnet-batches", "dummy")
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.unraisablehook = _quiet_unraisable(previous_hook)
     try:
         args = build_parser().parse_args(argv)
-        from convnet.commands import run_command  # heavy imports only after --help
+        from convnet.app.commands import run_command  # heavy imports only after --help
 
         return run_command(args)
     except ConvnetError as error:

@@ -1,13 +1,13 @@
 """The text of a ``--compare`` run: one table per config, one per config and device.
 
 Every number is formatted by one of the ``fmt_*`` functions below from the
-exact figure in :class:`convnet.compare.ConfigResult` (planner totals, log
+exact figure in :class:`convnet.app.compare.ConfigResult` (planner totals, log
 rows, profiled step times), so a test can recompute each cell.
 """
 
 from __future__ import annotations
 
-from convnet.plan_report import human_bytes
+from convnet.plan.report import human_bytes
 
 
 def fmt_bytes(n: float) -> str:

@@ -13,7 +13,7 @@ import json
 import warnings
 from pathlib import Path
 
-from convnet.cli import (DEFAULT_LAYER_DEF, DEFAULT_LAYER_PARAMS, UsageError, _batch_range,
+from convnet.app.cli import (DEFAULT_LAYER_DEF, DEFAULT_LAYER_PARAMS, UsageError, _batch_range,
                          _color_noise, _data_dims, _gpu_list, _non_negative, _positive,
                          _provider, _scalar_mean)
 from convnet.errors import CheckpointError, ConvnetError
@@ -76,7 +76,7 @@ _SAVED = {
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from convnet import training
+    from convnet.app import training
 
     # Overflow and NaN are caught by the executor's own checks, which name the layer;
     # numpy's warnings about them would only add lines of noise before that error.
@@ -85,26 +85,26 @@ def run_command(args: argparse.Namespace) -> int:
 
     if getattr(args, "compare", None) is not None or len(
             getattr(args, "layer_params_list", None) or ()) > 1:
-        from convnet.compare import run_compare  # several configs side by side
+        from convnet.app.compare import run_compare  # several configs side by side
 
         return run_compare(args)
     opts = resolve_options(args)
     if opts.print_plan or getattr(opts, "plan_graph", None) is not None:
         net, plan = training.build_net_and_plan(opts)
-        from convnet.plan_report import plan_json, plan_text
+        from convnet.plan.report import plan_json, plan_text
 
         print(plan_json(plan, net) if opts.print_plan == "json" else plan_text(plan, net))
         if getattr(opts, "plan_graph", None) is not None:
-            from convnet.plan_graph import write_plan_graph
+            from convnet.plan.graph import write_plan_graph
 
             write_plan_graph(plan, net, opts.plan_graph)
         return 0
     if opts.check_grads:
         try:
-            from convnet.gradcheck import check_net_gradients
+            from convnet.runtime.gradcheck import check_net_gradients
         except ImportError as error:
             raise ConvnetError(f"--check-grads is not available in this installation "
-                               f"(convnet.gradcheck cannot be imported: {error})") from None
+                               f"(convnet.runtime.gradcheck cannot be imported: {error})") from None
         net = training.load_net_for(opts)
         return 0 if check_net_gradients(net, seed=opts.seed, report=print) else 1
     return training.run(opts)
@@ -128,7 +128,7 @@ def resolve_options(args: argparse.Namespace) -> argparse.Namespace:
     opts.saved_state = None
     opts.saved_options = {}
     if opts.load_file is not None:
-        from convnet.checkpoint import load_checkpoint
+        from convnet.app.checkpoint import load_checkpoint
 
         opts.load_file = checkpoint_file(opts.load_file)
         arrays, meta = load_checkpoint(opts.load_file)

@@ -1,0 +1,1 @@
+"""The application: the command line, training runs, comparisons, checkpoints and logs."""
