@@ -15,6 +15,12 @@ class ConvnetError(Exception):
     exit_code = 1
 
 
+class UsageError(ConvnetError):
+    """A bad command line: unknown option, bad value, options that do not go together."""
+
+    exit_code = 2
+
+
 class ConfigError(ConvnetError):
     """A layer-def or layer-params file that cannot be used.
 
@@ -61,6 +67,14 @@ class CheckpointError(ConvnetError):
 
 class TrainingError(ConvnetError):
     """Training cannot go on, e.g. a NaN cost or activation."""
+
+
+class NonFiniteDataError(TrainingError):
+    """The minibatch itself holds NaN or inf values: the data, not the training, is bad."""
+
+
+class DivergedError(TrainingError):
+    """A layer produced NaN or inf values (or a non-finite gradient): training diverged."""
 
 
 class DeviceError(ConvnetError):
