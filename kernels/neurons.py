@@ -32,7 +32,12 @@ Choices where cuda-convnet2 is not a usable reference:
 
 Every function computes in the dtype of its input.  Layers reach them through
 :class:`Neuron`, which calls the dispatchable kernels :func:`neuron_forward`
-and :func:`neuron_backward` (a backend may replace them with fused kernels).
+and :func:`neuron_backward`; the CUDA backend replaces those with fused kernels
+(:mod:`kernels.cuda.neurons`).
+
+:data:`NEURONS` is the one table of neurons: the config parser takes the names
+and bracket parameters of ``neuron=`` from it, and the CUDA kernel sources are
+keyed by it.  Adding a neuron is one entry here plus its CUDA expressions.
 """
 
 from __future__ import annotations
@@ -45,13 +50,43 @@ from . import array_module, kernel
 
 @dataclass(frozen=True)
 class NeuronFn:
+    """One neuron: its bracket parameters and its math.
+
+    ``params`` names the bracket parameters in order; every one is required,
+    as in cuda-convnet2, which gave none a default.  ``nonzero`` lists those
+    the function divides by.
+    """
+
     name: str
-    nargs: int
+    params: tuple[str, ...]
     # forward(xp, x, args, out) -> y ; ``out`` may be x itself (in place) or None
     forward: Callable
     # backward(xp, g, x, y, args) -> dx ; x is None when ``uses_input`` is false
     backward: Callable
     uses_input: bool  # backward needs the input x (else only the output y)
+    nonzero: tuple[str, ...] = ()
+
+    @property
+    def nargs(self) -> int:
+        return len(self.params)
+
+    @property
+    def form(self) -> str:
+        """How the neuron is written in a config, e.g. ``tanh[a,b]``."""
+        return f"{self.name}[{','.join(self.params)}]" if self.params else self.name
+
+    def check_count(self, count: int) -> None:
+        """Raise ValueError unless ``count`` bracket values is what this neuron takes."""
+        if count != self.nargs:
+            raise ValueError(f"neuron {self.name} takes {self.nargs} parameter(s): "
+                             f"write {self.form}")
+
+    def check_args(self, args: tuple[float, ...]) -> None:
+        """Raise ValueError unless ``args`` are valid bracket values for this neuron."""
+        self.check_count(len(args))
+        for param, value in zip(self.params, args):
+            if value == 0 and param in self.nonzero:
+                raise ValueError(f"neuron {self.form}: {param} must not be 0")
 
 
 def _ident_f(xp, x, a, out):
@@ -181,20 +216,20 @@ def _abstanh_b(xp, g, x, y, a):
 
 
 NEURONS: dict[str, NeuronFn] = {n.name: n for n in [
-    NeuronFn("ident", 0, _ident_f, _ident_b, False),
-    NeuronFn("logistic", 0, _logistic_f, _logistic_b, False),
-    NeuronFn("abs", 0, _abs_f, _abs_b, True),
-    NeuronFn("relu", 0, _relu_f, _relu_b, False),
-    NeuronFn("nrelu", 0, _relu_f, _relu_b, False),
-    NeuronFn("softrelu", 0, _softrelu_f, _softrelu_b, False),
-    NeuronFn("square", 0, _square_f, _square_b, True),
-    NeuronFn("sqrt", 0, _sqrt_f, _sqrt_b, False),
-    NeuronFn("log", 1, _log_f, _log_b, True),
-    NeuronFn("tanh", 2, _tanh_f, _tanh_b, False),
-    NeuronFn("brelu", 1, _brelu_f, _brelu_b, False),
-    NeuronFn("linear", 2, _linear_f, _linear_b, False),
-    NeuronFn("drelu", 1, _drelu_f, _drelu_b, True),
-    NeuronFn("abstanh", 2, _abstanh_f, _abstanh_b, True),
+    NeuronFn("ident", (), _ident_f, _ident_b, False),
+    NeuronFn("logistic", (), _logistic_f, _logistic_b, False),
+    NeuronFn("abs", (), _abs_f, _abs_b, True),
+    NeuronFn("relu", (), _relu_f, _relu_b, False),
+    NeuronFn("nrelu", (), _relu_f, _relu_b, False),
+    NeuronFn("softrelu", (), _softrelu_f, _softrelu_b, False),
+    NeuronFn("square", (), _square_f, _square_b, True),
+    NeuronFn("sqrt", (), _sqrt_f, _sqrt_b, False),
+    NeuronFn("log", ("a",), _log_f, _log_b, True),
+    NeuronFn("tanh", ("a", "b"), _tanh_f, _tanh_b, False),
+    NeuronFn("abstanh", ("a", "b"), _abstanh_f, _abstanh_b, True),
+    NeuronFn("brelu", ("a",), _brelu_f, _brelu_b, False),
+    NeuronFn("linear", ("a", "b"), _linear_f, _linear_b, False),
+    NeuronFn("drelu", ("a",), _drelu_f, _drelu_b, True, nonzero=("a",)),
 ]}
 
 
@@ -218,8 +253,7 @@ class Neuron:
             raise ValueError(f"unknown neuron type {name!r}; known: {', '.join(sorted(NEURONS))}")
         fn = NEURONS[name]
         args = tuple(float(a) for a in args)
-        if len(args) != fn.nargs:
-            raise ValueError(f"neuron {name!r} takes {fn.nargs} parameter(s), got {len(args)}")
+        fn.check_args(args)
         self.fn = fn
         self.name = name
         self.args = args

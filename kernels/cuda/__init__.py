@@ -17,8 +17,7 @@ Overrides (module: kernels replaced):
 * :mod:`~kernels.cuda.norm`: ``response_norm_forward``, ``response_norm_backward``;
 * :mod:`~kernels.cuda.nn`: ``logreg_cost``, ``logreg_grad``;
 * :mod:`~kernels.cuda.dropout`: ``uniform_like`` (bit-identical to numpy);
-* :mod:`~kernels.cuda.neurons`: ``neuron_forward``, ``neuron_backward``
-  (waiting for the dispatch hook described there).
+* :mod:`~kernels.cuda.neurons`: ``neuron_forward``, ``neuron_backward``.
 
 Every other generic kernel runs on CuPy unchanged.  Setting the environment
 variable ``CONVNET_CUDA_KERNELS=generic`` makes :func:`install` register

@@ -5,28 +5,18 @@ array operations, e.g. relu's backward ``g * (y > 0)`` is two passes and a
 temporary, logistic's forward four in-place passes.  Each kernel here is one
 pass with the generic functions' operation order.
 
-Integration point: :class:`kernels.neurons.Neuron` calls the per-neuron
-functions directly, not through a dispatchable kernel, so these overrides
-take effect once ``kernels/neurons.py`` routes ``Neuron.forward`` and
-``Neuron.backward`` through two ``@kernel`` functions with these signatures::
-
-    @kernel
-    def neuron_forward(x, name, args, out=None):
-        return NEURONS[name].forward(array_module(x), x, args, out)
-
-    @kernel
-    def neuron_backward(g, x, y, name, args):
-        return NEURONS[name].backward(array_module(g), g, x, y, args)
-
-(``out`` is x itself for an in-place forward, as now; ``x`` is None when the
-neuron does not use its input.)  Until then they are registered under those
-names and only reached by direct calls (the tests do that).
+These replace the dispatchable kernels :func:`kernels.neurons.neuron_forward`
+and :func:`kernels.neurons.neuron_backward` for CuPy arrays, with the same
+signatures: ``out`` is x itself for an in-place forward, and ``x`` is None
+when the neuron does not use its input.  The kernels are compiled for every
+neuron of :data:`kernels.neurons.NEURONS` (:mod:`kernels.cuda.sources`).
 """
 
 from __future__ import annotations
 
+from ..neurons import NEURONS
 from .backend import contiguous, current
-from .sources import NEURON_EXPRS, neuron_backward_constant
+from .sources import neuron_backward_constant
 
 
 def _ab(args):
@@ -35,9 +25,13 @@ def _ab(args):
     return a, b
 
 
-def neuron_forward(x, name, args, out=None):
-    if name not in NEURON_EXPRS:
+def _check_name(name: str) -> None:
+    if name not in NEURONS:
         raise ValueError(f"unknown neuron type {name!r}")
+
+
+def neuron_forward(x, name, args, out=None):
+    _check_name(name)
     be = current()
     a, b = _ab(args)
     if out is not None and out is x and x.flags.c_contiguous:
@@ -52,8 +46,7 @@ def neuron_forward(x, name, args, out=None):
 
 
 def neuron_backward(g, x, y, name, args):
-    if name not in NEURON_EXPRS:
-        raise ValueError(f"unknown neuron type {name!r}")
+    _check_name(name)
     be = current()
     a, b = _ab(args)
     g = contiguous(g)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..neurons import NEURONS
+
 
 @dataclass(frozen=True)
 class KernelSpec:
@@ -556,6 +558,7 @@ u = (double)(z >> 11) * 1.1102230246251565e-16;
 """, preamble="")
 
 # --------------------------------------------------------------------- neurons
+# The CUDA expressions of each neuron of the one table, kernels.neurons.NEURONS:
 # name -> (forward expression of x, a, b; backward expression of g, x, y, a, b, c)
 # with the operation order of kernels.neurons; c is a constant the caller
 # computes in double precision where numpy does (abstanh: a * |b|).
@@ -570,16 +573,21 @@ NEURON_EXPRS: dict[str, tuple[str, str]] = {
     "sqrt": ("sqrt(x)", "g / ((T)2 * y)"),
     "log": ("log(x + a)", "g / (x + a)"),
     "tanh": ("tanh(x * b) * a", "(a == (T)0 ? (T)0 : g * (b * (a - y * y / a)))"),
+    "abstanh": ("cvn_abs(tanh(x * cvn_abs(b))) * a",
+                "g * c * ((T)1 - tanh(cvn_abs(b) * x) * tanh(cvn_abs(b) * x))"
+                " * (T)((x > (T)0) - (x < (T)0))"),
     "brelu": ("((x < (T)0 ? (T)0 : x) > a ? a : (x < (T)0 ? (T)0 : x))",
               "g * (T)(y > (T)0 && y < a)"),
     "linear": ("x * a + b", "g * a"),
     "drelu": ("x - tanh(x / a) * a", "g * (tanh(x / a) * tanh(x / a))"),
-    "abstanh": ("cvn_abs(tanh(x * cvn_abs(b))) * a",
-                "g * c * ((T)1 - tanh(cvn_abs(b) * x) * tanh(cvn_abs(b) * x))"
-                " * (T)((x > (T)0) - (x < (T)0))"),
 }
+_missing, _unknown = NEURONS.keys() - NEURON_EXPRS.keys(), NEURON_EXPRS.keys() - NEURONS.keys()
+if _missing or _unknown:
+    raise RuntimeError("the CUDA neuron expressions must match kernels.neurons.NEURONS: "
+                       f"missing {sorted(_missing)}, unknown {sorted(_unknown)}")
 
-for _name, (_fwd, _bwd) in NEURON_EXPRS.items():
+for _name in NEURONS:
+    _fwd, _bwd = NEURON_EXPRS[_name]
     _spec(f"cvn_neuron_fwd_{_name}", "T x, T a, T b", "T y", f"y = {_fwd};", arrays=("x",))
     # in place: the output holds x on entry
     _spec(f"cvn_neuron_fwd_inplace_{_name}", "T a, T b", "T y",
