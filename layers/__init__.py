@@ -1,46 +1,45 @@
 """The layer library: one implementation per cuda-convnet2 layer type.
 
-``LAYER_TYPES`` maps every config ``type`` to its :class:`~layers.base.Layer`
-subclass; each family module registers its types on import:
-
-=====================  ==============================================
-module                 types
-=====================  ==============================================
-:mod:`layers.weights`  ``conv``, ``local``, ``fc``
-:mod:`layers.pooling`  ``pool``
-:mod:`layers.norms`    ``cmrnorm``, ``rnorm``, ``cnorm``
-:mod:`layers.neurons`  ``neuron``
-:mod:`layers.softmax`  ``softmax``
-:mod:`layers.costs`    ``cost.logreg``, ``cost.crossent``, ``cost.bce``, ``cost.sum2``
-:mod:`layers.dropout`  ``dropout``, ``dropout2``
-:mod:`layers.combine`  ``pass``, ``concat``, ``eltsum``, ``eltmax``, ``sum``
-:mod:`layers.data`     ``data`` (identity; the executor loads data itself)
-=====================  ==============================================
+Each type's descriptor in :mod:`convnet.config.layertypes` names the class
+that computes it (``"layers.weights:ConvLayer"``); :func:`build_layer`
+resolves that name.  The classes live in family modules: :mod:`layers.weights`
+(conv, local, fc), :mod:`layers.pooling`, :mod:`layers.norms`,
+:mod:`layers.neurons`, :mod:`layers.softmax`, :mod:`layers.costs`,
+:mod:`layers.dropout`, :mod:`layers.combine` (pass, concat, eltsum, eltmax,
+sum) and :mod:`layers.data` (identity; the executor loads data itself).
 
 Every layer's forward/backward includes its inline ``neuron=`` (not for
-costs); the neuron functions are listed in ``NEURON_TYPES``.
+costs); the neuron functions are those of :data:`kernels.neurons.NEURONS`.
 """
 
 from __future__ import annotations
 
+import importlib
+
+from convnet.config.layertypes import LayerType, layer_type
 from convnet.config.model import LayerDef
-from kernels.neurons import NEURONS
 
-from . import combine, costs, data, dropout, norms, neurons, pooling, softmax, weights  # noqa: F401
 from .base import Context, Layer
-from .core import LAYER_TYPES, ComputeLayer, register
-
-NEURON_TYPES: dict[str, int] = {name: fn.nargs for name, fn in NEURONS.items()}
+from .core import ComputeLayer
 
 
 def build_layer(ldef: LayerDef) -> Layer:
     """The layer object for one parsed layer definition."""
     try:
-        cls = LAYER_TYPES[ldef.type]
-    except KeyError:
-        raise ValueError(f"layer '{ldef.name}': unknown layer type {ldef.type!r}") from None
-    return cls(ldef)
+        ltype = layer_type(ldef.type)
+    except ValueError as error:
+        raise ValueError(f"layer '{ldef.name}': {error}") from None
+    return layer_class(ltype)(ldef)
 
 
-__all__ = ["LAYER_TYPES", "NEURON_TYPES", "build_layer", "register", "Context", "Layer",
-           "ComputeLayer"]
+def layer_class(ltype: LayerType) -> type[Layer]:
+    """The class a descriptor's ``"module:Class"`` implementation path names."""
+    module, _, name = ltype.implementation.partition(":")
+    cls = getattr(importlib.import_module(module), name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Layer)):
+        raise TypeError(f"layer type {ltype.name!r}: {ltype.implementation!r} "
+                        "does not name a Layer class")
+    return cls
+
+
+__all__ = ["build_layer", "layer_class", "Context", "Layer", "ComputeLayer"]

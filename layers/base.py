@@ -34,7 +34,7 @@ class Context:
 
     ``case_offset`` is the index, within the whole minibatch, of the shard's
     first case: dropout masks are a function of (seed, step, layer, case
-    index), so they do not depend on how the minibatch was split (SPEC 5.5).
+    index), so they do not depend on how the minibatch was split.
     """
 
     train: bool = True
@@ -46,11 +46,10 @@ class Context:
 class Layer:
     """Base class: forward and backward of one layer type, neuron included.
 
-    Subclasses set ``type_names`` (the config ``type`` values they implement)
-    and override :meth:`init_params`, :meth:`forward` and :meth:`backward`.
+    Subclasses override :meth:`init_params`, :meth:`forward` and
+    :meth:`backward`; the descriptor of each layer type
+    (:mod:`convnet.config.layertypes`) names the subclass that computes it.
     """
-
-    type_names: tuple[str, ...] = ()
 
     def __init__(self, ldef: LayerDef):
         self.ldef = ldef

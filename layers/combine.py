@@ -18,12 +18,10 @@ import math
 from kernels import array_module
 from kernels import nn as knn
 
-from .core import ComputeLayer, per_input, register
+from .core import ComputeLayer, per_input
 
 
-@register
 class ConcatLayer(ComputeLayer):
-    type_names = ("pass", "concat")
 
     def __init__(self, ldef):
         super().__init__(ldef)
@@ -49,9 +47,7 @@ class ConcatLayer(ComputeLayer):
         return out, {}
 
 
-@register
 class EltSumLayer(ComputeLayer):
-    type_names = ("eltsum",)
 
     def __init__(self, ldef):
         super().__init__(ldef)
@@ -70,9 +66,7 @@ class EltSumLayer(ComputeLayer):
                 for c, x, want in zip(self.coeffs, inputs, need)], {}
 
 
-@register
 class EltMaxLayer(ComputeLayer):
-    type_names = ("eltmax",)
 
     def _forward(self, inputs, params, ctx):
         shape = inputs[0].shape
@@ -85,9 +79,7 @@ class EltMaxLayer(ComputeLayer):
                 for i, (x, want) in enumerate(zip(inputs, need))], {}
 
 
-@register
 class SumLayer(ComputeLayer):
-    type_names = ("sum",)
 
     def __init__(self, ldef):
         super().__init__(ldef)

@@ -1,4 +1,4 @@
-"""Machinery shared by the layer families: the registry and the inline neuron.
+"""Machinery shared by the layer families: the inline neuron and per-input attrs.
 
 :class:`ComputeLayer` splits a layer into its own math (``_forward`` /
 ``_backward``, written by each family) and the optional inline ``neuron=``
@@ -14,17 +14,6 @@ from convnet.config.model import LayerDef
 from kernels.neurons import Neuron
 
 from .base import Context, Layer
-
-LAYER_TYPES: dict[str, type[Layer]] = {}
-
-
-def register(cls: type[Layer]) -> type[Layer]:
-    """Class decorator: register ``cls`` under each of its ``type_names``."""
-    for name in cls.type_names:
-        if name in LAYER_TYPES and LAYER_TYPES[name] is not cls:
-            raise ValueError(f"layer type {name!r} registered twice")
-        LAYER_TYPES[name] = cls
-    return cls
 
 
 def make_neuron(spec) -> Neuron | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from kernels import array_module
 from kernels import nn as knn
 
-from .core import ComputeLayer, register
+from .core import ComputeLayer
 
 
 class _CostLayer(ComputeLayer):
@@ -37,11 +37,9 @@ class _CostLayer(ComputeLayer):
         return inputs[0], inputs[1]
 
 
-@register
 class LogregCost(_CostLayer):
     """Inputs (labels (N, 1) class indices as floats, probs (N, K))."""
 
-    type_names = ("cost.logreg",)
 
     def input_differentiable(self, i: int) -> bool:
         return i != 0
@@ -73,11 +71,9 @@ class LogregCost(_CostLayer):
         return [gl, gp], {}
 
 
-@register
 class CrossEntCost(_CostLayer):
     """Inputs (dense labels (N, K), probs (N, K)); cost ``-sum labels * log probs``."""
 
-    type_names = ("cost.crossent",)
 
     def _forward(self, inputs, params, ctx):
         cost, _ = knn.crossent_cost(*inputs)
@@ -92,12 +88,10 @@ class CrossEntCost(_CostLayer):
         return [gl, gp if need[1] else None], {}
 
 
-@register
 class BCECost(_CostLayer):
     """Binomial cross-entropy between targets in [0, 1] and probabilities;
     optional ``posWeight`` param weighs the positive term (default 1)."""
 
-    type_names = ("cost.bce",)
 
     @property
     def pos_weight(self) -> float:
@@ -117,11 +111,9 @@ class BCECost(_CostLayer):
         return [gl, gp if need[1] else None], {}
 
 
-@register
 class Sum2Cost(_CostLayer):
     """Sum of squares of its single input; gradient ``2 * coeff * x``."""
 
-    type_names = ("cost.sum2",)
 
     def _forward(self, inputs, params, ctx):
         return knn.sum2_cost(inputs[0]), None

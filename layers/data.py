@@ -1,15 +1,13 @@
 """The ``data`` layer.  The executor loads data columns itself and never computes
-with it; it is registered as the identity on its (optional) single input so
+with it; it is the identity on its (optional) single input so
 that generic code can build every layer of a net."""
 
 from __future__ import annotations
 
-from .core import ComputeLayer, register
+from .core import ComputeLayer
 
 
-@register
 class DataLayer(ComputeLayer):
-    type_names = ("data",)
     allows_neuron = False
     fresh_output = False
 

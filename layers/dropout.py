@@ -4,7 +4,7 @@ At train time (``ctx.train`` and the ``enable`` param) each element is kept
 with probability ``keep``; the mask bit of (case c, feature f) is a pure
 function of ``(ctx.seed, ctx.step, layer name, ctx.case_offset + row, f)``
 (:mod:`kernels.random`), so data-parallel runs see the same masks as one
-device (SPEC 5.5).
+device.
 
 * ``dropout``: kept values are scaled by 1/keep; identity at test time or
   when disabled.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from kernels import random as krandom
 
-from .core import ComputeLayer, register
+from .core import ComputeLayer
 
 
 class _DropoutBase(ComputeLayer):
@@ -36,9 +36,7 @@ class _DropoutBase(ComputeLayer):
         return krandom.keep_mask(x, self.keep, key, ctx.case_offset)
 
 
-@register
 class DropoutLayer(_DropoutBase):
-    type_names = ("dropout",)
 
     def _forward(self, inputs, params, ctx):
         x = inputs[0]
@@ -59,9 +57,7 @@ class DropoutLayer(_DropoutBase):
         return [dx], {}
 
 
-@register
 class Dropout2Layer(_DropoutBase):
-    type_names = ("dropout2",)
 
     def _forward(self, inputs, params, ctx):
         x = inputs[0]

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from kernels.neurons import Neuron
 
-from .core import ComputeLayer, register
+from .core import ComputeLayer
 
 
-@register
 class NeuronLayer(ComputeLayer):
-    type_names = ("neuron",)
     allows_neuron = False  # the neuron is the layer itself
 
     def __init__(self, ldef):

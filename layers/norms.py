@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from kernels import norm as knorm
 
-from .core import ComputeLayer, register
+from .core import ComputeLayer
 from .pooling import as_image, image_geometry
 
 
-@register
 class NormLayer(ComputeLayer):
-    type_names = ("cmrnorm", "rnorm", "cnorm")
     keeps_output = True
 
     def __init__(self, ldef):

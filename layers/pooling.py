@@ -6,7 +6,7 @@ import math
 
 from kernels import pool as kpool
 
-from .core import ComputeLayer, register
+from .core import ComputeLayer
 
 
 def image_geometry(ldef, channels_key: str = "channels"):
@@ -28,9 +28,7 @@ def as_image(x, channels: int, img: int):
     return x if x.ndim == 4 else x.reshape(x.shape[0], channels, img, img)
 
 
-@register
 class PoolLayer(ComputeLayer):
-    type_names = ("pool",)
     keeps_output = True  # max pooling's backward compares inputs with the output
 
     def __init__(self, ldef):

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from kernels import nn as knn
 
-from .core import ComputeLayer, register
+from .core import ComputeLayer
 
 
-@register
 class SoftmaxLayer(ComputeLayer):
-    type_names = ("softmax",)
     keeps_output = True
 
     def _forward(self, inputs, params, ctx):

@@ -16,7 +16,7 @@ import numpy as np
 from kernels import conv as kconv
 from kernels import nn as knn
 
-from .core import ComputeLayer, per_input, register
+from .core import ComputeLayer, per_input
 
 
 class _WeightLayer(ComputeLayer):
@@ -67,11 +67,9 @@ class _ConvLike(_WeightLayer):
                     modules=self.modules)
 
 
-@register
 class ConvLayer(_ConvLike):
     """Shared-weight convolution (cuda-convnet2 ``conv``)."""
 
-    type_names = ("conv",)
 
     def __init__(self, ldef):
         super().__init__(ldef)
@@ -91,11 +89,9 @@ class ConvLayer(_ConvLike):
         return dxs, grads
 
 
-@register
 class LocalLayer(_ConvLike):
     """Locally-connected convolution: every output position has its own filters."""
 
-    type_names = ("local",)
 
     def _forward(self, inputs, params, ctx):
         y, cache = kconv.local_forward(inputs, self._weights(params), params["b"],
@@ -110,11 +106,9 @@ class LocalLayer(_ConvLike):
         return dxs, grads
 
 
-@register
 class FCLayer(_WeightLayer):
     """Fully connected; image inputs are flattened in (channel, row, column) order."""
 
-    type_names = ("fc",)
 
     def _forward(self, inputs, params, ctx):
         return knn.fc_forward(inputs, self._weights(params), params["b"]), None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from convnet.config.model import LayerDef, NetConfig, Schedule
+from convnet.config.model import LayerDef, NetConfig
+from convnet.config.schedules import Schedule
 
 WEIGHT_PARAMS = {"epsW": [Schedule("const", 0.01)], "epsB": Schedule("const", 0.02),
                  "momW": [0.9], "momB": 0.9, "wc": [0.0], "wball": [0.0], "updatePeriod": 0}

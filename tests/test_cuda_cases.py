@@ -14,7 +14,9 @@ from typing import Callable
 
 import numpy as np
 
-from layers import LAYER_TYPES, NEURON_TYPES, build_layer
+from convnet.config.layertypes import LAYER_TYPES
+from kernels.neurons import NEURONS
+from layers import build_layer
 from layers.base import Context
 
 from .test_layers_helpers import conv_def, fc_def, norm_def, pool_def, simple_def
@@ -174,6 +176,6 @@ def test_cases_cover_every_layer_type_and_neuron():
     types = {c.ldef.type for c in cases.values()}
     assert set(LAYER_TYPES) - {"data"} <= types
     neurons = {c.ldef.neuron.name for c in cases.values() if c.ldef.neuron is not None}
-    assert set(NEURON_TYPES) <= neurons
+    assert set(NEURONS) <= neurons
     out = forward_backward(cases["conv-plain"], np.asarray, np.asarray)
     assert set(out) == {"y", "d_in0", "d_W0", "d_b"}

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import kernels
+from convnet.config.layertypes import LAYER_TYPES
 from convnet.config.model import LayerDef, NetConfig
 from convnet.runtime.gradcheck import check_net_gradients
-from layers import LAYER_TYPES, NEURON_TYPES
+from kernels.neurons import NEURONS
 
 from .test_layers_helpers import conv_def, fc_def, neuron, norm_def, pool_def, simple_def
 
@@ -96,7 +97,7 @@ def _example_layer_types_and_neurons():
 def test_example_uses_every_layer_type_and_neuron():
     types, neurons, pools = _example_layer_types_and_neurons()
     assert types == set(LAYER_TYPES)
-    assert neurons == set(NEURON_TYPES)
+    assert neurons == set(NEURONS)
     assert pools == {"max", "avg", "maxabs"}
 
 

@@ -8,10 +8,11 @@ import math
 import numpy as np
 import pytest
 
+from convnet.config.layertypes import LAYER_TYPES
 from convnet.config.model import LayerDef
 from kernels import conv as kconv
-from layers import LAYER_TYPES, build_layer
-from layers.base import Context
+from layers import build_layer, layer_class
+from layers.base import Context, Layer
 
 from .test_layers_helpers import (conv_def, fc_def, norm_def, params_for, pool_def, random_inputs,
                                   simple_def)
@@ -376,8 +377,8 @@ def test_registry_and_build_layer():
                   "softmax", "cost.logreg", "cost.crossent", "cost.bce", "cost.sum2", "dropout",
                   "dropout2", "pass", "concat", "eltsum", "eltmax", "sum"}
     assert set(LAYER_TYPES) == spec_types
-    for t, cls in LAYER_TYPES.items():
-        assert t in cls.type_names
+    for ltype in LAYER_TYPES.values():
+        assert issubclass(layer_class(ltype), Layer)
     with pytest.raises(ValueError, match="unknown layer type"):
         build_layer(LayerDef(name="x", type="nope"))
     data = build_layer(LayerDef(name="d", type="data", attrs={"dataIdx": 0}))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from convnet.config.layertypes import LAYER_TYPES
 from kernels import conv as kconv
-from layers import LAYER_TYPES, NEURON_TYPES
+from kernels.neurons import NEURONS
 from layers.base import Context
 
 from .test_layers_helpers import (conv_def, fc_def, fd_check, norm_def, pool_def, random_inputs,
@@ -22,7 +23,7 @@ POSITIVE_DOMAIN = {"sqrt", "log"}
 
 
 def test_every_neuron_is_covered():
-    assert set(NEURON_SPECS) == set(NEURON_TYPES)
+    assert set(NEURON_SPECS) == set(NEURONS)
 
 
 @pytest.mark.parametrize("name", sorted(NEURON_SPECS))

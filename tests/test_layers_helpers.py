@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 
-from convnet.config.model import LayerDef, NeuronSpec
+from convnet.config.model import LayerDef
+from convnet.config.neurons import NeuronSpec
 from kernels.conv import out_size as conv_out_size
 from kernels.pool import out_size as pool_out_size
 from layers import build_layer

@@ -1,4 +1,4 @@
-"""The cuda-convnet2 config language (SPEC sections 1 and 2).
+"""The cuda-convnet2 config language: the layer-def and layer-params files.
 
 ``load_net(layer_def, layer_params, data_dims, num_classes)`` reads the two
 INI files into a typed :class:`NetConfig` with every shape inferred.  It is
@@ -10,8 +10,10 @@ section and key.
 
 from __future__ import annotations
 
-from convnet.config.model import LayerDef, NetConfig, NeuronSpec, Schedule
+from convnet.config.model import LayerDef, NetConfig
+from convnet.config.neurons import NeuronSpec
 from convnet.config.parse import parse_net
+from convnet.config.schedules import Schedule
 from convnet.config.shapes import infer_shapes
 from convnet.config.values import parse_data_dims
 

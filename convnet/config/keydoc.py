@@ -1,4 +1,5 @@
-"""Render the key table of :mod:`convnet.config.layertypes` as Markdown (docs/CONFIG.md).
+"""Render the layer-type table of :mod:`convnet.config.layertypes` and the neuron
+table as Markdown (docs/CONFIG.md).
 
 Generated, not written by hand, so the reference cannot drift from what the
 parser accepts: ``python -m convnet.config.keydoc > docs/CONFIG.md``, and a
@@ -8,7 +9,7 @@ test compares the file with this output.
 from __future__ import annotations
 
 from convnet.config.layertypes import LAYER_TYPES, REQUIRED, Key, LayerType
-from convnet.config.neurons import NEURONS
+from kernels.neurons import NEURONS
 
 INTRO = """# Config language reference
 
@@ -58,9 +59,8 @@ def render() -> str:
         lines.append("")
     lines += ["## Neurons", "", "Written `neuron=name` or `neuron=name[a,b]`; every listed "
               "parameter is required.", "", "| neuron | form |", "|---|---|"]
-    for name, params in NEURONS.items():
-        form = f"{name}[{','.join(params)}]" if params else name
-        lines.append(f"| `{name}` | `{form}` |")
+    for name, neuron in NEURONS.items():
+        lines.append(f"| `{name}` | `{neuron.form}` |")
     return "\n".join(lines) + "\n"
 
 

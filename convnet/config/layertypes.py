@@ -1,22 +1,37 @@
-"""What each layer type accepts: the key table of the config language (SPEC section 2).
+"""The layer types of the config language: one descriptor per ``type=`` value.
 
-One :class:`LayerType` per ``type=`` value says how many inputs the layer
-reads, whether it takes a ``neuron=``, and which keys it accepts in the
-layer-def and layer-params files with their converters and defaults.  The
-parser (:mod:`convnet.config.parse`) walks this table; it has no per-type
-branches.  The attrs/params names and meanings are those documented in
+Everything the engine knows about a layer type is in its :class:`LayerType`
+entry of :data:`LAYER_TYPES`, in the spirit of cuda-convnet2's table of layer
+parsers: how many inputs it reads, whether it takes a ``neuron=``, which keys
+it accepts in the layer-def and layer-params files (converters, defaults, v1
+spellings), its kind (data, weighted, cost or plain), its output-shape rule
+(:mod:`convnet.config.shape_rules`), its weight-shape rule
+(:mod:`convnet.config.weight_shapes`) and the class that computes it.
+
+The class is named by a ``"module:Class"`` path (e.g.
+``"layers.weights:ConvLayer"``) that :func:`layers.build_layer` resolves: the
+layer library imports this package, so this package names its classes
+without importing them.  Adding a layer type is one entry here, its class in
+``layers/`` and its kernels.  The parser, the shape-inference walk and the
+layer library read the table; none of them branches on the type.  The attrs
+and params names and meanings are those documented in
 :mod:`convnet.config.model`.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from convnet.config import shape_rules as shape
+from convnet.config import weight_shapes as weights
 from convnet.config.location import Where
 from convnet.config.schedules import ScheduleValue
+from convnet.config.shape_rules import ShapeRule
 from convnet.config.values import Bool, Choice, Float, Int, Unsupported
+from convnet.config.weight_shapes import WeightRule
 
 REQUIRED = object()  # Key.default of a key that must be given
 
@@ -36,9 +51,18 @@ class Key:
     also_in_params: bool = False
 
 
+class Kind(enum.Enum):
+    """What a layer is to the rest of the engine."""
+
+    DATA = "data"          # filled from the data provider, computes nothing
+    WEIGHTED = "weighted"  # has weights (``weights`` gives their shapes) and learns them
+    COST = "cost"          # a per-case cost; no layer may read it
+    PLAIN = "plain"        # computes from its inputs, no weights
+
+
 @dataclass(frozen=True)
 class LayerType:
-    """The rules for one ``type=``.
+    """Everything about one ``type=``.
 
     ``attrs`` come from the layer-def file; ``params`` from the layer-params
     file, or from the layer-def section when the params file lacks them (the
@@ -47,9 +71,19 @@ class LayerType:
     map cuda-convnet v1 spellings to current keys.  ``finish`` checks and
     derives attrs that depend on several keys; it gets the attrs and a
     function giving the :class:`Where` of a key.
+
+    ``shape`` infers the per-case output shape; an output or weight array too
+    large to hold is blamed on ``size_key``.  ``weights`` gives the weight
+    shapes, exactly when the kind is ``WEIGHTED``.  ``implementation`` is the
+    ``"module:Class"`` path of the layer class.
     """
 
     name: str
+    kind: Kind
+    implementation: str
+    shape: ShapeRule
+    size_key: str = "inputs"
+    weights: WeightRule | None = None
     min_inputs: int = 1
     max_inputs: int | None = 1
     neuron: str = "optional"  # "optional" | "required" | "forbidden"
@@ -59,6 +93,11 @@ class LayerType:
     hints: tuple[Key, ...] = ()
     aliases: Mapping[str, str] = field(default_factory=dict)
     finish: Callable[[dict, Callable[[str], Where]], None] | None = None
+
+    def __post_init__(self):
+        if (self.weights is not None) != (self.kind is Kind.WEIGHTED):
+            raise ValueError(f"layer type {self.name!r}: a weight-shape rule goes with "
+                             "Kind.WEIGHTED and only with it")
 
 
 def _grouped_filters(attrs: dict, where: Callable[[str], Where]) -> None:
@@ -140,45 +179,81 @@ def _table(*types: LayerType) -> dict[str, LayerType]:
     return {t.name: t for t in types}
 
 
+_FILTER_TYPE = dict(kind=Kind.WEIGHTED, shape=shape.filter_shape, size_key="filters",
+                    max_inputs=None, params=_WEIGHT_PARAMS, aliases=_V1_FILTERS,
+                    finish=_grouped_filters)
+_NORM_TYPE = dict(kind=Kind.PLAIN, implementation="layers.norms:NormLayer", attrs=_NORM_ATTRS,
+                  params=_NORM_PARAMS)
+_COST_TYPE = dict(kind=Kind.COST, neuron="forbidden", params=_COST_PARAMS)
+_PAIR = dict(min_inputs=2, max_inputs=2)
+
 LAYER_TYPES: dict[str, LayerType] = _table(
-    # Data layers run wherever their readers run (SPEC section 3).
-    LayerType("data", min_inputs=0, max_inputs=0, neuron="forbidden", takes_gpu=False,
+    # Data layers run wherever their readers run.
+    LayerType("data", Kind.DATA, "layers.data:DataLayer", shape.data_shape, size_key="dataIdx",
+              min_inputs=0, max_inputs=0, neuron="forbidden", takes_gpu=False,
               attrs=(Key("dataIdx", Int(lo=0)),)),
-    LayerType("conv", max_inputs=None, params=_WEIGHT_PARAMS, hints=_FILTER_HINTS,
+    LayerType("conv", implementation="layers.weights:ConvLayer", weights=weights.conv_weights,
+              hints=_FILTER_HINTS,
               attrs=_FILTER_ATTRS + (Key("sharedBiases", Bool(), default=True),),
-              aliases=_V1_FILTERS, finish=_grouped_filters),
-    LayerType("local", max_inputs=None, params=_WEIGHT_PARAMS, attrs=_FILTER_ATTRS,
+              **_FILTER_TYPE),
+    LayerType("local", implementation="layers.weights:LocalLayer", weights=weights.local_weights,
+              attrs=_FILTER_ATTRS,
               # Local layers always have one bias per output position.
               hints=_FILTER_HINTS + (Key("sharedBiases", Bool(), default=None),),
-              aliases=_V1_FILTERS, finish=_grouped_filters),
-    LayerType("fc", max_inputs=None, params=_WEIGHT_PARAMS,
+              **_FILTER_TYPE),
+    LayerType("fc", Kind.WEIGHTED, "layers.weights:FCLayer", shape.fc_shape, size_key="outputs",
+              weights=weights.fc_weights, max_inputs=None, params=_WEIGHT_PARAMS,
               attrs=(Key("outputs", _POSITIVE),) + _INIT, aliases={"numOutputs": "outputs"}),
-    LayerType("pool", finish=_pool_stride, attrs=(
-        Key("pool", Choice("max", "avg", "maxabs")),
-        Key("sizeX", _POSITIVE),
-        Key("stride", _POSITIVE),
-        Key("start", Int(), default=0),
-        Key("outputsX", Int(lo=0), default=0),
-        Key("channels", _POSITIVE),
-    )),
-    LayerType("cmrnorm", attrs=_NORM_ATTRS, params=_NORM_PARAMS, hints=(
+    LayerType("pool", Kind.PLAIN, "layers.pooling:PoolLayer", shape.pool_shape,
+              size_key="outputsX", finish=_pool_stride, attrs=(
+                  Key("pool", Choice("max", "avg", "maxabs")),
+                  Key("sizeX", _POSITIVE),
+                  Key("stride", _POSITIVE),
+                  Key("start", Int(), default=0),
+                  Key("outputsX", Int(lo=0), default=0),
+                  Key("channels", _POSITIVE),
+              )),
+    LayerType("cmrnorm", shape=shape.norm_shape("channels"), hints=(
         Key("blocked", Unsupported(Bool(), False, "blocked cross-map normalisation"),
-            default=False),)),
-    LayerType("rnorm", attrs=_NORM_ATTRS, params=_NORM_PARAMS, aliases={"sizeX": "size"}),
-    LayerType("cnorm", attrs=_NORM_ATTRS, params=_NORM_PARAMS, aliases={"sizeX": "size"}),
-    LayerType("neuron", neuron="required"),
-    LayerType("softmax"),
-    LayerType("dropout", params=_DROPOUT_PARAMS),
-    LayerType("dropout2", params=_DROPOUT_PARAMS),
-    LayerType("pass", max_inputs=None),
-    LayerType("concat", max_inputs=None),
-    LayerType("eltsum", max_inputs=None, attrs=(
-        Key("coeffs", Float(), default=1.0, per_input=True, also_in_params=True),)),
-    LayerType("eltmax", min_inputs=2, max_inputs=None),
-    LayerType("sum", attrs=(Key("stride", _POSITIVE, default=None),)),
-    LayerType("cost.logreg", min_inputs=2, max_inputs=2, neuron="forbidden", params=_COST_PARAMS),
-    LayerType("cost.crossent", min_inputs=2, max_inputs=2, neuron="forbidden", params=_COST_PARAMS),
-    LayerType("cost.bce", min_inputs=2, max_inputs=2, neuron="forbidden",
+            default=False),), **_NORM_TYPE),
+    LayerType("rnorm", shape=shape.norm_shape("pixels across"), aliases={"sizeX": "size"},
+              **_NORM_TYPE),
+    LayerType("cnorm", shape=shape.norm_shape("pixels across"), aliases={"sizeX": "size"},
+              **_NORM_TYPE),
+    LayerType("neuron", Kind.PLAIN, "layers.neurons:NeuronLayer", shape.same_shape,
+              neuron="required"),
+    LayerType("softmax", Kind.PLAIN, "layers.softmax:SoftmaxLayer", shape.same_shape),
+    LayerType("dropout", Kind.PLAIN, "layers.dropout:DropoutLayer", shape.same_shape,
+              params=_DROPOUT_PARAMS),
+    LayerType("dropout2", Kind.PLAIN, "layers.dropout:Dropout2Layer", shape.same_shape,
+              params=_DROPOUT_PARAMS),
+    # pass is the model-parallel gather: the placement differs from concat, not the math.
+    LayerType("pass", Kind.PLAIN, "layers.combine:ConcatLayer", shape.concat_shape,
+              max_inputs=None),
+    LayerType("concat", Kind.PLAIN, "layers.combine:ConcatLayer", shape.concat_shape,
+              max_inputs=None),
+    LayerType("eltsum", Kind.PLAIN, "layers.combine:EltSumLayer", shape.eltwise_shape,
+              max_inputs=None, attrs=(
+                  Key("coeffs", Float(), default=1.0, per_input=True, also_in_params=True),)),
+    LayerType("eltmax", Kind.PLAIN, "layers.combine:EltMaxLayer", shape.eltwise_shape,
+              min_inputs=2, max_inputs=None),
+    LayerType("sum", Kind.PLAIN, "layers.combine:SumLayer", shape.sum_shape,
+              attrs=(Key("stride", _POSITIVE, default=None),)),
+    LayerType("cost.logreg", implementation="layers.costs:LogregCost", shape=shape.logreg_shape,
+              **_PAIR, **_COST_TYPE),
+    LayerType("cost.crossent", implementation="layers.costs:CrossEntCost",
+              shape=shape.crossent_shape, **_PAIR, **_COST_TYPE),
+    LayerType("cost.bce", implementation="layers.costs:BCECost", shape=shape.bce_shape,
+              **_PAIR, kind=Kind.COST, neuron="forbidden",
               params=_COST_PARAMS + (Key("posWeight", _NONNEGATIVE, default=1.0),)),
-    LayerType("cost.sum2", neuron="forbidden", params=_COST_PARAMS),
+    LayerType("cost.sum2", implementation="layers.costs:Sum2Cost", shape=shape.cost_shape,
+              **_COST_TYPE),
 )
+
+
+def layer_type(name: str) -> LayerType:
+    """The descriptor of ``type=name``; ValueError for a name no entry has."""
+    try:
+        return LAYER_TYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown layer type {name!r}") from None

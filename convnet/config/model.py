@@ -46,10 +46,9 @@ config language (camelCase) so that an error about a key can quote it.
 ``cost.*``    nothing extra (``coeff``/``topk`` are params); output_shape is (1,), the
               per-case cost, and no layer may read a cost layer
 
-``LayerDef.neuron`` is None or a NeuronSpec named ``ident``, ``logistic``, ``abs``,
-``relu``, ``nrelu``, ``softrelu``, ``square``, ``sqrt``, ``log[a]``, ``tanh[a,b]``,
-``abstanh[a,b]`` (cuda-convnet v1: a*|tanh(b*x)|), ``brelu[a]``, ``linear[a,b]``,
-``drelu[a]``; args in bracket order.  Data and cost layers never have one.
+``LayerDef.neuron`` is None or a NeuronSpec naming an entry of
+:data:`kernels.neurons.NEURONS` (listed in docs/CONFIG.md), with its bracket args
+in order.  Data and cost layers never have one.
 ``LayerDef.gpu`` is always None for data layers.
 
 ``LayerDef.params`` keys (from the layer-params file, typed, defaults applied)
@@ -71,57 +70,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-WEIGHT_LAYER_TYPES = frozenset({"conv", "local", "fc"})
-COST_LAYER_TYPES = frozenset({"cost.logreg", "cost.crossent", "cost.bce", "cost.sum2"})
-
-
-@dataclass(frozen=True)
-class NeuronSpec:
-    """An activation function with its bracketed parameters, e.g. ``tanh[1.7,0.66]``."""
-
-    name: str
-    args: tuple[float, ...] = ()
-
-    def __str__(self) -> str:
-        if not self.args:
-            return self.name
-        return f"{self.name}[{','.join(f'{a:g}' for a in self.args)}]"
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """A learning-rate schedule over training progress x in [0, 1] (SPEC section 4).
-
-    kind is one of ``const``, ``linear``, ``exp``, ``dexp``.
-    """
-
-    kind: str
-    base: float
-    tgt_factor: float = 1.0
-    num_steps: int = 1
-
-    def value(self, progress: float) -> float:
-        x = min(max(float(progress), 0.0), 1.0)
-        if self.kind == "const":
-            return self.base
-        if self.kind == "linear":
-            return self.base * (1.0 - x) + (self.base / self.tgt_factor) * x
-        if self.kind == "exp":
-            return self.base * (1.0 / self.tgt_factor) ** x
-        if self.kind == "dexp":
-            step = min(int(math.floor(x * self.num_steps)), self.num_steps - 1)
-            if step == self.num_steps - 1:
-                return self.base / self.tgt_factor
-            # numSteps-1 evenly spaced samples of the exp schedule on [0, 1).
-            return self.base * (1.0 / self.tgt_factor) ** (step / (self.num_steps - 1))
-        raise ValueError(f"unknown schedule kind {self.kind!r}")
-
-    def __str__(self) -> str:
-        if self.kind == "const":
-            return f"{self.base:g}"
-        if self.kind == "dexp":
-            return f"dexp[base={self.base:g};tgtFactor={self.tgt_factor:g};numSteps={self.num_steps}]"
-        return f"{self.kind}[base={self.base:g};tgtFactor={self.tgt_factor:g}]"
+from convnet.config import layertypes
+from convnet.config.layertypes import Kind, LayerType
+from convnet.config.neurons import NeuronSpec
 
 
 @dataclass
@@ -146,42 +97,28 @@ class LayerDef:
     params_file: str | None = None
 
     @property
+    def layer_type(self) -> LayerType:
+        """The descriptor of this layer's ``type`` (:mod:`convnet.config.layertypes`)."""
+        return layertypes.layer_type(self.type)
+
+    @property
     def has_weights(self) -> bool:
-        return self.type in WEIGHT_LAYER_TYPES
+        return self.layer_type.kind is Kind.WEIGHTED
 
     @property
     def is_cost(self) -> bool:
-        return self.type in COST_LAYER_TYPES
+        return self.layer_type.kind is Kind.COST
 
     @property
     def is_data(self) -> bool:
-        return self.type == "data"
+        return self.layer_type.kind is Kind.DATA
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shapes of this layer's weight arrays (``W0``, ``W1``, ... and ``b``).
-
-        The one place that knows them: the layer library allocates from it
-        and the planner counts parameters with it.  Needs shape inference.
-        """
-        if not self.has_weights:
-            return {}
-        a = self.attrs
-        shapes: dict[str, tuple[int, ...]] = {}
-        if self.type == "fc":
-            for i, shape in enumerate(self.input_shapes):
-                shapes[f"W{i}"] = (int(math.prod(shape)), a["outputs"])
-            shapes["b"] = (a["outputs"],)
-            return shapes
-        filters, modules = a["filters"], a["modulesX"]
-        for i in range(len(self.inputs)):
-            fs, fch = a["filterSize"][i], a["filterChannels"][i]
-            if self.type == "conv":
-                shapes[f"W{i}"] = (filters, fch, fs, fs)
-            else:
-                shapes[f"W{i}"] = (modules * modules, filters, fch, fs, fs)
-        shared = self.type == "conv" and a.get("sharedBiases", True)
-        shapes["b"] = (filters,) if shared else (filters, modules, modules)
-        return shapes
+        """Shapes of this layer's weight arrays (``W0``, ``W1``, ... and ``b``); needs
+        shape inference.  The layer library allocates from it and the planner counts
+        parameters with it."""
+        rule = self.layer_type.weights
+        return {} if rule is None else rule(self)
 
     @property
     def param_count(self) -> int:

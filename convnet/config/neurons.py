@@ -1,32 +1,35 @@
-"""Neuron (activation function) specs: ``relu``, ``tanh[1.7,0.66]``, ... (SPEC section 2).
+"""Neuron (activation function) specs: ``relu``, ``tanh[1.7,0.66]``, ...
 
-cuda-convnet2 gave no neuron parameter a default, so every listed parameter
-is required.  ``abstanh[a,b]`` (``a * |tanh(b*x)|``) is the cuda-convnet v1
-neuron the older dialect still uses.
+The names, bracket parameters and their checks come from the one table of
+neurons, :data:`kernels.neurons.NEURONS`; this module only reads the text.
+``abstanh[a,b]`` (``a * |tanh(b*x)|``) is the cuda-convnet v1 neuron the
+older dialect still uses.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from convnet.config.brackets import split_call
 from convnet.config.location import Where, quote
-from convnet.config.model import NeuronSpec
 from convnet.config.suggest import nearest
 from convnet.config.values import Float
+from kernels.neurons import NEURONS
 
-# Name -> parameter names, in bracket order.
-NEURONS: dict[str, tuple[str, ...]] = {
-    "ident": (), "logistic": (), "abs": (), "relu": (), "nrelu": (), "softrelu": (),
-    "square": (), "sqrt": (),
-    "log": ("a",),            # log(a + x)
-    "tanh": ("a", "b"),       # a * tanh(b * x)
-    "abstanh": ("a", "b"),    # a * |tanh(b * x)|   (cuda-convnet v1)
-    "brelu": ("a",),          # min(a, max(0, x))
-    "linear": ("a", "b"),     # a * x + b
-    "drelu": ("a",),          # x - a * tanh(x / a)
-}
-# Parameters that are divisors in the function.
-_NONZERO = {("drelu", "a")}
 _NUMBER = Float()
+
+
+@dataclass(frozen=True)
+class NeuronSpec:
+    """An activation function with its bracketed parameters, e.g. ``tanh[1.7,0.66]``."""
+
+    name: str
+    args: tuple[float, ...] = ()
+
+    def __str__(self) -> str:
+        if not self.args:
+            return self.name
+        return f"{self.name}[{','.join(f'{a:g}' for a in self.args)}]"
 
 
 class NeuronValue:
@@ -39,12 +42,11 @@ class NeuronValue:
         if name not in NEURONS:
             raise where.error(f"unknown neuron {quote(name)}; known: {', '.join(NEURONS)}",
                               suggestion=nearest(name, NEURONS))
-        names = NEURONS[name]
-        form = f"{name}[{','.join(names)}]" if names else name
-        if len(args or ()) != len(names):
-            raise where.error(f"neuron {name} takes {len(names)} parameter(s): write {form}")
-        values = tuple(_NUMBER(arg, where) for arg in args or ())
-        for param, value in zip(names, values):
-            if value == 0 and (name, param) in _NONZERO:
-                raise where.error(f"neuron {form}: {param} must not be 0")
+        neuron, args = NEURONS[name], args or ()
+        try:
+            neuron.check_count(len(args))
+            values = tuple(_NUMBER(arg, where) for arg in args)
+            neuron.check_args(values)
+        except ValueError as problem:
+            raise where.error(str(problem)) from None
         return NeuronSpec(name, values)

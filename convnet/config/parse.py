@@ -1,9 +1,10 @@
 """Layer-def + layer-params files -> a typed :class:`NetConfig`, without shapes.
 
-Checks each section on its own against :data:`LAYER_TYPES` (keys, types,
-values, per-input lists) and that ``inputs`` name earlier layers, so the file
-order is a topological order.  Everything that relates a layer to the shapes
-of its inputs is :mod:`convnet.config.shapes`' job.
+Checks each section on its own against its type's descriptor in
+:data:`LAYER_TYPES` (keys, types, values, per-input lists) and that ``inputs``
+name earlier layers, so the file order is a topological order.  Everything
+that relates a layer to the shapes of its inputs is :mod:`convnet.config.shapes`'
+job.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from convnet.config.ini import Entry, IniFile, Section, read_ini
 from convnet.config.layertypes import LAYER_TYPES, REQUIRED, Key, LayerType
 from convnet.config.location import Where, quote
-from convnet.config.model import COST_LAYER_TYPES, LayerDef, NetConfig
+from convnet.config.model import LayerDef, NetConfig
 from convnet.config.neurons import NeuronValue
 from convnet.config.suggest import nearest
 from convnet.config.values import Int, split_list
@@ -149,7 +150,7 @@ class _LayerParser:
         if name not in self.earlier:
             raise where.error(f"no layer named {quote(name)} before '{me}'",
                               suggestion=nearest(name, self.earlier))
-        if self.earlier[name].type in COST_LAYER_TYPES:
+        if self.earlier[name].is_cost:
             raise where.error(
                 f"'{name}' is a cost layer; its output cannot be read by other layers")
 

@@ -1,4 +1,4 @@
-"""Learning-rate schedules (SPEC section 4): ``0.01``, ``const``, ``linear``, ``exp``, ``dexp``.
+"""Learning-rate schedules: ``0.01``, ``const``, ``linear``, ``exp``, ``dexp``.
 
 Arguments may be named (``dexp[base=0.01;tgtFactor=250;numSteps=4]``, any
 order, as cuda-convnet2 writes them) or positional in the order of the table
@@ -7,14 +7,51 @@ below (``dexp[0.01;250;4]``); ``;`` and ``,`` both separate them.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 
 from convnet.config.brackets import split_call
 from convnet.config.location import Where, quote
-from convnet.config.model import Schedule
 from convnet.config.suggest import nearest
 from convnet.config.values import Float, Int
 from convnet.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A learning-rate schedule over training progress x in [0, 1].
+
+    kind is one of ``const``, ``linear``, ``exp``, ``dexp``.
+    """
+
+    kind: str
+    base: float
+    tgt_factor: float = 1.0
+    num_steps: int = 1
+
+    def value(self, progress: float) -> float:
+        x = min(max(float(progress), 0.0), 1.0)
+        if self.kind == "const":
+            return self.base
+        if self.kind == "linear":
+            return self.base * (1.0 - x) + (self.base / self.tgt_factor) * x
+        if self.kind == "exp":
+            return self.base * (1.0 / self.tgt_factor) ** x
+        if self.kind == "dexp":
+            step = min(int(math.floor(x * self.num_steps)), self.num_steps - 1)
+            if step == self.num_steps - 1:
+                return self.base / self.tgt_factor
+            # numSteps-1 evenly spaced samples of the exp schedule on [0, 1).
+            return self.base * (1.0 / self.tgt_factor) ** (step / (self.num_steps - 1))
+        raise ValueError(f"unknown schedule kind {self.kind!r}")
+
+    def __str__(self) -> str:
+        if self.kind == "const":
+            return f"{self.base:g}"
+        if self.kind == "dexp":
+            return f"dexp[base={self.base:g};tgtFactor={self.tgt_factor:g};numSteps={self.num_steps}]"
+        return f"{self.kind}[base={self.base:g};tgtFactor={self.tgt_factor:g}]"
+
 
 # Schedule argument name -> (Schedule field, converter).
 _ARGS = {

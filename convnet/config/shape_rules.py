@@ -1,51 +1,27 @@
-"""Shape inference: per-case input/output shapes and the derived attrs (SPEC section 2).
+"""Each layer type's output-shape rule, and the state the rules share.
 
-Walks the layers in file order (a topological order, checked by the parser)
-and applies the rule of each type from :data:`SHAPE_RULES`.  Sizes follow
-cuda-convnet2's ceiling rules, not PyTorch's floor rules.  Every error names
-the layer-def file (or the layer-params file for a params key), the layer's
-section and the key to change.
+A rule is ``rule(layer, state) -> per-case output shape``: ``layer`` is the
+:class:`~convnet.config.model.LayerDef` being inferred, with its
+``input_shapes`` filled in; the rule checks them, may store derived attrs
+(``imgSize``, ``modulesX``, ...) and raises a :class:`ConfigError` that names
+the file, section and key to change.  Sizes follow cuda-convnet2's ceiling
+rules, not PyTorch's floor rules.  The layer-type table
+(:mod:`convnet.config.layertypes`) names each type's rule and
+:func:`convnet.config.shapes.infer_shapes` applies them; rules take the layer
+without importing its class, since the class reads that table.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import operator
-from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from collections.abc import Callable
 
 from convnet.config.location import Where
-from convnet.config.model import LayerDef, NetConfig
 from convnet.config.values import INT_MAX
 
 Shape = tuple[int, ...]
-LABELS_IDX, LABELS_DIMS = 1, (1,)
-
-
-def infer_shapes(net: NetConfig, data_dims: dict[int, tuple[int, ...]] | None,
-                 num_classes: int | None = None) -> NetConfig:
-    """A copy of ``net`` with shapes filled in.
-
-    ``data_dims`` maps a data layer's ``dataIdx`` to its per-case shape
-    (``(channels, size, size)`` or ``(features,)``).  dataIdx 1 defaults to
-    ``(1,)``, cuda-convnet2's label column.  ``num_classes``, when None, is
-    taken from what the cost layers read.
-    """
-    net = copy.deepcopy(net)
-    if data_dims is not None and not isinstance(data_dims, Mapping):
-        raise Where(net.layer_def_file).error(
-            f"data dims must map dataIdx to a shape, got {data_dims!r}")
-    dims = {LABELS_IDX: LABELS_DIMS, **(data_dims or {})}
-    state = _State(net, dims, _classes_arg(net, num_classes))
-    for layer in net:
-        layer.input_shapes = tuple(net[name].output_shape for name in layer.inputs)
-        rule = SHAPE_RULES[layer.type]
-        layer.output_shape = rule.infer(layer, state)
-        state.check_size(layer, rule.size_key)
-    net.data_dims = {idx: state.data_dims[idx] for idx in sorted(state.used_dims)}
-    net.num_classes = state.num_classes or 0
-    return net
+ShapeRule = Callable[..., Shape]  # (layer, state) -> Shape
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -53,20 +29,20 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class _State:
+class ShapeState:
     """What shape rules share: data dims, the class count, and error locations."""
 
-    def __init__(self, net: NetConfig, data_dims: dict, num_classes: int | None):
+    def __init__(self, net, data_dims: dict, num_classes: int | None):
         self.net, self.data_dims, self.num_classes = net, data_dims, num_classes
         self.used_dims: set[int] = set()
 
-    def at(self, layer: LayerDef, key: str) -> Where:
+    def at(self, layer, key: str) -> Where:
         return Where(layer.file, layer.name, key)
 
-    def at_param(self, layer: LayerDef, key: str) -> Where:
+    def at_param(self, layer, key: str) -> Where:
         return Where(layer.params_file, layer.name, key)
 
-    def classes(self, layer: LayerDef, count: int, source: str) -> int:
+    def classes(self, layer, count: int, source: str) -> int:
         """Check ``count`` against the class count, or learn it from the first cost layer."""
         if self.num_classes is None:
             self.num_classes = count
@@ -76,7 +52,7 @@ class _State:
                 f"but there are {self.num_classes} classes")
         return count
 
-    def check_size(self, layer: LayerDef, key: str) -> None:
+    def check_size(self, layer, key: str) -> None:
         """Refuse activations or weights no engine could hold (cuda-convnet2 sized with ints)."""
         arrays = {"output": layer.output_shape, **layer.param_shapes()}
         for what, shape in arrays.items():
@@ -84,19 +60,6 @@ class _State:
             if count > INT_MAX:
                 raise self.at(layer, key).error(
                     f"{what} of {_text(shape)} = {count} values is too large (at most {INT_MAX})")
-
-
-def _classes_arg(net: NetConfig, num_classes) -> int | None:
-    if num_classes is None:
-        return None
-    try:
-        count = operator.index(num_classes)
-    except TypeError:
-        count = 0
-    if isinstance(num_classes, bool) or count < 1:
-        raise Where(net.layer_def_file).error(
-            f"number of classes must be a positive integer, got {num_classes!r}")
-    return count
 
 
 def _text(shape: Shape) -> str:
@@ -107,7 +70,7 @@ def _features(shape: Shape) -> int:
     return math.prod(shape)
 
 
-def _image_size(layer: LayerDef, index: int, channels: int, state: _State) -> int:
+def _image_size(layer, index: int, channels: int, state: ShapeState) -> int:
     """Side of the square ``channels``-channel images that input ``index`` holds.
 
     A flat input of F values is read as images when F/channels is a perfect
@@ -128,7 +91,7 @@ def _image_size(layer: LayerDef, index: int, channels: int, state: _State) -> in
     return size
 
 
-def _data(layer: LayerDef, state: _State) -> Shape:
+def data_shape(layer, state: ShapeState) -> Shape:
     index = layer.attrs["dataIdx"]
     where = state.at(layer, "dataIdx")
     if index not in state.data_dims:
@@ -147,7 +110,7 @@ def _data(layer: LayerDef, state: _State) -> Shape:
     return dims
 
 
-def _filters(layer: LayerDef, state: _State) -> Shape:
+def filter_shape(layer, state: ShapeState) -> Shape:
     """conv/local: modulesX = 1 + ceil((2*padding + imgSize - filterSize) / stride) per input."""
     a = layer.attrs
     sizes, modules = [], []
@@ -168,11 +131,11 @@ def _filters(layer: LayerDef, state: _State) -> Shape:
     return (a["filters"], modules[0], modules[0])
 
 
-def _fc(layer: LayerDef, state: _State) -> Shape:
+def fc_shape(layer, state: ShapeState) -> Shape:
     return (layer.attrs["outputs"],)
 
 
-def _pool(layer: LayerDef, state: _State) -> Shape:
+def pool_shape(layer, state: ShapeState) -> Shape:
     """outputsX = 1 + ceil((imgSize - start - sizeX) / stride) unless outputsX > 0 is given."""
     a = layer.attrs
     size = _image_size(layer, 0, a["channels"], state)
@@ -191,9 +154,9 @@ def _pool(layer: LayerDef, state: _State) -> Shape:
     return (a["channels"], outputs, outputs)
 
 
-def _norm(span: str) -> Callable[[LayerDef, _State], Shape]:
+def norm_shape(span: str) -> ShapeRule:
     """cmrnorm windows span channels; rnorm/cnorm windows span pixels."""
-    def rule(layer: LayerDef, state: _State) -> Shape:
+    def rule(layer, state: ShapeState) -> Shape:
         a = layer.attrs
         size = _image_size(layer, 0, a["channels"], state)
         limit = a["channels"] if span == "channels" else size
@@ -205,11 +168,11 @@ def _norm(span: str) -> Callable[[LayerDef, _State], Shape]:
     return rule
 
 
-def _same(layer: LayerDef, state: _State) -> Shape:
+def same_shape(layer, state: ShapeState) -> Shape:
     return layer.input_shapes[0]
 
 
-def _eltwise(layer: LayerDef, state: _State) -> Shape:
+def eltwise_shape(layer, state: ShapeState) -> Shape:
     shapes = layer.input_shapes
     if len({_features(s) for s in shapes}) > 1:
         raise state.at(layer, "inputs").error(
@@ -218,7 +181,7 @@ def _eltwise(layer: LayerDef, state: _State) -> Shape:
     return shapes[0] if len(set(shapes)) == 1 else (_features(shapes[0]),)
 
 
-def _sum(layer: LayerDef, state: _State) -> Shape:
+def sum_shape(layer, state: ShapeState) -> Shape:
     """Channels (or features of a flat input) summed in groups of ``stride``; default all."""
     shape = layer.input_shapes[0]
     stride = layer.attrs["stride"] or shape[0]
@@ -229,7 +192,7 @@ def _sum(layer: LayerDef, state: _State) -> Shape:
     return (shape[0] // stride,) + shape[1:]
 
 
-def _concat(layer: LayerDef, state: _State) -> Shape:
+def concat_shape(layer, state: ShapeState) -> Shape:
     """Images of one size stack along channels; anything else concatenates flat."""
     shapes = layer.input_shapes
     if all(len(s) == 3 for s in shapes) and len({s[1:] for s in shapes}) == 1:
@@ -237,7 +200,7 @@ def _concat(layer: LayerDef, state: _State) -> Shape:
     return (sum(_features(s) for s in shapes),)
 
 
-def _probs_classes(layer: LayerDef, state: _State) -> int:
+def _probs_classes(layer, state: ShapeState) -> int:
     """The class count the second (probabilities) input gives; it must be a softmax."""
     source = layer.inputs[1]
     if state.net[source].type != "softmax":
@@ -246,7 +209,7 @@ def _probs_classes(layer: LayerDef, state: _State) -> int:
     return state.classes(layer, _features(layer.input_shapes[1]), source)
 
 
-def _logreg(layer: LayerDef, state: _State) -> Shape:
+def logreg_shape(layer, state: ShapeState) -> Shape:
     labels = layer.input_shapes[0]
     if _features(labels) != 1:
         raise state.at(layer, "inputs").error(
@@ -256,20 +219,20 @@ def _logreg(layer: LayerDef, state: _State) -> Shape:
     return (1,)
 
 
-def _crossent(layer: LayerDef, state: _State) -> Shape:
+def crossent_shape(layer, state: ShapeState) -> Shape:
     """Dense labels: one value per class, like the probabilities."""
     _check_topk(layer, state, _probs_classes(layer, state))
     state.classes(layer, _features(layer.input_shapes[0]), layer.inputs[0])
     return (1,)
 
 
-def _check_topk(layer: LayerDef, state: _State, classes: int) -> None:
+def _check_topk(layer, state: ShapeState, classes: int) -> None:
     if layer.params["topk"] > classes:
         raise state.at_param(layer, "topk").error(
             f"must be at most the number of classes ({classes}), got {layer.params['topk']}")
 
 
-def _bce(layer: LayerDef, state: _State) -> Shape:
+def bce_shape(layer, state: ShapeState) -> Shape:
     labels, predictions = layer.input_shapes
     if _features(labels) != _features(predictions):
         raise state.at(layer, "inputs").error(
@@ -277,37 +240,5 @@ def _bce(layer: LayerDef, state: _State) -> Shape:
     return (1,)
 
 
-def _cost(layer: LayerDef, state: _State) -> Shape:
+def cost_shape(layer, state: ShapeState) -> Shape:
     return (1,)
-
-
-class _Rule(NamedTuple):
-    """A type's shape rule and the key an oversized result is blamed on."""
-
-    infer: Callable[[LayerDef, _State], Shape]
-    size_key: str = "inputs"
-
-
-SHAPE_RULES: dict[str, _Rule] = {
-    "data": _Rule(_data, "dataIdx"),
-    "conv": _Rule(_filters, "filters"),
-    "local": _Rule(_filters, "filters"),
-    "fc": _Rule(_fc, "outputs"),
-    "pool": _Rule(_pool, "outputsX"),
-    "cmrnorm": _Rule(_norm("channels")),
-    "rnorm": _Rule(_norm("pixels across")),
-    "cnorm": _Rule(_norm("pixels across")),
-    "neuron": _Rule(_same),
-    "softmax": _Rule(_same),
-    "dropout": _Rule(_same),
-    "dropout2": _Rule(_same),
-    "pass": _Rule(_concat),
-    "concat": _Rule(_concat),
-    "eltsum": _Rule(_eltwise),
-    "eltmax": _Rule(_eltwise),
-    "sum": _Rule(_sum),
-    "cost.logreg": _Rule(_logreg),
-    "cost.crossent": _Rule(_crossent),
-    "cost.bce": _Rule(_bce),
-    "cost.sum2": _Rule(_cost),
-}

@@ -1,0 +1,56 @@
+"""Each weighted layer type's weight-shape rule: ``rule(layer) -> {name: shape}``.
+
+The arrays are ``W0``, ``W1``, ... (one per input) and ``b``.  These rules are
+the one place that knows the shapes: the layer library allocates from them and
+the planner counts parameters with them, both through
+:meth:`convnet.config.model.LayerDef.param_shapes`.  They need the attrs that
+shape inference derives (``modulesX``, ``filterChannels``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+WeightShapes = dict[str, tuple[int, ...]]
+WeightRule = Callable[..., WeightShapes]  # (layer) -> WeightShapes
+
+
+def fc_weights(layer) -> WeightShapes:
+    """W<i>: (features of input i, outputs); b: (outputs,)."""
+    outputs = layer.attrs["outputs"]
+    shapes = {f"W{i}": (int(math.prod(shape)), outputs)
+              for i, shape in enumerate(layer.input_shapes)}
+    shapes["b"] = (outputs,)
+    return shapes
+
+
+def conv_weights(layer) -> WeightShapes:
+    """W<i>: (filters, filterChannels[i], fs, fs); b: (filters,) with shared biases,
+    else one per output position, (filters, modulesX, modulesX)."""
+    a = layer.attrs
+    shapes = {f"W{i}": (a["filters"], fch, fs, fs) for i, (fch, fs) in enumerate(_filters(layer))}
+    shapes["b"] = _biases(layer, shared=a.get("sharedBiases", True))
+    return shapes
+
+
+def local_weights(layer) -> WeightShapes:
+    """W<i>: (modulesX*modulesX, filters, filterChannels[i], fs, fs): a filter bank per
+    output position; b: (filters, modulesX, modulesX)."""
+    a = layer.attrs
+    positions = a["modulesX"] * a["modulesX"]
+    shapes = {f"W{i}": (positions, a["filters"], fch, fs, fs)
+              for i, (fch, fs) in enumerate(_filters(layer))}
+    shapes["b"] = _biases(layer, shared=False)
+    return shapes
+
+
+def _filters(layer) -> list[tuple[int, int]]:
+    """(filterChannels, filterSize) of each input."""
+    a = layer.attrs
+    return [(a["filterChannels"][i], a["filterSize"][i]) for i in range(len(layer.inputs))]
+
+
+def _biases(layer, shared: bool) -> tuple[int, ...]:
+    filters, modules = layer.attrs["filters"], layer.attrs["modulesX"]
+    return (filters,) if shared else (filters, modules, modules)
