@@ -25,6 +25,7 @@ import kernels
 import kernels.cuda
 from convnet.runtime import cuda_device
 from convnet.runtime.backends import choose_backend
+from convnet.runtime.device import Device
 from convnet.runtime.devices import make_devices
 from convnet.errors import DeviceError
 
@@ -248,6 +249,13 @@ def test_activate_makes_the_device_current_for_the_calling_thread(fake):
     t.join()
     assert seen == {"device": 1, "stream": dev.stream}
     assert fake.current_device() == 0 and fake.current_stream().null  # this thread unchanged
+
+
+def test_a_cuda_device_is_a_device(fake):
+    dev = cuda_device.CudaDevice(1, 0)
+    assert isinstance(dev, Device)
+    assert (dev.index, dev.physical, dev.kind) == (1, 0, "cuda")
+    assert isinstance(dev.xp, cuda_device.DeviceModule)
 
 
 def test_scope_and_xp_run_on_the_devices_gpu_and_stream(fake):
