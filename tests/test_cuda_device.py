@@ -267,7 +267,7 @@ def test_scope_and_xp_run_on_the_devices_gpu_and_stream(fake):
     assert fake.log[-1] == ("zeros", dev.stream.name)
     assert fake.current_device() == 0 and fake.current_stream().null  # restored
     assert dev.xp.float32 is np.float32 and dev.xp.ndarray is fake.ndarray
-    assert kernels.backend_name(dev.xp) == "cupy"
+    assert kernels.array_module_name(dev.xp) == "cupy"
 
 
 def test_copy_between_logical_devices_on_one_gpu_waits_for_the_producers(fake):
@@ -413,7 +413,7 @@ def test_the_cuda_kernel_package_imports_without_a_gpu_and_registers_nothing():
     import importlib
 
     before = kernels.registered_kernels()
-    for module in ("sources", "backend", "emulate", "conv", "pool", "norm", "nn", "dropout",
+    for module in ("sources", "kernel_set", "emulate", "conv", "pool", "norm", "nn", "dropout",
                    "neurons"):
         importlib.import_module(f"kernels.cuda.{module}")
     assert kernels.registered_kernels() == before

@@ -13,7 +13,7 @@ from kernels import random as krandom
 
 def test_array_module_is_numpy_for_host_arrays():
     assert kernels.array_module(np.zeros(3)) is np
-    assert kernels.backend_name(np) == "numpy"
+    assert kernels.array_module_name(np) == "numpy"
     assert isinstance(kernels.cupy_available(), bool)
 
 

@@ -7,8 +7,8 @@ numpy arrays through ctypes.  Because every element of an element-wise
 kernel is independent, the sequential loop computes what the GPU computes,
 up to the accuracy of the device math library (``exp``, ``tanh``, ...); index
 arithmetic, window bounds, operation order and integer wrap-around are the
-same.  :func:`emulated_backend` bundles it with numpy as a
-:class:`~kernels.cuda.backend.Backend`, so the override functions of
+same.  :func:`emulated_kernel_set` bundles it with numpy as a
+:class:`~kernels.cuda.kernel_set.KernelSet`, so the override functions of
 :mod:`kernels.cuda` run unchanged on machines without a GPU.
 
 :func:`nvcc_source` writes the same body the way CuPy wraps it (a
@@ -216,11 +216,11 @@ class EmulatedKernel:
         return outs[0] if n_out == 1 else tuple(outs)
 
 
-def emulated_backend():
-    """numpy plus host-compiled kernels: a :class:`~kernels.cuda.backend.Backend`."""
-    from .backend import Backend
+def emulated_kernel_set():
+    """numpy plus host-compiled kernels, for :func:`kernels.cuda.kernel_set.using`."""
+    from .kernel_set import KernelSet
 
-    return Backend("emulated", np, EmulatedKernel)
+    return KernelSet("emulated", np, EmulatedKernel)
 
 
 # ------------------------------------------------------------------- nvcc check
@@ -353,5 +353,5 @@ def nvcc_check_cupy_generated(specs, dtype, cupy_include: str, nvcc: str | None 
         return "" if proc.returncode == 0 else (proc.stderr or proc.stdout)
 
 
-__all__ = ["EmulatedKernel", "cupy_generated_source", "nvcc_check_cupy_generated", "emulated_backend", "compiler_available", "host_compiler",
+__all__ = ["EmulatedKernel", "cupy_generated_source", "nvcc_check_cupy_generated", "emulated_kernel_set", "compiler_available", "host_compiler",
            "nvcc_source", "nvcc_check"]

@@ -25,7 +25,7 @@ names and only reached by direct calls (the tests do that).
 
 from __future__ import annotations
 
-from .backend import contiguous, current
+from .kernel_set import contiguous, current
 from .sources import NEURON_EXPRS, neuron_backward_constant
 
 
