@@ -413,7 +413,7 @@ def test_the_cuda_kernel_package_imports_without_a_gpu_and_registers_nothing():
     import importlib
 
     before = kernels.registered_kernels()
-    for module in ("sources", "kernel_set", "emulate", "conv", "pool", "norm", "nn", "dropout",
+    for module in ("sources", "kernel_set", "conv", "pool", "norm", "nn", "dropout",
                    "neurons"):
         importlib.import_module(f"kernels.cuda.{module}")
     assert kernels.registered_kernels() == before

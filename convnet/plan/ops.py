@@ -16,13 +16,14 @@ buffers is made by that device's own worker (copies are *pulled* by the
 destination), so the order of accumulations is the list order, whatever the
 thread timing.
 
-Shards and passes follow SPEC section 3: a minibatch is cut into
-``num_shards`` (= Rmax) contiguous shards and runs in ``num_passes``
+Shards and passes follow cuda-convnet2's multi-GPU semantics: with Rmax and
+Rmin the largest and smallest replica counts of the net, a minibatch is cut
+into ``num_shards`` (= Rmax) contiguous shards and runs in ``num_passes``
 (= Rmax / Rmin) passes.  A layer with R replicas is active every
 ``period`` = R / Rmin passes; in the activation starting at pass p its replica
-i processes shard ``p * Rmin + i`` (the SPEC writes ``p + i``, which is the same
-whenever Rmin = 1, as in every reference config; ``p * Rmin + i`` keeps "every
-shard exactly once" true when Rmin > 1).  Forward runs in the first pass of
+i processes shard ``p * Rmin + i`` (cuda-convnet2 writes ``p + i``, which is
+the same whenever Rmin = 1, as in every reference config; ``p * Rmin + i``
+keeps "every shard exactly once" true when Rmin > 1; see docs/DESIGN.md).  Forward runs in the first pass of
 an activation, backward in its last, so consumers that run more often have
 sent back every shard's gradient by then.
 """
@@ -198,7 +199,9 @@ class Plan:
 
 
 def shard_bounds(num_cases: int, num_shards: int) -> list[tuple[int, int]]:
-    """Contiguous [start, stop) of each shard, as even as possible (SPEC 3)."""
+    """Contiguous [start, stop) of each shard: equal when ``num_shards`` divides
+    ``num_cases``, else as even as possible with the larger shards first (a short
+    final minibatch)."""
     base, extra = divmod(num_cases, num_shards)
     bounds, start = [], 0
     for s in range(num_shards):

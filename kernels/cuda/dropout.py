@@ -5,7 +5,8 @@ The generic version makes about fifteen passes over a uint64 array
 conversion).  ``cvn_uniform`` computes each element's uniform from its
 counter in registers, with the same wrapping 64-bit arithmetic, so the bits
 (and so the dropout masks) are identical to numpy's: masks do not depend on
-the backend either, and SPEC 5.5 holds across CPU and GPU runs.
+``--backend`` either, so a run gives the same masks on CPU and GPU devices,
+whatever the device count or shard split (:mod:`kernels.random`).
 """
 
 from __future__ import annotations
