@@ -27,7 +27,8 @@ Two implementations:
   order, from copies made with ``Device.copy_from``, inside ``Device.scope``
   so that the sums are computed on the rank's own device; after the barrier each
   rank gathers the other slices.  The summation order is fixed, so results
-  are bitwise reproducible and equal to the executor's built-in all-reduce.
+  are bitwise reproducible, and the sequential and parallel walks of a plan
+  get identical sums.
 * :class:`NcclAllReduce` calls ``ncclAllReduce`` (CuPy's ``cupy.cuda.nccl``)
   on each device's stream, one communicator per GPU, in one NCCL group per
   call.  NCCL needs distinct GPUs, so it is chosen only when every rank is on
