@@ -1,15 +1,16 @@
-"""The execution plan: a plain data structure the executors walk.
+"""The execution plan: a plain data structure the executor walks.
 
 A :class:`Plan` is a flat list of operations in one valid global order.  Each
 operation runs on one logical device (an :class:`AllReduce` runs on all of its
 devices together) and lists the indices of the earlier operations it needs.
 
-That makes both executors short:
+That makes both walks of a plan short:
 
-* a sequential walk runs ``plan.ops`` in order;
-* a parallel walk gives each device worker ``plan.ops_for_device(d)`` (a
-  subsequence of the global order, hence deadlock-free) and has it wait for
-  each op's cross-device ``deps`` before running it.
+* the sequential walk runs ``plan.ops`` in order;
+* the parallel walk gives each device's worker the operations on that
+  device (a subsequence of the global order, hence deadlock-free;
+  :mod:`convnet.runtime.tasks` splits some of them further) and has it wait
+  for each one's cross-device ``deps`` before running it.
 
 Buffer ownership keeps results deterministic: every write into a device's
 buffers is made by that device's own worker (copies are *pulled* by the
@@ -189,6 +190,7 @@ class Plan:
         return self.minibatch // self.num_shards
 
     def ops_for_device(self, device: int) -> list[Op]:
+        """The operations that run on ``device``, in plan order."""
         return [op for op in self.ops if device in op.devices]
 
     def producer_of(self, layer: str, shard: int) -> tuple[int, int]:
