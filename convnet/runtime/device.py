@@ -18,7 +18,8 @@ halfway through a training step.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, ContextManager, Protocol, runtime_checkable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -43,7 +44,7 @@ class Device(Protocol):
         """Make this device current for the calling thread, for good (a worker's start)."""
 
     @abstractmethod
-    def scope(self) -> ContextManager[Device]:
+    def scope(self) -> AbstractContextManager[Device]:
         """This device current inside a ``with`` block, the caller's again after it."""
 
     @abstractmethod
