@@ -1,15 +1,17 @@
 """Array math shared by all layers, over numpy on the CPU and CuPy on GPUs.
 
-Kernels take and return arrays of one array module; :func:`array_module`
-says which (the Chainer/CuPy ``get_array_module`` idiom), so a layer written
-once runs on both backends.
+Kernels take and return arrays of one array module (numpy or CuPy);
+:func:`array_module` says which (the Chainer/CuPy ``get_array_module``
+idiom), so a layer written once runs on the CPU and on GPUs.
 
 Every public kernel is written once against the array module (``xp``) and
-runs as is on numpy.  A backend that can do better (a fused CUDA kernel, a
-cuDNN call) registers a replacement with :func:`register_kernel` under the
-kernel's name; :func:`kernel`-decorated functions dispatch to it when their
-first array argument belongs to that backend.  Layers only ever call the
-generic names, so a GPU backend adds kernels without touching ``layers/``.
+runs as is on numpy.  Where an array module allows better (a fused CUDA
+kernel, a cuDNN call), a replacement is registered with
+:func:`register_kernel` under the kernel's name and the array module's name
+(:func:`array_module_name`); :func:`kernel`-decorated functions dispatch to
+it when their first array argument belongs to that array module.  Layers
+only ever call the generic names, so the CUDA kernels (:mod:`kernels.cuda`)
+are added without touching ``layers/``.
 
 Kernels compute in the dtype of their inputs (float32 in training, float64
 in the gradient check); none of them casts to float32 on its own.
@@ -29,7 +31,7 @@ import numpy as np
 
 try:  # CuPy is optional (the ``gpu`` extra).
     import cupy as _cupy
-except Exception:  # noqa: BLE001 - any import failure means "no CUDA backend"
+except Exception:  # noqa: BLE001 - any import failure means "no CuPy"
     _cupy = None
 
 
@@ -50,35 +52,36 @@ def cupy_available() -> bool:
         return False
 
 
-def backend_name(xp) -> str:
-    """``'numpy'`` or ``'cupy'`` for an array module."""
-    return "numpy" if xp is np else getattr(xp, "__name__", "cupy").split(".")[0]
+def array_module_name(xp) -> str:
+    """``'numpy'`` or ``'cupy'`` for an array module (CuPy bound to a device included)."""
+    return "numpy" if xp is np else xp.__name__.split(".")[0]
 
 
-# (kernel name, backend name) -> replacement implementation
+# (kernel name, array module name) -> replacement implementation
 _OVERRIDES: dict[tuple[str, str], Callable] = {}
 
 
-def register_kernel(name: str, backend: str = "cupy"):
-    """Decorator: use the decorated function for kernel ``name`` on ``backend``.
+def register_kernel(name: str, module_name: str = "cupy"):
+    """Decorator: use the decorated function for kernel ``name`` on arrays of the
+    array module named ``module_name`` (see :func:`array_module_name`).
 
     The replacement takes exactly the arguments of the generic kernel.
     """
     def deco(fn: Callable) -> Callable:
-        _OVERRIDES[(name, backend)] = fn
+        _OVERRIDES[(name, module_name)] = fn
         return fn
     return deco
 
 
 def registered_kernels() -> dict[tuple[str, str], Callable]:
-    """A copy of the backend-specific replacements registered so far."""
+    """A copy of the replacements registered so far, by (kernel, array module name)."""
     return dict(_OVERRIDES)
 
 
 def kernel(fn: Callable) -> Callable:
     """Make ``fn`` a dispatchable kernel (see the module docstring).
 
-    The backend is chosen from the first positional argument that is an
+    The array module is taken from the first positional argument that is an
     array; numpy calls skip the lookup entirely when nothing is registered.
     """
     name = fn.__name__
@@ -88,7 +91,7 @@ def kernel(fn: Callable) -> Callable:
         if _OVERRIDES:
             for a in args:
                 if hasattr(a, "shape") and hasattr(a, "dtype"):
-                    impl = _OVERRIDES.get((name, backend_name(array_module(a))))
+                    impl = _OVERRIDES.get((name, array_module_name(array_module(a))))
                     if impl is not None:
                         return impl(*args, **kwargs)
                     break
@@ -98,5 +101,5 @@ def kernel(fn: Callable) -> Callable:
     return wrapper
 
 
-__all__ = ["array_module", "cupy_available", "backend_name", "register_kernel",
+__all__ = ["array_module", "cupy_available", "array_module_name", "register_kernel",
            "registered_kernels", "kernel"]

@@ -32,8 +32,9 @@ Layouts: activations are (N, C, S, S).  Conv weights (F, C/groups, fs, fs);
 local weights (P, F, C/groups, fs, fs) with P = modulesX**2 in row-major
 (oy, ox) order; biases (F,) (shared) or (F, M, M).
 
-The ``cache`` returned by the forward kernels is opaque to layers: a backend
-that overrides ``conv_forward`` must override ``conv_backward`` too.
+The ``cache`` returned by the forward kernels is opaque to layers: a
+replacement registered for ``conv_forward`` (:func:`kernels.register_kernel`)
+must come with one for ``conv_backward``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from __future__ import annotations
 import math
 import threading
 
-from . import array_module, backend_name, kernel
+from . import array_module, array_module_name, kernel
 
 LAYOUT: str | None = None  # None: choose per input; "nchw" or "chwn": force (tests)
 
@@ -63,7 +64,7 @@ def _scratch(xp, name: str, shape, dtype, zero: bool = False):
         bufs = _SCRATCH.bufs
     except AttributeError:
         bufs = _SCRATCH.bufs = {}
-    key = (name, backend_name(xp), dtype.str)
+    key = (name, array_module_name(xp), dtype.str)
     buf = bufs.get(key)
     if buf is None or buf.size < size:
         buf = xp.empty(size, dtype)

@@ -2,7 +2,7 @@
 
 A mask bit must depend only on (seed, step, layer, case index in the
 minibatch, feature index) so that it does not change with the device count
-or the shard split (SPEC 5.5).  Each element gets the counter
+or the shard split (docs/DESIGN.md).  Each element gets the counter
 ``case * features + feature`` and its uniform is the splitmix64 finaliser of
 ``key + counter * golden`` where ``key`` mixes seed, step and layer name.
 Everything is integer arithmetic in uint64 (wrapping), so numpy and CuPy

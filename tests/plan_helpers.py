@@ -68,7 +68,7 @@ def happens_before(plan):
 
 
 def check_plan_invariants(plan, net) -> None:
-    """Assert the structural properties every plan must have (SPEC sections 3-5).
+    """Assert the structural properties every plan must have.
 
     Shards and passes, one Forward/Backward per layer and shard, a Load or
     Copy exactly where a reader's device lacks an activation, a GradCopy

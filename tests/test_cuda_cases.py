@@ -142,7 +142,7 @@ def layer_cases() -> dict[str, LayerCase]:
 def forward_backward(case: LayerCase, to_array: Callable, to_host: Callable,
                      dtype=np.float32, seed: int = 0) -> dict[str, np.ndarray]:
     """Run one case's forward and backward with arrays made by ``to_array`` (host ->
-    backend array); returns host copies of the output, metrics and every gradient."""
+    numpy or CuPy array); returns host copies of the output, metrics and every gradient."""
     rng = np.random.default_rng(seed)
     ldef = case.ldef
     layer = build_layer(ldef)

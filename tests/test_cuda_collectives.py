@@ -1,9 +1,8 @@
 """The all-reduce collectives (convnet/runtime/collectives.py).
 
 Runnable everywhere: the chunked copy-and-add on CPU devices, sequential and
-with one thread per rank, and the executor wired to it (the integration the
-executor is meant to adopt, written here as a subclass) giving bitwise the
-built-in all-reduce's results.  NCCL needs two GPUs and is skipped otherwise.
+with one thread per rank, and the choice of collective.  NCCL needs two GPUs
+and is skipped otherwise.
 """
 
 from __future__ import annotations

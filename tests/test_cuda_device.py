@@ -25,6 +25,7 @@ import kernels
 import kernels.cuda
 from convnet.runtime import cuda_device
 from convnet.runtime.backends import choose_backend
+from convnet.runtime.device import Device
 from convnet.runtime.devices import make_devices
 from convnet.errors import DeviceError
 
@@ -250,6 +251,13 @@ def test_activate_makes_the_device_current_for_the_calling_thread(fake):
     assert fake.current_device() == 0 and fake.current_stream().null  # this thread unchanged
 
 
+def test_a_cuda_device_is_a_device(fake):
+    dev = cuda_device.CudaDevice(1, 0)
+    assert isinstance(dev, Device)
+    assert (dev.index, dev.physical, dev.kind) == (1, 0, "cuda")
+    assert isinstance(dev.xp, cuda_device.DeviceModule)
+
+
 def test_scope_and_xp_run_on_the_devices_gpu_and_stream(fake):
     dev = cuda_device.CudaDevice(1, 1)
     w = dev.to_device(np.ones((2, 3)))
@@ -259,7 +267,7 @@ def test_scope_and_xp_run_on_the_devices_gpu_and_stream(fake):
     assert fake.log[-1] == ("zeros", dev.stream.name)
     assert fake.current_device() == 0 and fake.current_stream().null  # restored
     assert dev.xp.float32 is np.float32 and dev.xp.ndarray is fake.ndarray
-    assert kernels.backend_name(dev.xp) == "cupy"
+    assert kernels.array_module_name(dev.xp) == "cupy"
 
 
 def test_copy_between_logical_devices_on_one_gpu_waits_for_the_producers(fake):
@@ -405,7 +413,7 @@ def test_the_cuda_kernel_package_imports_without_a_gpu_and_registers_nothing():
     import importlib
 
     before = kernels.registered_kernels()
-    for module in ("sources", "backend", "emulate", "conv", "pool", "norm", "nn", "dropout",
+    for module in ("sources", "kernel_set", "conv", "pool", "norm", "nn", "dropout",
                    "neurons"):
         importlib.import_module(f"kernels.cuda.{module}")
     assert kernels.registered_kernels() == before

@@ -2,7 +2,7 @@
 
 Every test here needs CuPy and at least one CUDA GPU and is skipped without
 them (multi-GPU tests need two).  They compare the CUDA backend with the
-numpy backend to float32 tolerance, and bitwise where the CUDA kernel does
+CPU backend (numpy) to float32 tolerance, and bitwise where the CUDA kernel does
 exactly numpy's operations (dropout bits, max/maxabs pooling).
 """
 
@@ -62,7 +62,7 @@ def test_every_layer_on_cuda_matches_numpy(name):
     assert got.keys() == want.keys()
     for key in want:
         if key == "mask":
-            np.testing.assert_array_equal(got[key], want[key])  # SPEC 5.5 across backends
+            np.testing.assert_array_equal(got[key], want[key])  # the same masks on CPU and GPU
         else:
             _close(got[key], want[key], f"{name} {key}")
 
@@ -267,7 +267,8 @@ def test_executor_on_cuda_matches_the_cpu(tmp_path, name, gpus):
 @pytest.mark.parametrize("name, gpus", [("imagenet-4gpu-data-model", (0, 0, 0, 0)),
                                         ("imagenet-2gpu-model", (0, 0))])
 def test_parallel_and_sequential_walks_on_cuda_are_bitwise_identical(tmp_path, name, gpus):
-    """SPEC 5.4 on one GPU (the sequential walk runs on the default stream)."""
+    """The parallel and sequential walks agree bitwise on one GPU too (the sequential
+    walk runs on the default stream)."""
     net = _load(tmp_path, name)
     batches = _batches()
     par, par_costs = _train(net, gpus, "cuda", parallel=True, batches=batches)

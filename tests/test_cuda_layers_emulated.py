@@ -1,8 +1,8 @@
 """The CUDA kernels, run on the host: their code agrees with the numpy kernels.
 
 Every kernel of :mod:`kernels.cuda` is compiled with the host C++ compiler
-and run element by element (:mod:`kernels.cuda.emulate`), and the override
-functions run unchanged on numpy arrays (:func:`kernels.cuda.backend.using`).
+and run element by element (:mod:`tests.cuda_emulation`), and the override
+functions run unchanged on numpy arrays (:func:`kernels.cuda.kernel_set.using`).
 This checks, without a GPU, everything but the device itself: index
 arithmetic, window bounds, operation order, the argument lists the layers
 call the overrides with, caches passed from forward to backward, and dropout
@@ -24,12 +24,13 @@ from kernels import nn as knn
 from kernels import norm as knorm
 from kernels import pool as kpool
 from kernels import random as krandom
-from kernels.cuda import OVERRIDES, backend, emulate
+from kernels.cuda import OVERRIDES, kernel_set
 from kernels.neurons import NEURONS
 
+from .cuda_emulation import compiler_available, emulated_kernel_set
 from .test_cuda_cases import NEURON_SPECS, forward_backward, layer_cases
 
-pytestmark = pytest.mark.skipif(not emulate.compiler_available(),
+pytestmark = pytest.mark.skipif(not compiler_available(),
                                 reason="no host C++ compiler (g++/clang++) to emulate the "
                                        "CUDA kernels with")
 
@@ -38,9 +39,8 @@ DTYPES = [np.float32, np.float64]
 
 @pytest.fixture(scope="module")
 def emulated():
-    be = emulate.emulated_backend()
-    with backend.using(be):
-        yield be
+    with kernel_set.using(emulated_kernel_set()) as emulated_kernels:
+        yield emulated_kernels
 
 
 def _override(name):
@@ -51,7 +51,7 @@ def _override(name):
 def overrides_for_numpy():
     """Dispatch the generic kernels to the CUDA overrides for numpy arrays (emulated)."""
     added = []
-    with backend.using(emulate.emulated_backend()):
+    with kernel_set.using(emulated_kernel_set()):
         try:
             for name in OVERRIDES:
                 key = (name, "numpy")

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from kernels.cuda import OVERRIDES
-from kernels.cuda.emulate import nvcc_check, nvcc_check_cupy_generated, nvcc_source
 from kernels.cuda.sources import NEURON_EXPRS, SPECS, parse_params
 from kernels.neurons import NEURONS
+
+from .cuda_emulation import nvcc_check, nvcc_check_cupy_generated, nvcc_source
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kernels" / "cuda"
 KNOWN_TYPES = {"float32", "float64", "int32", "int64", "uint64", "uint32", "uint8", "int8", "bool"}

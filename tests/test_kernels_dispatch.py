@@ -1,4 +1,4 @@
-"""The kernel interface: backend dispatch, array-module genericity, counter RNG."""
+"""The kernel interface: dispatch by array module, array-module genericity, counter RNG."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from kernels import random as krandom
 
 def test_array_module_is_numpy_for_host_arrays():
     assert kernels.array_module(np.zeros(3)) is np
-    assert kernels.backend_name(np) == "numpy"
+    assert kernels.array_module_name(np) == "numpy"
     assert isinstance(kernels.cupy_available(), bool)
 
 
-def test_registered_backend_kernel_replaces_the_generic_one():
+def test_a_kernel_registered_for_an_array_module_replaces_the_generic_one():
     calls = []
 
     def fake_softmax(x):
@@ -40,7 +40,7 @@ def test_registered_backend_kernel_replaces_the_generic_one():
 
 
 def test_layers_call_kernels_through_the_dispatcher():
-    """A backend can replace conv without touching layers/ (here: count the calls)."""
+    """A registered kernel replaces conv without touching layers/ (here: count the calls)."""
     from layers import build_layer
     from layers.base import Context
 
@@ -135,8 +135,8 @@ def test_conv_scratch_buffers_are_per_thread():
 
 
 def test_neurons_dispatch_through_kernels():
-    """Inline neurons go through neuron_forward/neuron_backward, which a backend
-    may replace with fused kernels."""
+    """Inline neurons go through neuron_forward/neuron_backward, which the CUDA
+    kernels replace with fused ones."""
     from kernels import neurons as kneurons
     from layers import build_layer
     from layers.base import Context

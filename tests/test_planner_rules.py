@@ -1,4 +1,4 @@
-"""Each placement rule of SPEC sections 3 and 4, broken once, with the error it must give.
+"""Each placement and update-period rule of the planner, broken once, with the error it must give.
 
 Every broken rule raises :class:`PlanError`; the message names the layer(s)
 involved and says which rule was broken, and the error points at the section

@@ -1,8 +1,9 @@
 """Batch ranges as written on the command line (``--train-range=1-5``, ``1-3,6``).
 
 cuda-convnet2 names batches by number and selects them with ranges; the same
-text round-trips through :func:`parse_range` and :func:`format_range` so a
-checkpoint can store the ranges a run used and print them back unchanged.
+text round-trips through :func:`parse_range` and :func:`format_range`, so
+messages (such as a provider's available batches) print batch lists in the
+form the command line takes.
 """
 
 from __future__ import annotations

@@ -1,28 +1,30 @@
-"""The execution plan: a plain data structure the executors walk.
+"""The execution plan: a plain data structure the executor walks.
 
 A :class:`Plan` is a flat list of operations in one valid global order.  Each
 operation runs on one logical device (an :class:`AllReduce` runs on all of its
 devices together) and lists the indices of the earlier operations it needs.
 
-That makes both executors short:
+That makes both walks of a plan short:
 
-* a sequential walk runs ``plan.ops`` in order;
-* a parallel walk gives each device worker ``plan.ops_for_device(d)`` (a
-  subsequence of the global order, hence deadlock-free) and has it wait for
-  each op's cross-device ``deps`` before running it.
+* the sequential walk runs ``plan.ops`` in order;
+* the parallel walk gives each device's worker the operations on that
+  device (a subsequence of the global order, hence deadlock-free;
+  :mod:`convnet.runtime.tasks` splits some of them further) and has it wait
+  for each one's cross-device ``deps`` before running it.
 
 Buffer ownership keeps results deterministic: every write into a device's
 buffers is made by that device's own worker (copies are *pulled* by the
 destination), so the order of accumulations is the list order, whatever the
 thread timing.
 
-Shards and passes follow SPEC section 3: a minibatch is cut into
-``num_shards`` (= Rmax) contiguous shards and runs in ``num_passes``
+Shards and passes follow cuda-convnet2's multi-GPU semantics: with Rmax and
+Rmin the largest and smallest replica counts of the net, a minibatch is cut
+into ``num_shards`` (= Rmax) contiguous shards and runs in ``num_passes``
 (= Rmax / Rmin) passes.  A layer with R replicas is active every
 ``period`` = R / Rmin passes; in the activation starting at pass p its replica
-i processes shard ``p * Rmin + i`` (the SPEC writes ``p + i``, which is the same
-whenever Rmin = 1, as in every reference config; ``p * Rmin + i`` keeps "every
-shard exactly once" true when Rmin > 1).  Forward runs in the first pass of
+i processes shard ``p * Rmin + i`` (cuda-convnet2 writes ``p + i``, which is
+the same whenever Rmin = 1, as in every reference config; ``p * Rmin + i``
+keeps "every shard exactly once" true when Rmin > 1; see docs/DESIGN.md).  Forward runs in the first pass of
 an activation, backward in its last, so consumers that run more often have
 sent back every shard's gradient by then.
 """
@@ -188,6 +190,7 @@ class Plan:
         return self.minibatch // self.num_shards
 
     def ops_for_device(self, device: int) -> list[Op]:
+        """The operations that run on ``device``, in plan order."""
         return [op for op in self.ops if device in op.devices]
 
     def producer_of(self, layer: str, shard: int) -> tuple[int, int]:
@@ -198,7 +201,9 @@ class Plan:
 
 
 def shard_bounds(num_cases: int, num_shards: int) -> list[tuple[int, int]]:
-    """Contiguous [start, stop) of each shard, as even as possible (SPEC 3)."""
+    """Contiguous [start, stop) of each shard: equal when ``num_shards`` divides
+    ``num_cases``, else as even as possible with the larger shards first (a short
+    final minibatch)."""
     base, extra = divmod(num_cases, num_shards)
     bounds, start = [], 0
     for s in range(num_shards):

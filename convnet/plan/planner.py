@@ -1,9 +1,11 @@
 """Place every layer replica on a logical device and schedule one minibatch.
 
-``make_plan(net, gpus, minibatch)`` applies SPEC sections 3 and 4: it resolves
-each layer's device list (explicit ``gpu=``, inherited from the first input,
-or device 0 next to a data layer), checks every placement rule, derives
-shards, passes and activation periods, and emits the operation list of
+``make_plan(net, gpus, minibatch)`` applies the multi-GPU rules of the config
+language (``gpu=`` and ``updatePeriod``; the choices cuda-convnet2 leaves open
+are in docs/DESIGN.md): it resolves each layer's device list (explicit
+``gpu=``, inherited from the first input, or device 0 next to a data layer),
+checks every placement rule, derives shards, passes and activation periods
+and each layer's update period, and emits the operation list of
 :mod:`convnet.plan.ops` with a copy wherever an activation or a gradient crosses
 devices.  Every broken rule raises :class:`PlanError` naming the layers.
 """
@@ -114,7 +116,12 @@ def _resolve_devices(net: NetConfig, num_gpus: int):
 
 
 def _check_rules(net: NetConfig, devices: dict[str, tuple[int, ...]]) -> None:
-    """The placement rules of SPEC section 3, each with a message naming the layers."""
+    """The placement rules, each broken one raised with a message naming the layers:
+    replicas of a layer on distinct devices; a layer's replica count divides each
+    input's; all inputs, and all consumers, of a layer have equal replica counts;
+    every replica count divides the largest and is a multiple of the smallest; a
+    ``pass`` layer has as many replicas as its inputs, and two ``pass`` layers do not
+    read one input on overlapping devices."""
     for ldef in net:
         if ldef.name not in devices:
             continue
@@ -196,7 +203,8 @@ def _reaches_cost(net: NetConfig) -> dict[str, bool]:
 
 
 def _update_periods(net: NetConfig, periods: dict[str, int], num_passes: int) -> dict[str, int]:
-    """Effective updatePeriod of each weight layer (SPEC 4): a multiple of T dividing P."""
+    """Effective updatePeriod of each weight layer: 0 means its activation period T,
+    any other value must be a multiple of T that divides the pass count P."""
     out = {}
     for ldef in net:
         if not ldef.has_weights:

@@ -1,7 +1,8 @@
 """Running a plan on logical devices.
 
+:mod:`convnet.runtime.device` says what a logical device offers;
 :mod:`convnet.runtime.devices` (CPU workers) and :mod:`convnet.runtime.cuda_device`
-(CUDA GPUs) implement the logical devices; :mod:`convnet.runtime.collectives`
+(CUDA GPUs) implement it; :mod:`convnet.runtime.collectives`
 sums gradients across them; :mod:`convnet.runtime.tasks` turns a plan into the
 tasks each device's worker runs (:mod:`convnet.runtime.workers`);
 :mod:`convnet.runtime.executor` runs one training step or evaluation.

@@ -1,4 +1,9 @@
-"""Choosing the array backend for the logical devices (``--backend``)."""
+"""``--backend cpu|cuda|auto``: which kind of logical device a run uses.
+
+"Backend" means only this: the device kind (CPU workers or CUDA GPUs).  The
+array module of a device (numpy or CuPy) is ``Device.xp``, and the kernels
+compiled for CuPy are a :class:`kernels.cuda.kernel_set.KernelSet`.
+"""
 
 from __future__ import annotations
 

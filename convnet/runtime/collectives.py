@@ -7,7 +7,8 @@ ways the executor walks a plan:
     collective(grads, ranks, barrier, scratch)
 
 * ``grads``: one dict per rank (replica, in replica order) of arrays with the
-  same keys and shapes, ``grads[r]`` living on ``devices[r]``;
+  same keys and shapes, ``grads[r]`` living on ``devices[r]`` (each a
+  :class:`convnet.runtime.device.Device`);
 * ``ranks``: the ranks the caller does; all of them (``None``) in the
   sequential walk, the calling worker's own rank in the parallel walk;
 * ``barrier``: in the parallel walk, a callable that returns once every rank
@@ -23,9 +24,11 @@ Two implementations:
 
 * :class:`ChunkedAllReduce` works on any devices (CPU workers, CUDA devices
   sharing a GPU): rank r sums slice r of every array over all ranks, in rank
-  order, from copies made with ``device.copy_from``; after the barrier each
+  order, from copies made with ``Device.copy_from``, inside ``Device.scope``
+  so that the sums are computed on the rank's own device; after the barrier each
   rank gathers the other slices.  The summation order is fixed, so results
-  are bitwise reproducible and equal to the executor's built-in all-reduce.
+  are bitwise reproducible, and the sequential and parallel walks of a plan
+  get identical sums.
 * :class:`NcclAllReduce` calls ``ncclAllReduce`` (CuPy's ``cupy.cuda.nccl``)
   on each device's stream, one communicator per GPU, in one NCCL group per
   call.  NCCL needs distinct GPUs, so it is chosen only when every rank is on
@@ -52,6 +55,8 @@ import contextlib
 import os
 from typing import Callable, Iterable, Sequence
 
+from convnet.runtime.device import Device
+
 
 def chunk_bounds(size: int, parts: int, index: int) -> tuple[int, int]:
     """Slice ``index`` of ``parts`` near-equal contiguous slices of ``size`` elements
@@ -59,11 +64,6 @@ def chunk_bounds(size: int, parts: int, index: int) -> tuple[int, int]:
     base, extra = divmod(size, parts)
     lo = index * base + min(index, extra)
     return lo, lo + base + (1 if index < extra else 0)
-
-
-def _scope(device):
-    scope = getattr(device, "scope", None)
-    return scope() if scope is not None else contextlib.nullcontext()
 
 
 def _ranks(ranks, count: int) -> list[int]:
@@ -76,7 +76,7 @@ class AllReduce:
     name = "all-reduce"
     sharded = False  # True: offers reduce_slice / gather_slices / bounds (rank r owns slice r)
 
-    def __init__(self, devices: Sequence):
+    def __init__(self, devices: Sequence[Device]):
         self.devices = list(devices)
 
     def __call__(self, grads: list[dict], ranks: Iterable[int] | None = None,
@@ -98,7 +98,7 @@ class SingleRank(AllReduce):
 
 
 class ChunkedAllReduce(AllReduce):
-    """Reduce-scatter then all-gather by slices, with ``device.copy_from``."""
+    """Reduce-scatter then all-gather by slices, with ``Device.copy_from``."""
 
     name = "chunked"
     sharded = True
@@ -112,7 +112,7 @@ class ChunkedAllReduce(AllReduce):
         arrays on ``rank``'s device (the inputs are not written)."""
         device = self.devices[rank]
         sums = {}
-        with _scope(device):
+        with device.scope():
             for k in sorted(grads[rank]):
                 lo, hi = self.bounds(grads[rank][k].size, rank)
                 parts = [g[k].reshape(-1)[lo:hi] for g in grads]
@@ -127,7 +127,7 @@ class ChunkedAllReduce(AllReduce):
         """Copy, into each contiguous ``arrays[rank][k]`` in place, every other rank's
         slice of it from ``arrays[owner][k]``."""
         device = self.devices[rank]
-        with _scope(device):
+        with device.scope():
             for k in sorted(arrays[rank]):
                 flat = arrays[rank][k].reshape(-1)
                 for owner, peer in enumerate(arrays):
@@ -150,7 +150,7 @@ class ChunkedAllReduce(AllReduce):
             barrier()
         for rank in ranks:  # phase 2: gather every slice
             device = self.devices[rank]
-            with _scope(device):
+            with device.scope():
                 for k in sorted(grads[rank]):
                     old = grads[rank][k]
                     flat = device.xp.empty(old.size, dtype=old.dtype)
@@ -166,15 +166,16 @@ class NcclAllReduce(AllReduce):
 
     name = "nccl"
 
-    def __init__(self, devices: Sequence):
+    def __init__(self, devices: Sequence[Device]):
         super().__init__(devices)
+        self.comms: list = []
         physical = [int(d.physical) for d in self.devices]
         if len(set(physical)) != len(physical):
             raise ValueError(f"NCCL needs one rank per GPU; GPUs {physical} repeat")
         import cupy
         from cupy.cuda import nccl
 
-        if not getattr(nccl, "available", True):
+        if not nccl.available:
             raise RuntimeError("CuPy was built without NCCL")
         self._cupy = cupy
         self._nccl = nccl
@@ -214,7 +215,7 @@ class NcclAllReduce(AllReduce):
             for rank in ranks:
                 device, comm = self.devices[rank], self.comms[rank]
                 out = {}
-                with _scope(device):
+                with device.scope():
                     stream = cupy.cuda.get_current_stream()
                     for k in keys:
                         src = cupy.ascontiguousarray(grads[rank][k])
@@ -230,7 +231,7 @@ class NcclAllReduce(AllReduce):
                 grads[rank][k] = dst.reshape(grads[rank][k].shape)
 
     def close(self) -> None:
-        for comm in getattr(self, "comms", []):
+        for comm in self.comms:
             with contextlib.suppress(Exception):
                 comm.destroy()
         self.comms = []
@@ -257,17 +258,18 @@ def choose_all_reduce(kinds: Sequence[str], physical: Sequence[int], nccl_availa
 
 
 def nccl_available() -> bool:
+    """True when CuPy imports and was built with NCCL (``cupy.cuda.nccl.available``)."""
     try:
         from cupy.cuda import nccl
     except Exception:  # noqa: BLE001 - no CuPy, or no NCCL library
         return False
-    return bool(getattr(nccl, "available", True))
+    return bool(nccl.available)
 
 
-def make_all_reduce(devices: Sequence) -> AllReduce:
+def make_all_reduce(devices: Sequence[Device]) -> AllReduce:
     """The collective for ranks on ``devices`` (one per replica, in replica order)."""
-    kinds = [getattr(d, "kind", "cpu") for d in devices]
-    physical = [int(getattr(d, "physical", i)) for i, d in enumerate(devices)]
+    kinds = [d.kind for d in devices]
+    physical = [int(d.physical) for d in devices]
     wants_nccl = len(devices) > 1 and all(k == "cuda" for k in kinds) and \
         len(set(physical)) == len(physical)
     choice = choose_all_reduce(kinds, physical, nccl_available() if wants_nccl else False,

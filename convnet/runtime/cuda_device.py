@@ -1,9 +1,10 @@
 """CUDA logical devices (CuPy): one CUDA stream per logical device.
 
-A :class:`CudaDevice` is logical device ``index`` of ``--gpu``, placed on
-physical GPU ``physical``.  Several logical devices may name the same GPU
-(``--gpu 0,0,0,0``); each still gets its own stream, so a one-GPU machine
-runs every multi-GPU config, and their kernels may overlap on the GPU.
+A :class:`CudaDevice` (a :class:`convnet.runtime.device.Device`) is logical
+device ``index`` of ``--gpu``, placed on physical GPU ``physical``.  Several
+logical devices may name the same GPU (``--gpu 0,0,0,0``); each still gets
+its own stream, so a one-GPU machine runs every multi-GPU config, and their
+kernels may overlap on the GPU.
 
 How the executor uses a device (see :mod:`convnet.runtime.workers`): one worker
 thread per logical device calls :meth:`CudaDevice.activate` once (the thread's
@@ -71,6 +72,7 @@ import weakref
 import numpy as np
 
 from convnet.errors import DeviceError
+from convnet.runtime.device import Device
 
 
 def _cupy():
@@ -168,7 +170,7 @@ class DeviceModule:
         return f"<cupy on {self._device!r}>"
 
 
-class CudaDevice:
+class CudaDevice(Device):
     """A logical device on physical GPU ``physical`` with its own CUDA stream."""
 
     kind = "cuda"

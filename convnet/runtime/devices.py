@@ -1,9 +1,11 @@
-"""Logical devices: where a replica's arrays live and whose worker computes them.
+"""CPU logical devices, and making the logical devices of a run.
 
-A logical device is a CUDA GPU when the CUDA backend is chosen (see
-:mod:`convnet.runtime.backends`) and otherwise a CPU worker.  Each device owns its
-buffers: moving an array onto a device always makes a real copy, so a copy in
-the plan costs what it would cost between GPUs (a memory copy on the CPU).
+A logical device (:class:`convnet.runtime.device.Device`) is a CUDA stream on
+a GPU with ``--backend cuda`` (see :mod:`convnet.runtime.backends` and
+:mod:`convnet.runtime.cuda_device`) and otherwise a CPU worker.  Each device
+owns its buffers: moving an array onto a device always makes a real copy, so
+a copy in the plan costs what it would cost between GPUs (a memory copy on
+the CPU).
 
 On the CPU every logical device is one worker thread, and BLAS is limited to
 one thread per device (threadpoolctl), so ``--gpu 0,1`` on two cores runs two
@@ -23,13 +25,16 @@ next step reuses it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import platform
 
 import numpy as np
 
+from convnet.runtime.device import Device
 
-class CpuDevice:
+
+class CpuDevice(Device):
     """A logical device backed by host memory and one worker thread."""
 
     kind = "cpu"
@@ -44,6 +49,10 @@ class CpuDevice:
 
     def activate(self) -> None:
         """Make this device current for the calling thread (nothing to do on the CPU)."""
+
+    def scope(self) -> contextlib.AbstractContextManager[CpuDevice]:
+        """This device current inside the block (nothing to switch on the CPU)."""
+        return contextlib.nullcontext(self)
 
     def to_device(self, host_array: np.ndarray) -> np.ndarray:
         return np.array(host_array, dtype=np.float32, copy=True, order="C")
@@ -100,8 +109,9 @@ def keep_freed_memory() -> bool:
     return ok
 
 
-def make_devices(gpus: tuple[int, ...], backend: str) -> list:
-    """One logical device per ``--gpu`` entry, on the chosen backend."""
+def make_devices(gpus: tuple[int, ...], backend: str) -> list[Device]:
+    """One logical device per ``--gpu`` entry, of the kind ``backend`` names
+    (``'cuda'`` or ``'cpu'``, as :func:`convnet.runtime.backends.choose_backend` returns)."""
     if backend == "cuda":
         from convnet.runtime.cuda_device import CudaDevice  # imported only when CuPy is wanted
 

@@ -1,10 +1,10 @@
-"""CuPy kernels for the CUDA backend, behind the generic kernel interface.
+"""CuPy kernels for ``--backend cuda``, behind the generic kernel interface.
 
 Importing this package or its modules never needs CuPy and registers
 nothing: the kernel sources (:mod:`kernels.cuda.sources`) are plain strings
 and the override functions only touch CuPy when called (through
-:mod:`kernels.cuda.backend`).  :func:`install` registers the overrides with
-:func:`kernels.register_kernel` under the backend name ``'cupy'``, so the
+:mod:`kernels.cuda.kernel_set`).  :func:`install` registers the overrides with
+:func:`kernels.register_kernel` for the array module ``'cupy'``, so the
 generic kernels dispatch to them for CuPy arrays and numpy calls are
 unaffected; :class:`convnet.runtime.cuda_device.CudaDevice` calls it.  Without CuPy
 or without a GPU, :func:`install` raises :class:`CudaUnavailable` with the reason.
@@ -34,7 +34,7 @@ import kernels as _kernels
 try:  # only to say whether CuPy imports; the overrides import it lazily
     import cupy as _cupy  # noqa: F401
     CUPY_IMPORT_ERROR: str | None = None
-except Exception as _error:  # noqa: BLE001 - any failure means "no CUDA backend"
+except Exception as _error:  # noqa: BLE001 - any failure means "no CuPy"
     _cupy = None
     CUPY_IMPORT_ERROR = f"{type(_error).__name__}: {_error}"
 
@@ -63,6 +63,7 @@ def available() -> bool:
 
 
 def unavailable_reason() -> str:
+    """Why :func:`install` cannot run here ('' when it can)."""
     if _cupy is None:
         return f"CuPy is not installed (pip install -e '.[gpu]'): {CUPY_IMPORT_ERROR}"
     if not available():
@@ -89,7 +90,7 @@ def install(force: bool = False) -> bool:
 
 
 def uninstall() -> None:
-    """Remove the CuPy overrides again (tests)."""
+    """Remove the CuPy overrides again (the CUDA benchmark times the generic kernels too)."""
     global _installed
     with _install_lock:
         for name in OVERRIDES:

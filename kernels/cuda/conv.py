@@ -25,7 +25,7 @@ generic forward's cache (it then rebuilds the columns).
 from __future__ import annotations
 
 from ..conv import local_cols_grad, local_weight_grad
-from .backend import contiguous, current
+from .kernel_set import contiguous, current
 
 
 class ColsCache:
@@ -43,35 +43,35 @@ def _image(x, channels: int, img: int):
 
 def im2col_conv(x, channels, img, fs, pad, stride, mods):
     """(C*fs*fs, N*M*M) columns of image batch x (N, C, img, img)."""
-    be = current()
+    ks = current()
     n = x.shape[0]
-    cols = be.xp.empty((channels * fs * fs, n * mods * mods), dtype=x.dtype)
-    be.kernel("cvn_conv_im2col")(_image(x, channels, img), n, channels, img, fs, pad, stride,
+    cols = ks.xp.empty((channels * fs * fs, n * mods * mods), dtype=x.dtype)
+    ks.kernel("cvn_conv_im2col")(_image(x, channels, img), n, channels, img, fs, pad, stride,
                                  mods, cols)
     return cols
 
 
 def col2im_conv(dcols, n, channels, img, fs, pad, stride, mods):
-    be = current()
-    dx = be.xp.empty((n, channels, img, img), dtype=dcols.dtype)
-    be.kernel("cvn_conv_col2im")(contiguous(dcols), n, channels, img, fs, pad, stride, mods, dx)
+    ks = current()
+    dx = ks.xp.empty((n, channels, img, img), dtype=dcols.dtype)
+    ks.kernel("cvn_conv_col2im")(contiguous(dcols), n, channels, img, fs, pad, stride, mods, dx)
     return dx
 
 
 def im2col_local(x, channels, img, fs, pad, stride, mods):
     """(M*M, C*fs*fs, N) columns of image batch x."""
-    be = current()
+    ks = current()
     n = x.shape[0]
-    cols = be.xp.empty((mods * mods, channels * fs * fs, n), dtype=x.dtype)
-    be.kernel("cvn_local_im2col")(_image(x, channels, img), n, channels, img, fs, pad, stride,
+    cols = ks.xp.empty((mods * mods, channels * fs * fs, n), dtype=x.dtype)
+    ks.kernel("cvn_local_im2col")(_image(x, channels, img), n, channels, img, fs, pad, stride,
                                   mods, cols)
     return cols
 
 
 def col2im_local(dcols, n, channels, img, fs, pad, stride, mods):
-    be = current()
-    dx = be.xp.empty((n, channels, img, img), dtype=dcols.dtype)
-    be.kernel("cvn_local_col2im")(contiguous(dcols), n, channels, img, fs, pad, stride, mods, dx)
+    ks = current()
+    dx = ks.xp.empty((n, channels, img, img), dtype=dcols.dtype)
+    ks.kernel("cvn_local_col2im")(contiguous(dcols), n, channels, img, fs, pad, stride, mods, dx)
     return dx
 
 
@@ -79,8 +79,8 @@ def col2im_local(dcols, n, channels, img, fs, pad, stride, mods):
 
 def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups, img_sizes,
                  modules, keep_cache=True):
-    be = current()
-    xp = be.xp
+    ks = current()
+    xp = ks.xp
     n = xs[0].shape[0]
     filters = ws[0].shape[0]
     p = modules * modules
@@ -104,7 +104,7 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
                                                         cols[gi * kg:(gi + 1) * kg])
         cols_all.append(cols if keep_cache else None)
     y = xp.empty((n, filters, modules, modules), dtype=dtype)
-    be.kernel("cvn_conv_bias_out")(acc, contiguous(b).reshape(-1), n, filters, p,
+    ks.kernel("cvn_conv_bias_out")(acc, contiguous(b).reshape(-1), n, filters, p,
                                    1 if b.ndim == 1 else 0, y)
     return y, ColsCache(cols_all)
 
@@ -152,8 +152,8 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
 
 def local_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups, img_sizes,
                   modules, keep_cache=True):
-    be = current()
-    xp = be.xp
+    ks = current()
+    xp = ks.xp
     n = xs[0].shape[0]
     p, filters = ws[0].shape[0], ws[0].shape[1]
     dtype = xs[0].dtype
@@ -179,7 +179,7 @@ def local_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, group
                                                            cols[:, gi * kg:(gi + 1) * kg])
         cols_all.append(cols if keep_cache else None)
     y = xp.empty((n, filters, modules, modules), dtype=dtype)
-    be.kernel("cvn_local_bias_out")(contiguous(acc), contiguous(b).reshape(-1), n, filters, p, y)
+    ks.kernel("cvn_local_bias_out")(contiguous(acc), contiguous(b).reshape(-1), n, filters, p, y)
     return y, ColsCache(cols_all)
 
 

@@ -5,7 +5,8 @@ The generic version makes about fifteen passes over a uint64 array
 conversion).  ``cvn_uniform`` computes each element's uniform from its
 counter in registers, with the same wrapping 64-bit arithmetic, so the bits
 (and so the dropout masks) are identical to numpy's: masks do not depend on
-the backend either, and SPEC 5.5 holds across CPU and GPU runs.
+``--backend`` either, so a run gives the same masks on CPU and GPU devices,
+whatever the device count or shard split (:mod:`kernels.random`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..random import _MASK
-from .backend import current
+from .kernel_set import current
 
 
 def uniform_like(x, key: int, case_offset: int):
-    be = current()
+    ks = current()
     shape = tuple(x.shape)
     features = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
-    u = be.xp.empty(shape, dtype=np.float64)
+    u = ks.xp.empty(shape, dtype=np.float64)
     base = (int(case_offset) * features) & _MASK
-    be.kernel("cvn_uniform")(np.uint64(int(key) & _MASK), np.uint64(base), u)
+    ks.kernel("cvn_uniform")(np.uint64(int(key) & _MASK), np.uint64(base), u)
     return u

@@ -15,7 +15,7 @@ neuron of :data:`kernels.neurons.NEURONS` (:mod:`kernels.cuda.sources`).
 from __future__ import annotations
 
 from ..neurons import NEURONS
-from .backend import contiguous, current
+from .kernel_set import contiguous, current
 from .sources import neuron_backward_constant
 
 

@@ -12,12 +12,12 @@ of N x classes, which is small next to the conv layers.
 
 from __future__ import annotations
 
-from .backend import contiguous, current
+from .kernel_set import contiguous, current
 
 
 def logreg_cost(labels, probs, topk: int = 1):
-    be = current()
-    xp = be.xp
+    ks = current()
+    xp = ks.xp
     n = probs.shape[0]
     probs = contiguous(probs).reshape(n, -1)
     labels = contiguous(labels).reshape(-1)
@@ -26,13 +26,13 @@ def logreg_cost(labels, probs, topk: int = 1):
     cost = xp.empty(n, dtype=probs.dtype)
     err1 = xp.empty(n, dtype=probs.dtype)
     errk = xp.empty(n, dtype=probs.dtype)
-    be.kernel("cvn_logreg_cost")(probs, labels, probs.shape[1], int(topk), cost, err1, errk)
+    ks.kernel("cvn_logreg_cost")(probs, labels, probs.shape[1], int(topk), cost, err1, errk)
     return cost, err1, errk
 
 
 def logreg_grad(labels, probs, coeff: float):
-    be = current()
-    xp = be.xp
+    ks = current()
+    xp = ks.xp
     n = probs.shape[0]
     shape = probs.shape
     probs = contiguous(probs).reshape(n, -1)
@@ -40,5 +40,5 @@ def logreg_grad(labels, probs, coeff: float):
     if labels.dtype != probs.dtype:
         labels = labels.astype(probs.dtype)
     g = xp.empty(probs.shape, dtype=probs.dtype)
-    be.kernel("cvn_logreg_grad")(probs, labels, probs.shape[1], -float(coeff), g)
+    ks.kernel("cvn_logreg_grad")(probs, labels, probs.shape[1], -float(coeff), g)
     return g.reshape(shape)

@@ -19,7 +19,7 @@ rather than keeping a second full-size array alive between the passes.
 
 from __future__ import annotations
 
-from .backend import contiguous, current
+from .kernel_set import contiguous, current
 
 
 def _pow_mode(p: float) -> int:
@@ -35,8 +35,8 @@ def _pow_mode(p: float) -> int:
 
 def response_norm_forward(x, *, kind: str, size: int, scale: float, pow: float,
                           min_div: float = 1.0):
-    be = current()
-    xp = be.xp
+    ks = current()
+    xp = ks.xp
     x = contiguous(x)
     c, s = x.shape[1], x.shape[2]
     y = xp.empty(x.shape, dtype=x.dtype)
@@ -44,14 +44,14 @@ def response_norm_forward(x, *, kind: str, size: int, scale: float, pow: float,
     mode = _pow_mode(pow)
     mean_diff = None
     if kind == "cmrnorm":
-        be.kernel("cvn_cmr_fwd")(x, c, s * s, size, scale / size, min_div, mode, pow, y, d)
+        ks.kernel("cvn_cmr_fwd")(x, c, s * s, size, scale / size, min_div, mode, pow, y, d)
     elif kind == "rnorm":
-        be.kernel("cvn_rnorm_fwd")(x, x, s, size, scale / (size * size), min_div, mode, pow,
+        ks.kernel("cvn_rnorm_fwd")(x, x, s, size, scale / (size * size), min_div, mode, pow,
                                    y, d)
     elif kind == "cnorm":
         mean_diff = xp.empty(x.shape, dtype=x.dtype)
-        be.kernel("cvn_cnorm_mean_diff")(x, s, size, mean_diff)
-        be.kernel("cvn_rnorm_fwd")(mean_diff, x, s, size, scale / (size * size), min_div, mode,
+        ks.kernel("cvn_cnorm_mean_diff")(x, s, size, mean_diff)
+        ks.kernel("cvn_rnorm_fwd")(mean_diff, x, s, size, scale / (size * size), min_div, mode,
                                    pow, y, d)
     else:
         raise ValueError(f"unknown normalisation {kind!r}")
@@ -60,8 +60,8 @@ def response_norm_forward(x, *, kind: str, size: int, scale: float, pow: float,
 
 def response_norm_backward(gy, x, y, cache, *, kind: str, size: int, scale: float, pow: float,
                            min_div: float = 1.0):
-    be = current()
-    xp = be.xp
+    ks = current()
+    xp = ks.xp
     d, _, mean_diff = cache
     gy, x, y, d = contiguous(gy), contiguous(x), contiguous(y), contiguous(d)
     s = x.shape[2]
@@ -69,15 +69,15 @@ def response_norm_backward(gy, x, y, cache, *, kind: str, size: int, scale: floa
     dx = xp.empty(x.shape, dtype=gy.dtype)
     if kind == "cmrnorm":
         coef = -2.0 * (scale / size) * pow
-        be.kernel("cvn_cmr_bwd")(gy, x, y, d, x.shape[1], s * s, size, coef, mode, pow, dx)
+        ks.kernel("cvn_cmr_bwd")(gy, x, y, d, x.shape[1], s * s, size, coef, mode, pow, dx)
         return dx
     coef = -2.0 * (scale / (size * size)) * pow
     if kind == "rnorm":
-        be.kernel("cvn_rnorm_bwd")(gy, x, y, d, s, size, coef, mode, pow, 1, dx)
+        ks.kernel("cvn_rnorm_bwd")(gy, x, y, d, s, size, coef, mode, pow, 1, dx)
         return dx
     if kind != "cnorm":
         raise ValueError(f"unknown normalisation {kind!r}")
     back = xp.empty(x.shape, dtype=gy.dtype)
-    be.kernel("cvn_rnorm_bwd")(gy, contiguous(mean_diff), y, d, s, size, coef, mode, pow, 0, back)
-    be.kernel("cvn_cnorm_bwd")(back, gy, d, s, size, mode, pow, dx)
+    ks.kernel("cvn_rnorm_bwd")(gy, contiguous(mean_diff), y, d, s, size, coef, mode, pow, 0, back)
+    ks.kernel("cvn_cnorm_bwd")(back, gy, d, s, size, mode, pow, dx)
     return dx

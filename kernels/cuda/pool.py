@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import contiguous, current
+from .kernel_set import contiguous, current
 
 _KINDS = {"max": 0, "avg": 1, "maxabs": 2}
 
@@ -23,20 +23,20 @@ _KINDS = {"max": 0, "avg": 1, "maxabs": 2}
 def pool_forward(x, *, pool: str, size: int, stride: int, start: int, outputs: int):
     if pool not in _KINDS:
         raise ValueError(f"unknown pooling {pool!r}")
-    be = current()
-    xp = be.xp
+    ks = current()
+    xp = ks.xp
     x = contiguous(x)
     n, c, s = x.shape[0], x.shape[1], x.shape[2]
     y = xp.empty((n, c, outputs, outputs), dtype=x.dtype)
     geom = (s, outputs, size, stride, start)
     if pool == "max":
-        be.kernel("cvn_pool_max_fwd")(x, *geom, y)
+        ks.kernel("cvn_pool_max_fwd")(x, *geom, y)
         return y, None
     if pool == "avg":
-        be.kernel("cvn_pool_avg_fwd")(x, *geom, y)
+        ks.kernel("cvn_pool_avg_fwd")(x, *geom, y)
         return y, None
     which = xp.empty((n, c, outputs, outputs), dtype=np.int32)
-    be.kernel("cvn_pool_maxabs_fwd")(x, *geom, y, which)
+    ks.kernel("cvn_pool_maxabs_fwd")(x, *geom, y, which)
     return y, which
 
 
@@ -44,8 +44,8 @@ def pool_backward(gy, x, y, cache, *, pool: str, size: int, stride: int, start: 
                   outputs: int):
     if pool not in _KINDS:
         raise ValueError(f"unknown pooling {pool!r}")
-    be = current()
-    xp = be.xp
+    ks = current()
+    xp = ks.xp
     x = contiguous(x)
     if pool == "maxabs":
         which = contiguous(cache)
@@ -54,6 +54,6 @@ def pool_backward(gy, x, y, cache, *, pool: str, size: int, stride: int, start: 
     else:
         which = xp.zeros(1, dtype=np.int32)
     dx = xp.empty(x.shape, dtype=gy.dtype)
-    be.kernel("cvn_pool_bwd")(contiguous(gy), x, contiguous(y), which, x.shape[2], outputs, size,
+    ks.kernel("cvn_pool_bwd")(contiguous(gy), x, contiguous(y), which, x.shape[2], outputs, size,
                               stride, start, _KINDS[pool], dx)
     return dx

@@ -1,10 +1,10 @@
-"""Where the CUDA kernels get their array module and their compiled kernels from.
+"""The array module and the compiled kernels the CUDA overrides run on.
 
 The override functions of :mod:`kernels.cuda` are written against a
-:class:`Backend`: an array module (``xp``) and a factory that turns a
+:class:`KernelSet`: an array module (``xp``) and a factory that turns a
 :class:`~kernels.cuda.sources.KernelSpec` into a callable kernel.  In
 production it is CuPy with ``cupy.ElementwiseKernel``; the test suite swaps
-in numpy with the host-compiled emulator (:mod:`kernels.cuda.emulate`) to
+in (:func:`using`) numpy with the kernel sources compiled for the host, to
 run the very same override code, index math included, without a GPU.
 """
 
@@ -17,7 +17,7 @@ from typing import Callable
 from .sources import SPECS, KernelSpec
 
 
-class Backend:
+class KernelSet:
     """An array module plus a kernel factory; compiled kernels are cached per spec."""
 
     def __init__(self, name: str, xp, make_kernel: Callable[[KernelSpec], Callable]):
@@ -28,6 +28,7 @@ class Backend:
         self._lock = threading.Lock()
 
     def kernel(self, name: str) -> Callable:
+        """The compiled kernel of spec ``name`` (compiled on first use)."""
         kern = self._kernels.get(name)
         if kern is None:
             with self._lock:
@@ -38,10 +39,10 @@ class Backend:
         return kern
 
     def __repr__(self) -> str:
-        return f"Backend({self.name})"
+        return f"KernelSet({self.name})"
 
 
-def cupy_backend() -> Backend:
+def cupy_kernel_set() -> KernelSet:
     """CuPy with ``ElementwiseKernel`` (compiled by NVRTC on first use, per device)."""
     import cupy
 
@@ -50,39 +51,43 @@ def cupy_backend() -> Backend:
                                       name=spec.name, preamble=spec.preamble,
                                       options=tuple(spec.options))
 
-    return Backend("cupy", cupy, make)
+    return KernelSet("cupy", cupy, make)
 
 
-_current: Backend | None = None
+_current: KernelSet | None = None
 _swap_lock = threading.Lock()
 
 
-def current() -> Backend:
-    """The active backend (CuPy once :func:`kernels.cuda.install` ran)."""
+def current() -> KernelSet:
+    """The kernel set the overrides run on: CuPy's unless :func:`using` swapped it."""
     global _current
     if _current is None:
         with _swap_lock:
             if _current is None:
-                _current = cupy_backend()
+                _current = cupy_kernel_set()
     return _current
 
 
 @contextlib.contextmanager
-def using(backend: Backend):
-    """Run the override functions on ``backend`` inside the block (tests)."""
+def using(kernel_set: KernelSet):
+    """Run the override functions on ``kernel_set`` inside the block.
+
+    The one seam through which the tests run the overrides on the host.
+    """
     global _current
     with _swap_lock:
-        saved, _current = _current, backend
+        saved, _current = _current, kernel_set
     try:
-        yield backend
+        yield kernel_set
     finally:
         with _swap_lock:
             _current = saved
 
 
 def contiguous(a):
-    """``a`` as a C-contiguous array of the active backend (no copy when it is one)."""
+    """``a`` as a C-contiguous array of the current kernel set's array module (no copy
+    when it is one)."""
     return current().xp.ascontiguousarray(a)
 
 
-__all__ = ["Backend", "cupy_backend", "current", "using", "contiguous"]
+__all__ = ["KernelSet", "cupy_kernel_set", "current", "using", "contiguous"]

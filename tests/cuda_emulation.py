@@ -1,4 +1,4 @@
-"""Run the CUDA kernel sources on the host, and compile-check them with nvcc.
+"""Test support: run the CUDA kernel sources on the host, and compile-check them with nvcc.
 
 :class:`EmulatedKernel` compiles one :class:`~kernels.cuda.sources.KernelSpec`
 with the host C++ compiler into a loop over the flat output index ``i`` (what
@@ -7,8 +7,8 @@ numpy arrays through ctypes.  Because every element of an element-wise
 kernel is independent, the sequential loop computes what the GPU computes,
 up to the accuracy of the device math library (``exp``, ``tanh``, ...); index
 arithmetic, window bounds, operation order and integer wrap-around are the
-same.  :func:`emulated_backend` bundles it with numpy as a
-:class:`~kernels.cuda.backend.Backend`, so the override functions of
+same.  :func:`emulated_kernel_set` bundles it with numpy as a
+:class:`~kernels.cuda.kernel_set.KernelSet`, so the override functions of
 :mod:`kernels.cuda` run unchanged on machines without a GPU.
 
 :func:`nvcc_source` writes the same body the way CuPy wraps it (a
@@ -32,7 +32,8 @@ import threading
 
 import numpy as np
 
-from .sources import KernelSpec, parse_params
+from kernels.cuda.kernel_set import KernelSet
+from kernels.cuda.sources import KernelSpec, parse_params
 
 _C_TYPES = {
     "float32": "float", "float64": "double", "int32": "int", "int64": "long long",
@@ -216,11 +217,9 @@ class EmulatedKernel:
         return outs[0] if n_out == 1 else tuple(outs)
 
 
-def emulated_backend():
-    """numpy plus host-compiled kernels: a :class:`~kernels.cuda.backend.Backend`."""
-    from .backend import Backend
-
-    return Backend("emulated", np, EmulatedKernel)
+def emulated_kernel_set() -> KernelSet:
+    """numpy plus host-compiled kernels, for :func:`kernels.cuda.kernel_set.using`."""
+    return KernelSet("emulated", np, EmulatedKernel)
 
 
 # ------------------------------------------------------------------- nvcc check
@@ -351,7 +350,3 @@ def nvcc_check_cupy_generated(specs, dtype, cupy_include: str, nvcc: str | None 
                                cupy_include, "-o", os.path.join(tmp, "k.o"), src],
                               capture_output=True, text=True)
         return "" if proc.returncode == 0 else (proc.stderr or proc.stdout)
-
-
-__all__ = ["EmulatedKernel", "cupy_generated_source", "nvcc_check_cupy_generated", "emulated_backend", "compiler_available", "host_compiler",
-           "nvcc_source", "nvcc_check"]
