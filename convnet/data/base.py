@@ -64,6 +64,7 @@ import numpy as np
 from convnet.data import augment
 from convnet.data.ranges import format_range
 from convnet.errors import DataError
+from convnet.filekind import not_a_regular_file
 
 _AUGMENT_STREAM = 1  # keeps augmentation noise apart from other seeded streams
 
@@ -114,6 +115,7 @@ class DataProvider:
         self.label_names = list(label_names)
         self.num_classes = len(self.label_names)
         self._available = available
+        self._available_set = frozenset(available or ())
         self.train_batches = self._select(options.train_range, default_train, "train")
         self.test_batches = self._select(options.test_range, default_test, "test")
         self._inner = self._check_inner_size(options.inner_size)
@@ -211,15 +213,20 @@ class DataProvider:
         return images, labels.astype(np.float32).reshape(-1, 1)
 
     def _checked_load(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
-        if self._available is not None and batch_id not in self._available:
+        if self._available is not None and batch_id not in self._available_set:
             raise DataError(f"{self.where}: there is no batch {batch_id} "
-                            f"({self._batch_source(batch_id)}); available batches: "
+                            f"({self._batch_source(batch_id)} {self._why_missing(batch_id)}); "
+                            "available batches: "
                             f"{format_range(self._available) or 'none'}")
         images, labels = self._load(batch_id)
         source = self._batch_source(batch_id)
         if not (np.issubdtype(images.dtype, np.number) and np.isrealobj(images)):
             raise DataError(f"{source}: pixel data is {images.dtype}, not real numbers")
-        labels = np.asarray(labels).reshape(-1)
+        try:
+            labels = np.asarray(labels).reshape(-1)
+        except (ValueError, TypeError):  # ragged lists: "setting an array element with a sequence"
+            raise DataError(f"{source}: labels should be one class index per image, found "
+                            "a ragged list") from None
         if len(labels) != len(images):
             raise DataError(f"{source}: {len(images)} images but {len(labels)} labels")
         if not np.issubdtype(labels.dtype, np.number):
@@ -256,12 +263,17 @@ class DataProvider:
     def _select(self, chosen: list[int] | None, default: list[int], kind: str) -> list[int]:
         batches = list(default if chosen is None else chosen)
         if self._available is not None:
-            missing = [b for b in batches if b not in self._available]
+            missing = [b for b in batches if b not in self._available_set]
             if missing:
                 raise DataError(f"{self.where}: the {kind} range names batch {missing[0]} "
-                                f"({self._batch_source(missing[0])}), which does not exist; "
+                                f"({self._batch_source(missing[0])}), which "
+                                f"{self._why_missing(missing[0])}; "
                                 f"available batches: {format_range(self._available) or 'none'}")
         return batches
+
+    def _why_missing(self, batch_id: int) -> str:
+        """Why a batch is not available: "does not exist", "is a folder, not a regular file", ..."""
+        return not_a_regular_file(self._batch_source(batch_id)) or "is not a batch file"
 
     def _check_inner_size(self, inner: int) -> int:
         if not inner:

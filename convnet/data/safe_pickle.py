@@ -10,7 +10,8 @@ global is refused with a :class:`DataError` before it is looked up.
 The table, by what writes it:
 
 * numpy arrays, protocols 0-4: ``numpy.core.multiarray._reconstruct``,
-  ``numpy.ndarray``, ``numpy.dtype`` (``numpy._core`` under numpy 2);
+  ``numpy.ndarray``, ``numpy.dtype`` (``numpy._core`` under numpy 2), the
+  first two only for arrays no larger than the file (:class:`_BoundedArrays`);
 * numpy arrays, protocol 5: ``numpy.core.numeric._frombuffer``;
 * numpy scalars: ``numpy.core.multiarray.scalar``;
 * Python 3 bytes at protocol 2: ``_codecs.encode`` (latin-1 only);
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from convnet.errors import DataError
+from convnet.filekind import not_a_regular_file
 
 try:  # numpy >= 2 keeps the implementation in numpy._core
     from numpy._core import multiarray as _multiarray
@@ -48,10 +50,8 @@ def _latin1_encode(text: str, encoding: str = "utf-8") -> bytes:
 
 
 _ALLOWED: dict[tuple[str, str], Any] = {("_codecs", "encode"): _latin1_encode,
-                                         ("numpy", "ndarray"): np.ndarray,
                                          ("numpy", "dtype"): np.dtype}
 for _core in ("numpy.core", "numpy._core"):
-    _ALLOWED[(f"{_core}.multiarray", "_reconstruct")] = _multiarray._reconstruct
     _ALLOWED[(f"{_core}.multiarray", "scalar")] = _multiarray.scalar
     _ALLOWED[(f"{_core}.numeric", "_frombuffer")] = _numeric._frombuffer
 for _builtins in ("builtins", "__builtin__"):
@@ -59,14 +59,53 @@ for _builtins in ("builtins", "__builtin__"):
     _ALLOWED[(_builtins, "frozenset")] = frozenset
 
 
+class _BoundedArrays:
+    """The allow-list's array constructors, refusing arrays larger than the file.
+
+    An array in an honest pickle gets its bytes from the file, so it can never
+    be larger than the file; a 200-byte pickle that asks ``numpy.ndarray`` for
+    a 2,000,000 x 3072 array (6 GB, uninitialised) is refused before anything
+    is allocated.  ``ndarray`` stands for the class both where a pickle calls
+    it and where it passes it to ``_reconstruct``.
+    """
+
+    def __init__(self, path: str, limit: int):
+        self._path = path
+        self._limit = limit
+
+    def _check(self, shape, dtype) -> None:
+        dims = (shape,) if isinstance(shape, int) else tuple(shape)
+        if not all(isinstance(d, int) and d >= 0 for d in dims):
+            raise DataError(f"{self._path}: the pickle declares an array of shape {shape!r}")
+        size = np.dtype(dtype).itemsize
+        for d in dims:
+            size *= d
+        if size > self._limit:
+            raise DataError(f"{self._path}: the pickle declares an array of {size} bytes, "
+                            f"more than the whole file ({self._limit} bytes) can hold")
+
+    def ndarray(self, shape, dtype=float, *args, **kwargs) -> np.ndarray:
+        self._check(shape, dtype)
+        return np.ndarray(shape, dtype, *args, **kwargs)
+
+    def reconstruct(self, cls, shape, dtype) -> np.ndarray:
+        self._check(shape, dtype)
+        return _multiarray._reconstruct(np.ndarray if cls == self.ndarray else cls, shape, dtype)
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
-    def __init__(self, file, path: str):
+    def __init__(self, file, path: str, size: int):
         super().__init__(file, encoding="latin1")
         self._path = path
+        arrays = _BoundedArrays(path, size)
+        self._allowed = dict(_ALLOWED)
+        self._allowed[("numpy", "ndarray")] = arrays.ndarray
+        for core in ("numpy.core", "numpy._core"):
+            self._allowed[(f"{core}.multiarray", "_reconstruct")] = arrays.reconstruct
 
     def find_class(self, module: str, name: str) -> Any:
         try:
-            return _ALLOWED[(module, name)]
+            return self._allowed[(module, name)]
         except KeyError:
             raise DataError(f"{self._path}: refuses to load code: the pickle names "
                             f"'{module}.{name}', which is not an array or a plain container"
@@ -79,13 +118,19 @@ class _RestrictedUnpickler(pickle.Unpickler):
 def load_pickle(path: str | os.PathLike) -> Any:
     """Unpickle ``path`` allowing only containers, scalars and numpy arrays.
 
-    Every failure (missing, unreadable, truncated or corrupt file, refused
-    global) raises :class:`DataError` naming the path.
+    Every failure (missing, not a regular file, unreadable, truncated or
+    corrupt file, refused global, an array larger than the file) raises
+    :class:`DataError` naming the path.
     """
     path = os.fspath(path)
+    what = not_a_regular_file(path)
+    if what == "does not exist":
+        raise DataError(f"{path}: file does not exist")
+    if what is not None:
+        raise DataError(f"{path}: cannot read it: it {what}")
     try:
         with open(path, "rb") as file:
-            return _RestrictedUnpickler(file, path).load()
+            return _RestrictedUnpickler(file, path, os.fstat(file.fileno()).st_size).load()
     except DataError:
         raise
     except FileNotFoundError:
