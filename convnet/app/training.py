@@ -34,7 +34,8 @@ from convnet.app.signals import raise_if_stopped
 from convnet.config import infer_shapes, parse_data_dims, parse_net
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher, DataOptions, make_provider, parse_range
-from convnet.errors import CheckpointError, ConfigError, DataError, TrainingError
+from convnet.errors import (CheckpointError, ConfigError, DataError, NonFiniteDataError,
+                            TrainingError)
 from convnet.plan.ops import Plan
 from convnet.plan.planner import make_plan
 from convnet.runtime.backends import choose_backend
@@ -300,7 +301,7 @@ class Trainer:
             return fn(*args)
         except TrainingError as error:
             where = f"epoch {self.epoch}, batch {batch_id}"
-            if "minibatch holds" in str(error):  # the data itself, not the training
+            if isinstance(error, NonFiniteDataError):  # the data itself, not the training
                 text = f"bad data in {where}: {error}"
             else:
                 text = (f"training diverged in {where}: {error}; lower the learning rates "
