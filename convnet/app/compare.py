@@ -201,7 +201,7 @@ def config_options(args: argparse.Namespace,
     With no ``--gpu`` every config gets device 0 here; :func:`compare` widens the
     list afterwards to fit the config that names the most devices.
     """
-    first = resolve_options(args, layer_def=pairs[0][0], layer_params=pairs[0][1])
+    first = resolve_options(args, pairs[0])
     return [replace(first, layer_def=Path(layer_def), layer_params=Path(layer_params))
             for layer_def, layer_params in pairs]
 

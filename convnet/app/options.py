@@ -162,16 +162,16 @@ def read_resume(load_file: Path) -> Resume:
     return Resume(checkpoint, arrays, meta, options)
 
 
-def resolve_options(args: argparse.Namespace, *, layer_def: Path | None = None,
-                    layer_params: Path | None = None) -> RunOptions:
+def resolve_options(args: argparse.Namespace,
+                    config: tuple[Path, Path] | None = None) -> RunOptions:
     """The options of the parsed command line ``args``, completed and checked.
 
-    ``layer_def`` and ``layer_params`` stand in for the command line's config
-    files (``--compare`` names several, and resolves each pair).
+    ``config``, a (layer-def, layer-params) pair, stands in for the command
+    line's config files (``--compare`` names several).
     """
     values = {f.name: getattr(args, f.name) for f in fields(RunOptions) if f.name != "resume"}
-    if layer_def is not None:
-        values["layer_def"], values["layer_params"] = Path(layer_def), Path(layer_params)
+    if config is not None:
+        values["layer_def"], values["layer_params"] = map(Path, config)
     resume = read_resume(args.load_file) if args.load_file is not None else None
     if resume is not None:
         for key, value in resume.saved_options.items():
