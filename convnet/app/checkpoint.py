@@ -24,10 +24,12 @@ file and leaves the previous checkpoint untouched.
 
 Save directories
 ----------------
-Inside a save directory, checkpoints are named ``ckpt-<step>.npz`` with the
-step zero-padded to 8 digits (:func:`checkpoint_path`), where ``step`` is any
-count that grows during training (the training loop uses minibatches done).
-:func:`latest_checkpoint` returns the one with the highest step.
+A training run keeps one checkpoint in its save path, :data:`CHECKPOINT_NAME`,
+replaced at every save; ``--load-file`` names that file or the save path
+(:func:`find_checkpoint`).  A series of checkpoints in one directory is named
+``ckpt-<step>.npz`` instead, with the step zero-padded to 8 digits
+(:func:`checkpoint_path`), where ``step`` is any count that grows during
+training; :func:`latest_checkpoint` returns the one with the highest step.
 """
 
 from __future__ import annotations
@@ -44,11 +46,26 @@ import numpy as np
 
 from convnet.errors import CheckpointError
 
+#: The checkpoint file inside a training run's save path.
+CHECKPOINT_NAME = "checkpoint.npz"
+
 FORMAT = "convnet-checkpoint"
 VERSION = 1
 HEADER_KEY = "__checkpoint__"
 _NAME = re.compile(r"^ckpt-(\d+)\.npz$")
 _ZIP_MAGIC = b"PK\x03\x04"
+
+
+def find_checkpoint(path: str | os.PathLike) -> Path:
+    """The checkpoint file ``path`` names: the file itself, or the save path holding one."""
+    path = Path(path)
+    if path.is_dir():
+        inside = path / CHECKPOINT_NAME
+        if not inside.exists():
+            raise CheckpointError(f"{path}: a folder without a {CHECKPOINT_NAME}; --load-file "
+                                  f"takes a checkpoint file or the save path holding one")
+        return inside
+    return path
 
 
 def checkpoint_path(save_dir: str | os.PathLike, step: int) -> Path:

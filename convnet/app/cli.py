@@ -1,8 +1,9 @@
 """The command line: ``python convnet.py [options]`` (also the ``convnet`` script).
 
-Option names follow cuda-convnet2 (SPEC section 6).  With no arguments the
-bundled digits example trains on two logical devices.  Every user error ends
-as one line on stderr and a non-zero exit, never a traceback:
+Option names follow cuda-convnet2's (``--layer-def``, ``--gpu``, ``--mini``,
+...).  With no arguments the bundled digits example trains on two logical
+devices.  Every user error ends as one line on stderr and a non-zero exit,
+never a traceback:
 
 * 2: a bad command line (unknown option, bad value, options that do not go
   together) or a config/plan error;
@@ -11,24 +12,22 @@ as one line on stderr and a non-zero exit, never a traceback:
 
 Options that a checkpoint remembers default to ``None`` here, so that on
 ``--load-file`` a value given on the command line can be told apart from a
-built-in default (see :mod:`convnet.app.commands`).
+built-in default (see :mod:`convnet.app.options`).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import math
-import signal
 import sys
 from pathlib import Path
 
-from convnet.errors import ConvnetError
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-DEFAULT_LAYER_DEF = EXAMPLES / "digits-hybrid.cfg"
-DEFAULT_LAYER_PARAMS = EXAMPLES / "digits-hybrid-params.cfg"
-PROVIDER_NAMES = ("digits", "cifar", "convnet-batches", "dummy")
+from convnet.app import bundled_example
+from convnet.app.option_values import (BACKEND_NAMES, batch_range, color_noise, data_dims, flag,
+                                       gpu_list, layer_name, max_test_err, non_negative_int,
+                                       positive_int, provider_name, scalar_mean)
+from convnet.app.signals import Terminated, stop_handlers
+from convnet.errors import ConvnetError, UsageError
 
 EPILOG = """\
 examples:
@@ -46,119 +45,6 @@ on the command line wins.
 exit status: 0 success, 1 data/checkpoint/training error, 2 bad command line
 or config, 130 interrupted (Ctrl-C), 143 terminated.
 """
-
-
-class UsageError(ConvnetError):
-    """A bad command line: unknown option, bad value, options that do not go together."""
-
-    exit_code = 2
-
-
-class Terminated(BaseException):
-    """Raised in the main thread when SIGTERM arrives, to unwind like Ctrl-C."""
-
-
-# ------------------------------------------------------------------ value types
-def _flag(text: str) -> bool:
-    value = str(text).strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected 0/1 or true/false, got '{text}'")
-
-
-def _gpu_list(text: str) -> tuple[int, ...]:
-    try:
-        gpus = tuple(int(g) for g in str(text).split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a comma list of device numbers such as "
-                                         f"0,1, got '{text}'") from None
-    if any(g < 0 for g in gpus):
-        raise argparse.ArgumentTypeError(f"device numbers are >= 0, got '{text}'")
-    return gpus
-
-
-def _int(text: str, low: int) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = None
-    if value is None or value < low:
-        kind = "a positive integer" if low == 1 else f"an integer >= {low}"
-        raise argparse.ArgumentTypeError(f"expected {kind}, got '{text}'")
-    return value
-
-
-def _positive(text: str) -> int:
-    return _int(text, 1)
-
-
-def _non_negative(text: str) -> int:
-    return _int(text, 0)
-
-
-def _finite(text: str, low: float | None = None, high: float | None = None,
-            hint: str = "") -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or (low is not None and value < low) or \
-            (high is not None and value > high):
-        bounds = ("a number" if low is None else
-                  f"a number >= {low:g}" if high is None else
-                  f"a number in {low:g}..{high:g}")
-        raise argparse.ArgumentTypeError(f"expected {bounds}, got '{text}'{hint}")
-    return value
-
-
-def _color_noise(text: str) -> float:
-    return _finite(text, low=0.0)
-
-
-def _scalar_mean(text: str) -> float:
-    return _finite(text)
-
-
-def _max_test_err(text: str) -> float:
-    return _finite(text, 0.0, 1.0, hint=" (a fraction: 0.05 means 5%)")
-
-
-def _batch_range(text: str) -> str:
-    from convnet.data.ranges import parse_range
-    from convnet.errors import DataError
-
-    try:
-        parse_range(text)
-    except DataError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return str(text).strip()
-
-
-def _data_dims(text: str) -> str:
-    from convnet.config import parse_data_dims
-
-    try:
-        parse_data_dims(text)
-    except ConvnetError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return str(text).strip()
-
-
-def _provider(text: str) -> str:
-    if text in PROVIDER_NAMES:
-        return text
-    close = difflib.get_close_matches(text, PROVIDER_NAMES, n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    raise argparse.ArgumentTypeError(f"unknown data provider '{text}' ({hint}known: "
-                                     f"{', '.join(PROVIDER_NAMES)})")
-
-
-def _layer_name(text: str) -> str:
-    if not str(text).strip():
-        raise argparse.ArgumentTypeError("expected a layer name")
-    return str(text).strip()
 
 
 # ------------------------------------------------------------------ the parser
@@ -193,6 +79,7 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    bundled_def = bundled_example.LAYER_DEF.relative_to(bundled_example.EXAMPLES_DIR.parent)
     p = _Parser(prog="convnet.py", allow_abbrev=False, formatter_class=_HelpFormatter,
                 description=(
                     "Train a cuda-convnet2 style network (layer-def and layer-params INI files) "
@@ -202,64 +89,64 @@ def build_parser() -> argparse.ArgumentParser:
     net = p.add_argument_group("network")
     net.add_argument("--layer-def", type=Path, default=None, metavar="FILE",
                      help="layer definition file (INI, one section per layer) [resumable] "
-                          f"(default: {DEFAULT_LAYER_DEF.relative_to(EXAMPLES.parent)})")
+                          f"(default: {bundled_def})")
     net.add_argument("--layer-params", type=Path, default=None, nargs="+",
                      action=_LayerParamsAction, metavar="FILE",
                      help="layer parameter file: learning rates, momentum, weight decay, ... "
                           "[resumable] (default: the bundled example's, needed with "
                           "--layer-def)")
-    net.add_argument("--gpu", type=_gpu_list, default=None, metavar="LIST",
+    net.add_argument("--gpu", type=gpu_list, default=None, metavar="LIST",
                      help="devices to use, e.g. 3,2,1,0; gpu=0,1 in the layer file names "
                           "positions in this list; a device may appear twice [resumable] "
                           "(default: 0,1 for the bundled example, else 0)")
-    net.add_argument("--backend", choices=("auto", "cpu", "cuda"), default=None,
+    net.add_argument("--backend", choices=BACKEND_NAMES, default=None,
                      help="cuda: each device is a CUDA GPU (needs CuPy); cpu: each device is "
                           "a CPU worker thread; auto: cuda when CuPy finds a GPU [resumable] "
                           "(default: auto)")
-    net.add_argument("--mini", type=_positive, default=None, metavar="N",
+    net.add_argument("--mini", type=positive_int, default=None, metavar="N",
                      help="minibatch size in cases; a multiple of the largest replica count "
                           "[resumable] (default: 128)")
-    net.add_argument("--seed", type=_non_negative, default=None, metavar="N",
+    net.add_argument("--seed", type=non_negative_int, default=None, metavar="N",
                      help="seed of the initial weights, dropout masks and data augmentation "
                           "[resumable] (default: 0)")
     data = p.add_argument_group("data")
-    data.add_argument("--data-provider", type=_provider, default=None, metavar="NAME",
+    data.add_argument("--data-provider", type=provider_name, default=None, metavar="NAME",
                       help="digits (scikit-learn's 8x8 digits), cifar (CIFAR-10 python "
                            "folder), convnet-batches (cuda-convnet batch folder) or dummy "
                            "(synthetic) [resumable] (default: digits, or dummy when "
                            "--data-dims is given)")
     data.add_argument("--data-path", type=Path, default=None, metavar="DIR",
                       help="folder of the data set, for cifar and convnet-batches [resumable]")
-    data.add_argument("--data-dims", type=_data_dims, default=None, metavar="CxHxW",
+    data.add_argument("--data-dims", type=data_dims, default=None, metavar="CxHxW",
                       help="image shape, e.g. 3x224x224: the dummy provider's images, and "
                            "the input of --print-plan/--check-grads without data [resumable]")
-    data.add_argument("--num-classes", type=_positive, default=None, metavar="N",
+    data.add_argument("--num-classes", type=positive_int, default=None, metavar="N",
                       help="number of classes, with --data-dims [resumable] (default: 10 "
                            "for dummy data)")
-    data.add_argument("--train-range", type=_batch_range, default=None, metavar="RANGE",
+    data.add_argument("--train-range", type=batch_range, default=None, metavar="RANGE",
                       help="training batch numbers, e.g. 1-5 or 1-3,5 [resumable] "
                            "(default: the provider's, e.g. 1-5 for digits and cifar)")
-    data.add_argument("--test-range", type=_batch_range, default=None, metavar="RANGE",
+    data.add_argument("--test-range", type=batch_range, default=None, metavar="RANGE",
                       help="test batch numbers, e.g. 6 [resumable] (default: the provider's)")
-    data.add_argument("--inner-size", type=_non_negative, default=None, metavar="N",
+    data.add_argument("--inner-size", type=non_negative_int, default=None, metavar="N",
                       help="train on random N x N crops, mirrored at random, and test on "
                            "centre crops; 0 means whole images [resumable] (default: 0)")
-    data.add_argument("--color-noise", type=_color_noise, default=None, metavar="S",
+    data.add_argument("--color-noise", type=color_noise, default=None, metavar="S",
                       help="add PCA colour noise of S standard deviations to training "
                            "images [resumable] (default: 0, none)")
-    data.add_argument("--scalar-mean", type=_scalar_mean, default=None, metavar="X",
+    data.add_argument("--scalar-mean", type=scalar_mean, default=None, metavar="X",
                       help="subtract this one number from every pixel instead of the "
                            "per-pixel mean of the training data [resumable]")
-    data.add_argument("--multiview-test", type=_flag, nargs="?", const=True, default=False,
+    data.add_argument("--multiview-test", type=flag, nargs="?", const=True, default=False,
                       metavar="0|1",
                       help="test on 10 views (centre and 4 corner crops, and their mirror "
                            "images) and average the predictions; needs --inner-size "
                            "(default: 0)")
     train = p.add_argument_group("training")
-    train.add_argument("--epochs", type=_positive, default=None, metavar="N",
+    train.add_argument("--epochs", type=positive_int, default=None, metavar="N",
                        help="train until N passes over the training batches are done "
                             "[resumable] (default: 30 for the bundled example, else 1)")
-    train.add_argument("--test-freq", type=_positive, default=None, metavar="N",
+    train.add_argument("--test-freq", type=positive_int, default=None, metavar="N",
                        help="every N training batches (and at the end of each epoch) test, "
                             "print a line, log a CSV row and save a checkpoint [resumable] "
                             "(default: once per epoch)")
@@ -269,21 +156,21 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--load-file", type=Path, default=None, metavar="FILE",
                        help="checkpoint to resume from (a checkpoint.npz, or the folder "
                             "holding it); the saved options apply unless given again here")
-    train.add_argument("--force-save", type=_flag, nargs="?", const=True, default=False,
+    train.add_argument("--force-save", type=flag, nargs="?", const=True, default=False,
                        metavar="0|1",
                        help="save a checkpoint when training ends even if the test error is "
                             "above --max-test-err (default: 0)")
-    train.add_argument("--max-test-err", type=_max_test_err, default=None, metavar="FRAC",
+    train.add_argument("--max-test-err", type=max_test_err, default=None, metavar="FRAC",
                        help="save a checkpoint only when the test error (a fraction, 0.05 = "
                             "5%%) is at most this (default: always save)")
-    train.add_argument("--test-only", type=_flag, nargs="?", const=True, default=False,
+    train.add_argument("--test-only", type=flag, nargs="?", const=True, default=False,
                        metavar="0|1",
                        help="evaluate the test batches with the net of --load-file, print "
                             "the test cost and error, and exit; nothing is saved (default: 0)")
-    train.add_argument("--logreg-name", type=_layer_name, default=None, metavar="LAYER",
+    train.add_argument("--logreg-name", type=layer_name, default=None, metavar="LAYER",
                        help="cost layer whose cost and error are reported and logged "
                             "[resumable] (default: the first cost.logreg, else the first cost)")
-    train.add_argument("--write-features", type=_layer_name, default=None, metavar="LAYER",
+    train.add_argument("--write-features", type=layer_name, default=None, metavar="LAYER",
                        help="write the test-mode output of LAYER for every test batch "
                             "(FEATURE_PATH/data_batch_N.npz: 'data' cases x features, "
                             "'labels'); after training, or with --test-only instead of it")
@@ -313,89 +200,37 @@ def build_parser() -> argparse.ArgumentParser:
                             "log and checkpoint go into a sub-folder, and compare.png shows "
                             "error against time, img/s and one step per device)")
     p.set_defaults(layer_params_list=None)
-    tools.add_argument("--check-grads", type=_flag, nargs="?", const=True, default=False,
+    tools.add_argument("--check-grads", type=flag, nargs="?", const=True, default=False,
                        metavar="0|1",
                        help="compare every layer's gradients with finite differences on "
                             "random data and exit (0 when all agree, 1 otherwise)")
     return p
 
 
-_stop_signal: int | None = None
-
-
-def _stop_exception(signum: int) -> BaseException:
-    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
-
-
-def _on_stop_signal(signum, frame):
-    """Ctrl-C and SIGTERM: raise in the main thread, and remember it (see raise_if_stopped)."""
-    global _stop_signal
-    _stop_signal = signum
-    raise _stop_exception(signum)
-
-
-def raise_if_stopped() -> None:
-    """Raise the pending Ctrl-C/SIGTERM again.  The training loop calls this between
-    steps: an exception raised by a signal handler is lost when the signal lands while
-    Python runs a finaliser (``__del__``, a generator being closed), and the run would
-    otherwise go on as if no signal had come."""
-    if _stop_signal is not None:
-        raise _stop_exception(_stop_signal)
-
-
-def _install_signal_handlers() -> dict:
-    global _stop_signal
-    _stop_signal = None
-    previous = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        current = signal.getsignal(signum)
-        if signum == signal.SIGINT and current is not signal.default_int_handler:
-            continue  # Ctrl-C ignored or handled by whoever started us: leave it so
-        try:
-            previous[signum] = signal.signal(signum, _on_stop_signal)
-        except ValueError:  # not the main thread (e.g. called from a test's thread)
-            break
-    return previous
-
-
-def _quiet_unraisable(previous_hook):
-    """An interrupt lost inside a finaliser is not an error to print (it is raised again
-    by :func:`raise_if_stopped`); anything else goes to the usual hook."""
-    def hook(unraisable):
-        if isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
-            return
-        previous_hook(unraisable)
-    return hook
-
-
 def main(argv: list[str] | None = None) -> int:
-    previous = _install_signal_handlers()
-    previous_hook = sys.unraisablehook
-    sys.unraisablehook = _quiet_unraisable(previous_hook)
-    try:
-        args = build_parser().parse_args(argv)
-        from convnet.app.commands import run_command  # heavy imports only after --help
+    with stop_handlers():
+        try:
+            args = build_parser().parse_args(argv)
+            # Imported here, not above: training loads numpy and the devices, which
+            # --help and a bad command line do not need.
+            from convnet.app.commands import run_command
 
-        return run_command(args)
-    except ConvnetError as error:
-        _flush_stdout()
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        _flush_stdout()
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Terminated:
-        _flush_stdout()
-        print("terminated", file=sys.stderr)
-        return 143
-    except BrokenPipeError:  # e.g. piped into `head`: the reader has what it wanted
-        sys.stdout = None
-        return 0
-    finally:
-        sys.unraisablehook = previous_hook
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            return run_command(args)
+        except ConvnetError as error:
+            _flush_stdout()
+            print(f"error: {_one_line(error)}", file=sys.stderr)
+            return error.exit_code
+        except KeyboardInterrupt:
+            _flush_stdout()
+            print("interrupted", file=sys.stderr)
+            return 130
+        except Terminated:
+            _flush_stdout()
+            print("terminated", file=sys.stderr)
+            return 143
+        except BrokenPipeError:  # e.g. piped into `head`: the reader has what it wanted
+            sys.stdout = None
+            return 0
 
 
 def _one_line(error: BaseException) -> str:

@@ -33,13 +33,17 @@ import csv
 import math
 import statistics
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from convnet.errors import ConvnetError
+from convnet.app import training
+from convnet.app.compare_plot import write_comparison_png
+from convnet.app.compare_table import comparison_table
+from convnet.app.options import RunOptions, resolve_options
+from convnet.app.run_log import CSV_NAME
+from convnet.errors import ConvnetError, UsageError
 from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan
 from convnet.plan.report import DeviceTotals, device_totals
-from convnet.app.run_log import CSV_NAME
 
 #: Profiled training steps after training (after one warm-up step).
 PROFILE_STEPS = 10
@@ -59,12 +63,6 @@ _NOT_WITH_COMPARE = (
     ("check_grads", "--check-grads"),
     ("write_features", "--write-features"),
 )
-
-
-def _usage_error(message: str) -> ConvnetError:
-    from convnet.app.cli import UsageError
-
-    return UsageError(message)
 
 
 @dataclass
@@ -164,19 +162,19 @@ class ConfigResult:
 def config_pairs(args: argparse.Namespace) -> list[tuple[Path, Path]]:
     """(layer-def, layer-params) of every config: params shared or paired in order."""
     configs = list(args.compare or [])
-    params = list(getattr(args, "layer_params_list", None) or [])
+    params = list(args.layer_params_list or [])
     if not configs:
-        raise _usage_error(f"--layer-params was given {len(params)} times; only --compare "
-                           f"takes one per config (--compare A.cfg B.cfg --layer-params "
-                           f"PA.cfg PB.cfg)")
+        raise UsageError(f"--layer-params was given {len(params)} times; only --compare "
+                         f"takes one per config (--compare A.cfg B.cfg --layer-params "
+                         f"PA.cfg PB.cfg)")
     if not params:
-        raise _usage_error("--compare needs --layer-params: one file shared by all configs, "
-                           "or one per config in the same order")
+        raise UsageError("--compare needs --layer-params: one file shared by all configs, "
+                         "or one per config in the same order")
     if len(params) == 1:
         params = params * len(configs)
     elif len(params) != len(configs):
-        raise _usage_error(f"--compare got {len(configs)} configs and {len(params)} "
-                           f"--layer-params files; give one shared file or one per config")
+        raise UsageError(f"--compare got {len(configs)} configs and {len(params)} "
+                         f"--layer-params files; give one shared file or one per config")
     return list(zip(configs, params))
 
 
@@ -192,21 +190,20 @@ def run_names(configs: list[Path]) -> list[str]:
 
 def _check_args(args: argparse.Namespace) -> None:
     for key, text in _NOT_WITH_COMPARE:
-        if getattr(args, key, None):
-            raise _usage_error(f"--compare cannot be combined with {text}")
+        if getattr(args, key):
+            raise UsageError(f"--compare cannot be combined with {text}")
 
 
-def _config_options(args: argparse.Namespace, layer_def: Path, layer_params: Path,
-                    gpu) -> argparse.Namespace:
-    from convnet.app.commands import resolve_options
+def config_options(args: argparse.Namespace,
+                   pairs: list[tuple[Path, Path]]) -> list[RunOptions]:
+    """The options of every config: the command line's, with the config's own files.
 
-    opts = argparse.Namespace(**vars(args))
-    opts.compare = None
-    opts.layer_params_list = None
-    opts.layer_def = Path(layer_def)
-    opts.layer_params = Path(layer_params)
-    opts.gpu = gpu
-    return resolve_options(opts)
+    With no ``--gpu`` every config gets device 0 here; :func:`compare` widens the
+    list afterwards to fit the config that names the most devices.
+    """
+    first = resolve_options(args, pairs[0])
+    return [replace(first, layer_def=Path(layer_def), layer_params=Path(layer_params))
+            for layer_def, layer_params in pairs]
 
 
 def _highest_gpu_index(net) -> int:
@@ -223,25 +220,20 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     data provider the options describe (for callers that need one the
     command line cannot make, e.g. dummy data with small batches).
     """
-    from convnet.app import training
-    from convnet.app.compare_plot import write_comparison_png
-    from convnet.app.compare_table import comparison_table
-
     _check_args(args)
     pairs = config_pairs(args)
     names = run_names([p[0] for p in pairs])
     for layer_def, layer_params in pairs:
         for path in (layer_def, layer_params):
             if not Path(path).is_file():
-                raise _usage_error(f"--compare: no such file {path}")
+                raise UsageError(f"--compare: no such file {path}")
 
     # Resolve and plan every config before training any, so a bad one fails fast.
-    options = [_config_options(args, d, p, args.gpu or (0,)) for d, p in pairs]
+    options = config_options(args, pairs)
     provider = provider or training.make_data_provider(options[0])
     if args.gpu is None:  # enough devices for the config that names the most
         count = 1 + max(_highest_gpu_index(training.load_net_for(o, provider)) for o in options)
-        for o in options:
-            o.gpu = tuple(range(count))
+        options = [replace(o, gpu=tuple(range(count))) for o in options]
     planned = [training.build_net_and_plan(o, provider) for o in options]
 
     save_root = Path(args.save_path) if args.save_path else None
@@ -250,7 +242,7 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     results = []
     try:
         for i, (name, opts, (net, plan)) in enumerate(zip(names, options, planned)):
-            opts.save_path = root / name
+            opts = replace(opts, save_path=root / name)
             out(f"== [{i + 1}/{len(pairs)}] {name}: {plan.scheme}, {plan.num_passes} pass(es) "
                 f"per minibatch of {opts.mini}, --gpu {','.join(map(str, opts.gpu))}")
             result = ConfigResult(name=name, layer_def=opts.layer_def,
@@ -289,14 +281,12 @@ def _write_text(path: Path, text: str) -> None:
         raise ConvnetError(f"cannot write {path}: {error.strerror}") from None
 
 
-def _train_and_profile(result: ConfigResult, opts, provider, net, plan, keep_checkpoints: bool,
-                       profile_steps: int) -> None:
-    from convnet.app.training import Trainer, check_save_dir, make_executor
-
-    check_save_dir(result.log_path.parent)
-    executor = make_executor(opts, net, plan)
+def _train_and_profile(result: ConfigResult, opts: RunOptions, provider, net, plan,
+                       keep_checkpoints: bool, profile_steps: int) -> None:
+    training.check_save_dir(result.log_path.parent)
+    executor = training.make_executor(opts, net, plan)
     try:
-        trainer = Trainer(opts, provider, net, plan, executor, result.log_path.parent)
+        trainer = training.Trainer(opts, provider, net, plan, executor, result.log_path.parent)
         if not keep_checkpoints:
             trainer.checkpoint = None  # the log goes to the scratch folder; no checkpoints
         trainer.train()

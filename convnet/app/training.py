@@ -21,28 +21,29 @@ writing and the config parsed before any data is loaded.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import os
 from pathlib import Path
 
 import numpy as np
 
-from convnet.runtime.backends import choose_backend
-from convnet.app.cli import raise_if_stopped
-from convnet.app.commands import CHECKPOINT_NAME, options_for_checkpoint
+from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
+from convnet.app.options import Resume, RunOptions, options_for_checkpoint
+from convnet.app.run_log import RunLog, TestResult, progress_bar
+from convnet.app.signals import raise_if_stopped
 from convnet.config import infer_shapes, parse_data_dims, parse_net
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher, DataOptions, make_provider, parse_range
-from convnet.runtime.devices import make_devices
-from convnet.errors import CheckpointError, ConfigError, DataError, TrainingError
-from convnet.runtime.executor import Executor
+from convnet.errors import (CheckpointError, ConfigError, DataError, NonFiniteDataError,
+                            TrainingError)
 from convnet.plan.ops import Plan
 from convnet.plan.planner import make_plan
-from convnet.app.run_log import RunLog, TestResult, progress_bar
+from convnet.runtime.backends import choose_backend
+from convnet.runtime.devices import make_devices
+from convnet.runtime.executor import Executor
 
 
-def make_data_provider(opts: argparse.Namespace):
+def make_data_provider(opts: RunOptions):
     options = DataOptions(
         data_path=str(opts.data_path) if opts.data_path else None,
         train_range=parse_range(opts.train_range) if opts.train_range else None,
@@ -62,7 +63,7 @@ def make_data_provider(opts: argparse.Namespace):
     return provider
 
 
-def load_net_for(opts: argparse.Namespace, provider=None) -> NetConfig:
+def load_net_for(opts: RunOptions, provider=None) -> NetConfig:
     """The net with shapes from the provider, or from --data-dims/--num-classes.
 
     The config files are read before any data, so a config error is reported
@@ -87,12 +88,12 @@ def load_net_for(opts: argparse.Namespace, provider=None) -> NetConfig:
         raise
 
 
-def build_net_and_plan(opts: argparse.Namespace, provider=None) -> tuple[NetConfig, Plan]:
+def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan]:
     net = load_net_for(opts, provider)
     try:
         return net, make_plan(net, opts.gpu, opts.mini)
     except ConfigError as error:
-        saved = getattr(opts, "saved_options", {}).get("gpu")
+        saved = opts.resume.saved_options.get("gpu") if opts.resume is not None else None
         if saved is not None and tuple(saved) != tuple(opts.gpu):
             error.message = (f"{error.message} (the checkpoint ran on --gpu "
                              f"{','.join(map(str, saved))}; its weights load on any device "
@@ -116,13 +117,13 @@ def check_save_dir(folder: Path) -> None:
                               f"{error.strerror or error}") from None
 
 
-def make_executor(opts: argparse.Namespace, net: NetConfig, plan: Plan) -> Executor:
+def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor:
     """The executor on the devices and backend the options name."""
     devices = make_devices(opts.gpu, choose_backend(opts.backend))
     return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential)
 
 
-def run(opts: argparse.Namespace) -> int:
+def run(opts: RunOptions) -> int:
     """Train (or with --test-only, evaluate) as the options say; returns the exit code."""
     save_dir = None if opts.test_only or opts.save_path is None else Path(opts.save_path)
     if save_dir is not None:
@@ -133,8 +134,8 @@ def run(opts: argparse.Namespace) -> int:
     executor = make_executor(opts, net, plan)
     try:
         trainer = Trainer(opts, provider, net, plan, executor, save_dir)
-        if opts.saved_state is not None:
-            trainer.restore(*opts.saved_state)
+        if opts.resume is not None:
+            trainer.restore(opts.resume)
         if opts.test_only:
             result = trainer.test()
             trainer.log.print_test_only(result, trainer.test_views)
@@ -152,7 +153,7 @@ def run(opts: argparse.Namespace) -> int:
 class Trainer:
     """One training run: the loop, testing, logging and checkpoints."""
 
-    def __init__(self, opts, provider, net: NetConfig, plan: Plan, executor: Executor,
+    def __init__(self, opts: RunOptions, provider, net: NetConfig, plan: Plan, executor: Executor,
                  save_dir: Path | None = None):
         self.opts = opts
         self.provider = provider
@@ -193,8 +194,9 @@ class Trainer:
         return views
 
     # ----------------------------------------------------------- checkpoints
-    def restore(self, arrays: dict, meta: dict) -> None:
-        where = self.opts.load_file
+    def restore(self, resume: Resume) -> None:
+        """Continue the saved run: its weights, momentum, counters and log rows."""
+        where, arrays, meta = resume.checkpoint, resume.arrays, resume.meta
         unused = sorted({k.split("/")[1] for k in arrays if k.count("/") >= 2}
                         - set(self.executor.weights))
         try:
@@ -231,8 +233,6 @@ class Trainer:
     def save(self) -> Path | None:
         if self.checkpoint is None:
             return None
-        from convnet.app.checkpoint import save_checkpoint
-
         step = self.executor.step_count
         meta = {"options": options_for_checkpoint(self.opts),
                 "counters": {"step": step, "epoch": self.epoch,
@@ -255,7 +255,7 @@ class Trainer:
             raise DataError("the train range selects no batch")
         if not self.provider.test_batches:
             raise DataError("the test range selects no batch")
-        if self.opts.saved_state is None and self.checkpoint is not None \
+        if self.opts.resume is None and self.checkpoint is not None \
                 and self.checkpoint.exists():
             self.log.warn(f"{self.checkpoint} (an earlier run) will be replaced at the first "
                           f"save; to continue that run instead, use --load-file "
@@ -301,7 +301,7 @@ class Trainer:
             return fn(*args)
         except TrainingError as error:
             where = f"epoch {self.epoch}, batch {batch_id}"
-            if "minibatch holds" in str(error):  # the data itself, not the training
+            if isinstance(error, NonFiniteDataError):  # the data itself, not the training
                 text = f"bad data in {where}: {error}"
             else:
                 text = (f"training diverged in {where}: {error}; lower the learning rates "

@@ -1,0 +1,122 @@
+"""The values each command-line option accepts, checked and converted in one place.
+
+Every function here takes the text of one option value and returns it
+converted, or raises :class:`argparse.ArgumentTypeError` with a message that
+says what was expected.  The parser uses them as argparse ``type=`` functions,
+and reading a checkpoint uses them again on the saved options, so a saved
+value is held to the same rules as a typed one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+
+from convnet.errors import ConvnetError, DataError
+
+PROVIDER_NAMES = ("digits", "cifar", "convnet-batches", "dummy")
+BACKEND_NAMES = ("auto", "cpu", "cuda")
+
+
+def flag(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected 0/1 or true/false, got '{text}'")
+
+
+def gpu_list(text: str) -> tuple[int, ...]:
+    try:
+        gpus = tuple(int(g) for g in str(text).split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of device numbers such as "
+                                         f"0,1, got '{text}'") from None
+    if any(g < 0 for g in gpus):
+        raise argparse.ArgumentTypeError(f"device numbers are >= 0, got '{text}'")
+    return gpus
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = None
+    if value is None or value < low:
+        kind = "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise argparse.ArgumentTypeError(f"expected {kind}, got '{text}'")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    return _int_at_least(text, 0)
+
+
+def _finite(text: str, low: float | None = None, high: float | None = None,
+            hint: str = "") -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or (low is not None and value < low) or \
+            (high is not None and value > high):
+        bounds = ("a number" if low is None else
+                  f"a number >= {low:g}" if high is None else
+                  f"a number in {low:g}..{high:g}")
+        raise argparse.ArgumentTypeError(f"expected {bounds}, got '{text}'{hint}")
+    return value
+
+
+def color_noise(text: str) -> float:
+    return _finite(text, low=0.0)
+
+
+def scalar_mean(text: str) -> float:
+    return _finite(text)
+
+
+def max_test_err(text: str) -> float:
+    return _finite(text, 0.0, 1.0, hint=" (a fraction: 0.05 means 5%)")
+
+
+def batch_range(text: str) -> str:
+    # Imported here, not above: the data package loads numpy, which --help does not need.
+    from convnet.data.ranges import parse_range
+
+    try:
+        parse_range(text)
+    except DataError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return str(text).strip()
+
+
+def data_dims(text: str) -> str:
+    # Imported here, not above: the config package is not needed for --help.
+    from convnet.config import parse_data_dims
+
+    try:
+        parse_data_dims(text)
+    except ConvnetError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return str(text).strip()
+
+
+def provider_name(text: str) -> str:
+    if text in PROVIDER_NAMES:
+        return text
+    close = difflib.get_close_matches(text, PROVIDER_NAMES, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise argparse.ArgumentTypeError(f"unknown data provider '{text}' ({hint}known: "
+                                     f"{', '.join(PROVIDER_NAMES)})")
+
+
+def layer_name(text: str) -> str:
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError("expected a layer name")
+    return str(text).strip()

@@ -1,0 +1,241 @@
+"""The options of one run, typed and complete, from the command line and a checkpoint.
+
+The parser leaves every option a checkpoint remembers (:data:`RESUMABLE`) at
+``None`` when it is not given, so that its value can be resolved here in this
+order: the command line, then the checkpoint of ``--load-file``, then the
+bundled example's value when no ``--layer-def`` is given, then the built-in
+default.  :func:`resolve_options` does that once and checks that the options
+go together, before any work is done; training, ``--compare`` and the tools
+all read the :class:`RunOptions` it returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from convnet.app import bundled_example
+from convnet.app.checkpoint import find_checkpoint, load_checkpoint
+from convnet.app.option_values import (BACKEND_NAMES, batch_range, color_noise, data_dims,
+                                       gpu_list, non_negative_int, positive_int, provider_name,
+                                       scalar_mean)
+from convnet.errors import CheckpointError, UsageError
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The saved run that ``--load-file`` continues."""
+
+    checkpoint: Path  # the checkpoint file read (--load-file may name its folder)
+    arrays: dict[str, np.ndarray]  # weights and momentum, as the executor saved them
+    meta: dict  # the counters and options saved with them
+    saved_options: dict[str, object]  # the resumable options the checkpoint held, checked
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything one run takes from its user, resolved and checked.
+
+    The names are the command-line options' (``--layer-def`` is ``layer_def``);
+    ``None`` means an optional option that is not in effect.
+    """
+
+    # network
+    layer_def: Path
+    layer_params: Path
+    gpu: tuple[int, ...]
+    backend: str
+    mini: int
+    seed: int
+    # data
+    data_provider: str
+    data_path: Path | None
+    data_dims: str | None
+    num_classes: int | None
+    train_range: str | None
+    test_range: str | None
+    inner_size: int
+    color_noise: float
+    scalar_mean: float | None
+    multiview_test: bool
+    # training
+    epochs: int
+    test_freq: int | None
+    save_path: Path | None
+    force_save: bool
+    max_test_err: float | None
+    test_only: bool
+    logreg_name: str | None
+    write_features: str | None
+    feature_path: Path | None
+    profile: bool
+    sequential: bool
+    no_progress: bool
+    # tools
+    print_plan: str | None  # "text" or "json"
+    plan_graph: Path | None
+    check_grads: bool
+    # --load-file, read
+    resume: Resume | None
+
+
+#: Options a checkpoint remembers; on resume a command-line value wins.
+RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "seed", "data_provider", "data_path",
+             "data_dims", "num_classes", "train_range", "test_range", "inner_size",
+             "color_noise", "scalar_mean", "epochs", "test_freq", "save_path", "logreg_name",
+             "backend")
+
+#: Built-in values of resumable options.  epochs, gpu and data_provider depend on
+#: other options and are filled in by :func:`resolve_options`.
+DEFAULTS = {"mini": 128, "seed": 0, "backend": "auto", "inner_size": 0, "color_noise": 0.0}
+
+
+def _as_text(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(value)
+    return str(value)
+
+
+def _saved_name(value) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(value)
+    return value
+
+
+def _saved_gpu(value) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise ValueError(value)
+    return gpu_list(",".join(_as_text(v) for v in value))
+
+
+def _saved_backend(value) -> str:
+    if value not in BACKEND_NAMES:
+        raise ValueError(value)
+    return value
+
+
+def _saved_path(value) -> Path:
+    return Path(_saved_name(value))
+
+
+#: How a saved option's JSON value becomes an option value again, held to the rules
+#: of the command line.
+_DECODE_SAVED = {
+    "layer_def": _saved_path, "layer_params": _saved_path, "data_path": _saved_path,
+    "save_path": _saved_path, "gpu": _saved_gpu,
+    "mini": lambda v: positive_int(_as_text(v)),
+    "seed": lambda v: non_negative_int(_as_text(v)),
+    "data_provider": provider_name,
+    "data_dims": lambda v: data_dims(_saved_name(v)),
+    "num_classes": lambda v: positive_int(_as_text(v)),
+    "train_range": lambda v: batch_range(_saved_name(v)),
+    "test_range": lambda v: batch_range(_saved_name(v)),
+    "inner_size": lambda v: non_negative_int(_as_text(v)),
+    "color_noise": lambda v: color_noise(_as_text(v)),
+    "scalar_mean": lambda v: scalar_mean(_as_text(v)),
+    "epochs": lambda v: positive_int(_as_text(v)),
+    "test_freq": lambda v: positive_int(_as_text(v)),
+    "logreg_name": _saved_name, "backend": _saved_backend,
+}
+
+
+def read_resume(load_file: Path) -> Resume:
+    """Read the checkpoint ``--load-file`` names, and check the options saved in it."""
+    checkpoint = find_checkpoint(load_file)
+    arrays, meta = load_checkpoint(checkpoint)
+    saved = meta.get("options")
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{checkpoint}: the checkpoint holds no training options")
+    options = {}
+    for key in RESUMABLE:
+        if saved.get(key) is None:
+            continue
+        try:
+            options[key] = _DECODE_SAVED[key](saved[key])
+        except (ValueError, TypeError, argparse.ArgumentTypeError):
+            raise CheckpointError(f"{checkpoint}: damaged checkpoint: saved option "
+                                  f"'{key}' has the bad value {saved[key]!r}") from None
+    return Resume(checkpoint, arrays, meta, options)
+
+
+def resolve_options(args: argparse.Namespace,
+                    config: tuple[Path, Path] | None = None) -> RunOptions:
+    """The options of the parsed command line ``args``, completed and checked.
+
+    ``config``, a (layer-def, layer-params) pair, stands in for the command
+    line's config files (``--compare`` names several).
+    """
+    values = {f.name: getattr(args, f.name) for f in fields(RunOptions) if f.name != "resume"}
+    if config is not None:
+        values["layer_def"], values["layer_params"] = map(Path, config)
+    resume = read_resume(args.load_file) if args.load_file is not None else None
+    if resume is not None:
+        for key, value in resume.saved_options.items():
+            if values[key] is None:
+                values[key] = value
+    bundled = values["layer_def"] is None
+    if bundled:
+        values["layer_def"] = bundled_example.LAYER_DEF
+        values["layer_params"] = values["layer_params"] or bundled_example.LAYER_PARAMS
+    elif values["layer_params"] is None:
+        raise UsageError("--layer-def needs --layer-params (the learning-rate file)")
+    for key, value in DEFAULTS.items():
+        if values[key] is None:
+            values[key] = value
+    if values["gpu"] is None:
+        values["gpu"] = bundled_example.GPU if bundled else (0,)
+    if values["data_provider"] is None:
+        if values["data_path"] is not None:
+            raise UsageError("--data-path needs --data-provider (cifar or convnet-batches)")
+        values["data_provider"] = "dummy" if values["data_dims"] else "digits"
+    if values["epochs"] is None:
+        values["epochs"] = bundled_example.EPOCHS if bundled else 1
+    if values["data_provider"] in ("digits", "dummy") and resume is not None \
+            and values["data_path"] is not None \
+            and resume.saved_options.get("data_path") == values["data_path"]:
+        values["data_path"] = None  # the saved run read files; this one does not
+    opts = RunOptions(**values, resume=resume)
+    check_options(opts)
+    return opts
+
+
+def check_options(opts: RunOptions) -> None:
+    """Refuse options that do not go together (exit 2), before any work is done."""
+    tools = [name for name, on in (("--print-plan", opts.print_plan),
+                                   ("--check-grads", opts.check_grads),
+                                   ("--test-only", opts.test_only)) if on]
+    if len(tools) > 1:
+        raise UsageError(f"{' and '.join(tools)} cannot be combined; give one of them")
+    if opts.test_only and opts.resume is None:
+        raise UsageError("--test-only evaluates a saved net: give --load-file CHECKPOINT too")
+    if opts.feature_path is not None and not opts.write_features:
+        raise UsageError("--feature-path is the folder for --write-features LAYER; give "
+                         "--write-features too")
+    if opts.multiview_test and not opts.inner_size:
+        raise UsageError("--multiview-test tests on crops: give --inner-size too (e.g. the "
+                         "image size for centre and mirror views)")
+    needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims)
+    if opts.data_provider in ("cifar", "convnet-batches") and opts.data_path is None \
+            and needs_data:
+        raise UsageError(f"the '{opts.data_provider}' data provider needs --data-path DIR")
+    if opts.data_provider in ("digits", "dummy") and opts.data_path is not None:
+        raise UsageError(f"the '{opts.data_provider}' data provider reads no files; "
+                         "--data-path is for cifar and convnet-batches")
+
+
+def options_for_checkpoint(opts: RunOptions) -> dict:
+    """The resumable options as JSON-able values (paths made absolute)."""
+    out = {}
+    for key in RESUMABLE:
+        value = getattr(opts, key)
+        if isinstance(value, Path):
+            value = str(value.resolve())
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[key] = value
+    json.dumps(out)  # fail here, not at save time, if something is not serialisable
+    return out

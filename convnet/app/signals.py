@@ -1,0 +1,81 @@
+"""Ctrl-C and SIGTERM during a run: unwind the main thread like an exception, reliably.
+
+Inside :func:`stop_handlers` both signals raise in the main thread
+(``KeyboardInterrupt`` for Ctrl-C, :class:`Terminated` for SIGTERM) so that
+``finally`` blocks close devices and data loaders.  An exception raised by a
+signal handler is lost when the signal lands while Python runs a finaliser,
+so the training loop also calls :func:`raise_if_stopped` between steps.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from contextlib import contextmanager
+
+
+class Terminated(BaseException):
+    """Raised in the main thread when SIGTERM arrives, to unwind like Ctrl-C."""
+
+
+_stop_signal: int | None = None
+
+
+def _stop_exception(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+
+
+def _on_stop_signal(signum, frame):
+    """Ctrl-C and SIGTERM: raise in the main thread, and remember it (see raise_if_stopped)."""
+    global _stop_signal
+    _stop_signal = signum
+    raise _stop_exception(signum)
+
+
+def raise_if_stopped() -> None:
+    """Raise the pending Ctrl-C/SIGTERM again.  The training loop calls this between
+    steps: an exception raised by a signal handler is lost when the signal lands while
+    Python runs a finaliser (``__del__``, a generator being closed), and the run would
+    otherwise go on as if no signal had come."""
+    if _stop_signal is not None:
+        raise _stop_exception(_stop_signal)
+
+
+def _install_signal_handlers() -> dict:
+    global _stop_signal
+    _stop_signal = None
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        current = signal.getsignal(signum)
+        if signum == signal.SIGINT and current is not signal.default_int_handler:
+            continue  # Ctrl-C ignored or handled by whoever started us: leave it so
+        try:
+            previous[signum] = signal.signal(signum, _on_stop_signal)
+        except ValueError:  # not the main thread (e.g. called from a test's thread)
+            break
+    return previous
+
+
+def _quiet_unraisable(previous_hook):
+    """An interrupt lost inside a finaliser is not an error to print (it is raised again
+    by :func:`raise_if_stopped`); anything else goes to the usual hook."""
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+            return
+        previous_hook(unraisable)
+    return hook
+
+
+@contextmanager
+def stop_handlers():
+    """Inside the block Ctrl-C and SIGTERM raise in the main thread; the handlers (and
+    the hook for errors in finalisers) that were there before come back afterwards."""
+    previous = _install_signal_handlers()
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_unraisable(previous_hook)
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous_hook
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

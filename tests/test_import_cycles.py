@@ -1,0 +1,163 @@
+"""Imports flow one way: no module of the project imports, even indirectly, itself.
+
+The graph is built from the source, not by importing it: every ``.py`` file of
+the packages ``convnet``, ``layers`` and ``kernels`` is parsed with :mod:`ast`,
+and every import statement counts, also one inside a function (a deferred
+import still ties the two modules together).  ``from pkg import name`` points
+at the module ``pkg.name`` when there is one, else at ``pkg`` itself;
+relative imports are resolved against the importing module's package.  A
+package importing its own submodules is the usual layout and not a cycle; a
+submodule importing a name back from its package's ``__init__`` is.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("convnet", "layers", "kernels")
+
+
+def module_files(root: Path, packages) -> dict[str, Path]:
+    """Module name -> file, for every ``.py`` file under the given package folders."""
+    modules = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _base_package(module: str, path: Path, level: int) -> str:
+    """The package a relative import of ``level`` dots in ``module`` starts from."""
+    parts = module.split(".")
+    if path.name != "__init__.py":
+        parts.pop()  # a plain module's imports are relative to its package
+    return ".".join(parts[:len(parts) - (level - 1)])
+
+
+def _known(name: str, modules) -> str | None:
+    """``name`` or its longest prefix that is a module of the project."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def imported_modules(module: str, path: Path, modules) -> set[str]:
+    """The project modules that ``module`` imports anywhere in its file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                base = _base_package(module, path, node.level)
+                source = f"{base}.{source}" if source else base
+            targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules
+                       else source for alias in node.names]
+        else:
+            continue
+        found.update(t for t in (_known(target, modules) for target in targets) if t)
+    found.discard(module)
+    return found
+
+
+def import_graph(root: Path, packages=PACKAGES) -> dict[str, set[str]]:
+    """Module -> the project modules it imports."""
+    modules = module_files(root, packages)
+    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) for every group of modules that import each other."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(node):  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_cycle_in(group, graph) for group in groups]
+
+
+def _cycle_in(group: set[str], graph) -> list[str]:
+    """A shortest path from the group's first module back to itself, inside the group."""
+    start = min(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for other in sorted(graph[node] & group):
+                if other == start:
+                    return paths[node] + [start]
+                if other not in paths:
+                    paths[other] = paths[node] + [other]
+                    following.append(other)
+        frontier = following
+    raise AssertionError(f"no cycle through {start} in {sorted(group)}")
+
+
+def test_the_project_has_no_import_cycle():
+    cycles = find_cycles(import_graph(ROOT))
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_graph_sees_every_kind_of_import(tmp_path):
+    files = {
+        "pkg/__init__.py": "from pkg.a import A\n",
+        "pkg/a.py": "import os\nfrom . import b\nA = 1\n",
+        "pkg/b.py": "def late():\n    from pkg.sub.c import C\n",
+        "pkg/sub/__init__.py": "",
+        "pkg/sub/c.py": "from .. import a\nfrom ..b import late\nimport pkg.sub\nC = 1\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.sub.c"},
+                     "pkg.sub": set(), "pkg.sub.c": {"pkg.a", "pkg.b", "pkg.sub"}}
+
+
+def test_a_planted_cycle_is_found_and_named(tmp_path):
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/low.py": "X = 1\n",
+        "pkg/front.py": "from pkg import low\nfrom pkg.middle import M\n",
+        "pkg/middle.py": "M = 1\ndef deferred():\n    from pkg.back import B\n",
+        "pkg/back.py": "from .front import *\nB = 1\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert find_cycles(import_graph(tmp_path, ("pkg",))) == \
+        [["pkg.back", "pkg.front", "pkg.middle", "pkg.back"]]
+    (tmp_path / "pkg/middle.py").write_text("M = 1\n")
+    assert find_cycles(import_graph(tmp_path, ("pkg",))) == []
