@@ -196,7 +196,7 @@ class Trainer:
     def restore(self, arrays: dict, meta: dict) -> None:
         where = self.opts.load_file
         unused = sorted({k.split("/")[1] for k in arrays if k.count("/") >= 2}
-                        - set(self.executor.weights))
+                        - set(self.executor.store.weights))
         try:
             self.executor.load_state_arrays(arrays)
         except DataError as error:
