@@ -312,7 +312,7 @@ def _engine_initial(net, mini: int):
     from convnet.plan.planner import make_plan
 
     ex = Executor(net, make_plan(net, (0,), mini), [CpuDevice(0, 0)], seed=0, parallel=False)
-    params = {f"{name}/{k}": v.copy() for name, reps in ex.weights.items()
+    params = {f"{name}/{k}": v.copy() for name, reps in ex.store.weights.items()
               for k, v in reps[0].items()}
     return ex, params
 
@@ -338,7 +338,7 @@ def check_equivalence(torch, net, mini: int, size: int) -> dict:
         (t,) = group["params"]
         key = next(k for k, v in tensors.items() if v is t)
         layer, k = key.split("/")
-        ours = ex.momentum[layer][0][k]
+        ours = ex.store.momentum[layer][0][k]
         theirs = -group["lr"] * opt.state[t]["momentum_buffer"].numpy()
         diff = float(np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30))
         if diff > worst:

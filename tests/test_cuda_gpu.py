@@ -290,7 +290,7 @@ def test_replicas_on_cuda_hold_identical_weights(tmp_path):
     try:
         for b in _batches(2):
             ex.step(b)
-        conv1 = ex.weights["conv1"]
+        conv1 = ex.store.weights["conv1"]
         for replica in conv1[1:]:
             for k in replica:
                 np.testing.assert_array_equal(cupy.asnumpy(replica[k]), cupy.asnumpy(conv1[0][k]))

@@ -131,7 +131,7 @@ def test_replicas_hold_identical_weights_after_training(tmp_path):
     net = _load(tmp_path, "imagenet-4gpu-data-model")
     gpus = (0, 1, 2, 3)
     _, _, executor = _run_executor(net, gpus, batches=_batches(2))
-    conv1 = executor.weights["conv1"]
+    conv1 = executor.store.weights["conv1"]
     assert len(conv1) == 4
     for replica in conv1[1:]:
         for k in replica:

@@ -48,7 +48,7 @@ def test_nan_in_the_data_names_the_data_layer_and_device(parallel):
 @pytest.mark.parametrize("parallel", [True, False])
 def test_nan_produced_mid_step_names_the_layer_and_device(parallel):
     executor = _executor(parallel)
-    executor.weights["fcb"][0]["W0"][:] = np.inf  # fcb computes inf - inf: NaN
+    executor.store.weights["fcb"][0]["W0"][:] = np.inf  # fcb computes inf - inf: NaN
     try:
         with pytest.raises(TrainingError, match=r"output of layer 'fcb' on device 1"):
             executor.step(_batch())
@@ -60,7 +60,7 @@ def test_nan_weights_are_caught_at_the_update():
     executor = _executor()
     try:
         executor.step(_batch())
-        executor.weights["fcb"][0]["W0"][0, 0] = np.inf
+        executor.store.weights["fcb"][0]["W0"][0, 0] = np.inf
         with pytest.raises(TrainingError, match=r"layer '(fcb|cost|fc1)'|non-finite"):
             executor.step(_batch())
     finally:

@@ -20,7 +20,7 @@ from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
 from convnet.plan.ops import AllReduce, Update
 from convnet.plan.planner import make_plan
-from convnet.runtime.tasks import GATHER, OP, REDUCE, UPDATE_SLICE, make_tasks
+from convnet.runtime.tasks import TaskAction, make_tasks
 from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
 MINI = 8
@@ -56,12 +56,12 @@ def test_tasks_split_each_sharded_all_reduce_into_parts_per_rank(tmp_path):
     assert reductions
     for ar in reductions:
         parts = [t for t in tasks if t.op is ar]
-        assert [t.action for t in parts] == [REDUCE] * len(ar.replica_devices)
+        assert [t.action for t in parts] == [TaskAction.REDUCE_SLICE] * len(ar.replica_devices)
         assert [t.device for t in parts] == list(ar.replica_devices)
         updates = [t for t in tasks if isinstance(t.op, Update) and t.layer == ar.layer
                    and t.op.pass_index == ar.pass_index]
-        slices = [t for t in updates if t.action == UPDATE_SLICE]
-        gathers = [t for t in updates if t.action == GATHER]
+        slices = [t for t in updates if t.action is TaskAction.UPDATE_SLICE]
+        gathers = [t for t in updates if t.action is TaskAction.GATHER]
         assert len(slices) == len(gathers) == len(ar.replica_devices)
         for s in slices:  # a rank updates its slice from its own reduce
             assert s.deps == (parts[s.rank].index,)
@@ -71,7 +71,7 @@ def test_tasks_split_each_sharded_all_reduce_into_parts_per_rank(tmp_path):
     for t in tasks:  # the list stays in a dependency order
         assert all(dep < t.index for dep in t.deps)
     unsharded = make_tasks(plan.ops, sharded=lambda op: False)
-    assert [t.action for t in unsharded] == [OP] * len(plan.ops)
+    assert [t.action for t in unsharded] == [TaskAction.of_op(op) for op in plan.ops]
     assert [t.deps for t in unsharded] == [op.deps for op in plan.ops]
 
 
@@ -81,15 +81,15 @@ def test_sharded_update_is_bitwise_the_full_update(tmp_path, monkeypatch, name, 
     """Weights and (assembled) momentum equal those of every replica doing the whole update."""
     net = _net(tmp_path, name)
     sharded, executor = _train(net, gpus)
-    assert any(t.action == UPDATE_SLICE for t in executor._train_tasks)
+    assert any(t.action is TaskAction.UPDATE_SLICE for t in executor._train_tasks)
     monkeypatch.setattr(ChunkedAllReduce, "sharded", False)
     full, executor = _train(net, gpus)
-    assert not any(t.action == UPDATE_SLICE for t in executor._train_tasks)
+    assert not any(t.action is TaskAction.UPDATE_SLICE for t in executor._train_tasks)
     assert sharded.keys() == full.keys()
     assert any(k.startswith("momentum/") for k in sharded)
     for key in full:
         assert np.array_equal(sharded[key], full[key]), key
-    for replicas in executor.weights.values():  # every replica holds the whole update
+    for replicas in executor.store.weights.values():  # every replica holds the whole update
         for replica in replicas[1:]:
             for k in replica:
                 assert np.array_equal(replica[k], replicas[0][k])

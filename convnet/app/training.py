@@ -198,7 +198,7 @@ class Trainer:
         """Continue the saved run: its weights, momentum, counters and log rows."""
         where, arrays, meta = resume.checkpoint, resume.arrays, resume.meta
         unused = sorted({k.split("/")[1] for k in arrays if k.count("/") >= 2}
-                        - set(self.executor.weights))
+                        - set(self.executor.store.weights))
         try:
             self.executor.load_state_arrays(arrays)
         except DataError as error:

@@ -1,30 +1,34 @@
 """Run a plan: one training step or one evaluation of a minibatch.
 
-:class:`Executor` owns the weights, momentum and gradient accumulators of
-every replica, and the per-step activation buffers.  It runs the operations
-of :mod:`convnet.plan.ops`, as the tasks of :mod:`convnet.runtime.tasks`, either in list
-order on the calling thread (``parallel=False``, the reference walk) or on
-one worker per logical device (``parallel=True``, :mod:`convnet.runtime.workers`).
-Both call the same :meth:`Executor._run` for each task and every buffer is
-written by the tasks of one device in list order, so the two walks give
-bitwise-identical results.
+:class:`Executor` runs the operations of :mod:`convnet.plan.ops`, as the tasks
+of :mod:`convnet.runtime.tasks`, either in list order on the calling thread
+(``parallel=False``, the reference walk) or on one worker per logical device
+(``parallel=True``, :mod:`convnet.runtime.workers`).  Both run each task
+through the same table from its :class:`~convnet.runtime.tasks.TaskAction`
+to the method that carries it out, and every buffer is written by the tasks
+of one device in list order, so the two walks give bitwise-identical results.
+
+The executor owns the per-step buffers (activations, gradients, costs); the
+weights and their gradients live in a :class:`~convnet.runtime.weights.WeightStore`,
+and the update rule is a :class:`~convnet.runtime.optimizer.MomentumSGD`.
 """
 
 from __future__ import annotations
 
 import math
 import time
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from convnet.runtime.collectives import make_all_reduce
 from convnet.config.model import NetConfig
-from convnet.errors import DataError, TrainingError
-from convnet.plan.ops import (AllReduce, Backward, Copy, Forward, GradCopy, Load, Plan, Update,
-                          shard_bounds)
-from convnet.runtime.tasks import GATHER, REDUCE, UPDATE_SLICE, Task, make_tasks
+from convnet.plan.ops import AllReduce, Copy, Forward, Load, Plan, Update, shard_bounds
+from convnet.runtime.batch_check import check_batch
+from convnet.runtime.collectives import make_all_reduce
+from convnet.runtime.non_finite import non_finite_cost_error, non_finite_gradient_error
+from convnet.runtime.optimizer import MomentumSGD
+from convnet.runtime.tasks import Task, TaskAction, make_tasks
+from convnet.runtime.weights import WeightStore
 from convnet.runtime.workers import DeviceWorkers
 from layers import build_layer
 from layers.base import Context
@@ -57,6 +61,7 @@ class _StepBuffers:
     batch: list
     bounds: list[tuple[int, int]]
     ctx_base: dict
+    progress: float  # of training, in [0, 1]: what the learning-rate schedules read
     acts: dict = field(default_factory=dict)
     states: dict = field(default_factory=dict)
     grads: dict = field(default_factory=dict)
@@ -67,18 +72,15 @@ class _StepBuffers:
     contexts: dict = field(default_factory=dict)  # shard -> Context (immutable, shared)
 
 
-FORWARD_KINDS = (Load, Copy, Forward)
+FORWARD_OPS = (Load, Copy, Forward)
 
 
 class Executor:
     """Train or evaluate ``net`` on ``devices`` following ``plan``.
 
-    Weights start identical on every replica (drawn once per layer from a
-    generator seeded by ``seed`` and the layer name, then copied), and stay
-    identical because every replica applies the same all-reduced gradient
-    (or, with a sharded update, gathers the slices the others updated with it;
-    the momentum of replica r is then current on its own slice only, and
-    :meth:`state_arrays` assembles it from the owners).
+    ``seed`` draws the initial weights (see :mod:`convnet.runtime.weights`)
+    and the dropout masks; ``check_finite`` stops a step whose costs or weight
+    gradients hold NaN or inf (see :mod:`convnet.runtime.non_finite`).
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, seed: int = 0,
@@ -93,30 +95,28 @@ class Executor:
         self.check_finite = check_finite
         self.layers = {name: build_layer(net[name]) for name, p in plan.layers.items()
                        if not net[name].is_data}
-        self.weights: dict[str, list[dict]] = {}
-        self.momentum: dict[str, list[dict]] = {}
-        self.wgrads: dict[str, list[dict]] = {}
-        self._init_weights()
         self.collectives = {op.replica_devices: make_all_reduce([devices[d] for d in
                                                                  op.replica_devices])
                             for op in plan.ops if isinstance(op, AllReduce)}
+        self.store = WeightStore(net, plan, devices, self.layers, seed, self.collectives)
+        self.optimizer = MomentumSGD()
         self._train_tasks = make_tasks(plan.ops, self._sharded)
-        self._eval_tasks = make_tasks([op for op in plan.ops if isinstance(op, FORWARD_KINDS)],
+        self._eval_tasks = make_tasks([op for op in plan.ops if isinstance(op, FORWARD_OPS)],
                                       self._sharded)
+        self._actions = {  # the method that carries out each task action
+            TaskAction.LOAD: self._load,
+            TaskAction.COPY: self._copy,
+            TaskAction.FORWARD: self._forward,
+            TaskAction.BACKWARD: self._backward,
+            TaskAction.GRAD_COPY: self._grad_copy,
+            TaskAction.ALL_REDUCE: self._all_reduce,
+            TaskAction.UPDATE: self._update,
+            TaskAction.REDUCE_SLICE: self._reduce_slice,
+            TaskAction.UPDATE_SLICE: self._update_slice,
+            TaskAction.GATHER: self._gather,
+        }
         self.workers = DeviceWorkers(devices) if parallel else None
         self.timings: list[OpTiming] | None = None
-
-    # ----------------------------------------------------------------- weights
-    def _init_weights(self) -> None:
-        for name, layer in self.layers.items():
-            rng = np.random.default_rng([self.seed, zlib.crc32(name.encode())])
-            host = layer.init_params(rng)
-            devs = self.plan.layers[name].devices
-            self.weights[name] = [{k: self.devices[d].to_device(v) for k, v in host.items()}
-                                  for d in devs]
-            self.momentum[name] = [{k: self.devices[d].xp.zeros_like(v) for k, v in w.items()}
-                                   for d, w in zip(devs, self.weights[name])]
-            self.wgrads[name] = [{} for _ in devs]
 
     def _sharded(self, op: AllReduce) -> bool:
         return self.collectives[op.replica_devices].sharded
@@ -126,47 +126,12 @@ class Executor:
         return self.collectives[self.plan.layers[layer].devices]
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """Weights and momentum of every layer (replica 0, on the host) for checkpoints."""
-        out = {}
-        for name in self.weights:
-            dev = self.devices[self.plan.layers[name].devices[0]]
-            for k, v in self.weights[name][0].items():
-                out[f"weights/{name}/{k}"] = dev.to_host(v)
-            for k in self.momentum[name][0]:
-                out[f"momentum/{name}/{k}"] = self._momentum_on_host(name, k)
-        return out
-
-    def _momentum_on_host(self, name: str, key: str) -> np.ndarray:
-        """The momentum of ``name``'s weights ``key``: replica 0's, or with a sharded
-        update each slice from the replica that owns it."""
-        devs = self.plan.layers[name].devices
-        first = self.devices[devs[0]].to_host(self.momentum[name][0][key])
-        collective = self.collectives.get(devs)
-        if collective is None or not collective.sharded:
-            return first
-        whole = np.array(first)  # to_host may return a view of the device's array
-        flat = whole.reshape(-1)
-        for owner in range(1, len(devs)):
-            lo, hi = collective.bounds(flat.size, owner)
-            part = self.devices[devs[owner]].to_host(self.momentum[name][owner][key])
-            flat[lo:hi] = part.reshape(-1)[lo:hi]
-        return whole
+        """Weights and momentum of every layer, on the host, for checkpoints."""
+        return self.store.state_arrays()
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Put checkpointed weights and momentum onto every replica (shapes must match)."""
-        for name in self.weights:
-            for group, store in (("weights", self.weights), ("momentum", self.momentum)):
-                for replica, d in enumerate(self.plan.layers[name].devices):
-                    for k, v in store[name][replica].items():
-                        key = f"{group}/{name}/{k}"
-                        if key not in arrays:
-                            raise DataError(f"checkpoint has no '{key}': it was saved from "
-                                            f"another net")
-                        if tuple(arrays[key].shape) != tuple(v.shape):
-                            raise DataError(f"checkpoint '{key}' has shape "
-                                            f"{tuple(arrays[key].shape)}, the net needs "
-                                            f"{tuple(v.shape)}")
-                        store[name][replica][k] = self.devices[d].to_device(arrays[key])
+        """Put checkpointed weights and momentum onto every replica."""
+        self.store.load_state_arrays(arrays)
 
     # ------------------------------------------------------------------- steps
     def step(self, batch: list[np.ndarray], progress: float = 0.0) -> StepResult:
@@ -195,7 +160,7 @@ class Executor:
             self.workers = None
         for collective in self.collectives.values():
             collective.close()
-        self.collectives = {}
+        self.collectives.clear()
 
     def _execute(self, batch, tasks, train: bool, progress: float) -> StepResult:
         start = time.perf_counter()
@@ -211,17 +176,19 @@ class Executor:
         return StepResult(num_cases, costs, time.perf_counter() - start)
 
     def _run_tasks(self, batch, tasks: list[Task], train: bool, progress: float) -> _StepBuffers:
-        num_cases = self._check_batch(batch)
+        num_cases = check_batch(self.net, self.plan, batch)
         buffers = _StepBuffers(batch=batch, bounds=shard_bounds(num_cases, self.plan.num_shards),
                                ctx_base={"train": train, "seed": self.seed,
-                                         "step": self.step_count})
-        self._progress = progress
+                                         "step": self.step_count},
+                               progress=progress)
+        actions = self._actions
         t0 = time.perf_counter()
         timings = [] if self.timings is not None else None
 
         def run(task: Task, device: int | None) -> None:
+            """Carry out ``task``; ``device`` is the calling worker's (None: all of the task's)."""
             began = time.perf_counter()
-            self._run(task, buffers, device)
+            actions[task.action](task, buffers, device)
             if timings is not None:
                 for d in ([device] if device is not None else task.devices):
                     timings.append(OpTiming(d, task.kind, task.layer, began - t0,
@@ -237,30 +204,10 @@ class Executor:
             self.timings = timings
         return buffers
 
-    def _check_batch(self, batch) -> int:
-        sizes = set()
-        for ldef in self.net:
-            if ldef.is_data and ldef.name in self.plan.layers and self.plan.layers[ldef.name].devices:
-                idx = ldef.attrs["dataIdx"]
-                if idx >= len(batch):
-                    raise DataError(f"data layer '{ldef.name}' reads column {idx}, but the data "
-                                    f"provider gives {len(batch)} column(s)")
-                array = batch[idx]
-                want = tuple(ldef.output_shape)
-                if tuple(array.shape[1:]) != want and int(np.prod(array.shape[1:])) != math.prod(want):
-                    raise DataError(f"data layer '{ldef.name}' expects cases of shape "
-                                    f"{'x'.join(map(str, want))}, the data provider gives "
-                                    f"{'x'.join(map(str, array.shape[1:]))}")
-                sizes.add(array.shape[0])
-        if len(sizes) != 1:
-            raise DataError(f"data columns have different case counts: {sorted(sizes)}")
-        num_cases = sizes.pop()
-        if num_cases < self.plan.num_shards:
-            raise DataError(f"a minibatch of {num_cases} case(s) cannot be split into "
-                            f"{self.plan.num_shards} shards")
-        return num_cases
+    # ---------------------------------------------------------------- actions
+    # Each runs one task: (task, the step's buffers, the calling worker's device
+    # or None for all of the task's devices).
 
-    # -------------------------------------------------------------- operations
     def _ctx(self, buffers: _StepBuffers, shard: int) -> Context:
         ctx = buffers.contexts.get(shard)
         if ctx is None:
@@ -268,47 +215,26 @@ class Executor:
                                                     **buffers.ctx_base)
         return ctx
 
-    def _run(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
-        """Carry out ``task``; ``device`` is the calling worker's (None: all of the task's)."""
+    def _load(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         op = task.op
-        if task.action == REDUCE:
-            buffers.reduced[(op.layer, op.pass_index, task.rank)] = \
-                self._collective(op.layer).reduce_slice(self.wgrads[op.layer], task.rank)
-        elif task.action == UPDATE_SLICE:
-            self._update(op, buffers, task.rank)
-        elif task.action == GATHER:
-            self._collective(op.layer).gather_slices(self.weights[op.layer], task.rank)
-            self.wgrads[op.layer][task.rank].clear()  # every rank's reduce has read it
-        elif isinstance(op, Load):
-            ldef = self.net[op.layer]
-            start, stop = buffers.bounds[op.shard]
-            column = buffers.batch[ldef.attrs["dataIdx"]][start:stop]
-            column = column.reshape((stop - start,) + tuple(ldef.output_shape))
-            buffers.acts[(op.layer, op.shard, op.device)] = self.devices[op.device].to_device(column)
-        elif isinstance(op, Copy):
-            source = buffers.acts[(op.layer, op.shard, op.src)]
-            buffers.acts[(op.layer, op.shard, op.dst)] = self.devices[op.dst].copy_from(source)
-        elif isinstance(op, Forward):
-            self._forward(op, buffers)
-        elif isinstance(op, Backward):
-            self._backward(op, buffers)
-        elif isinstance(op, GradCopy):
-            grad = buffers.gouts.pop((op.consumer, op.layer, op.shard, op.src))
-            self._accumulate(buffers.grads, (op.layer, op.shard, op.dst),
-                             self.devices[op.dst].copy_from(grad))
-        elif isinstance(op, AllReduce):
-            self._all_reduce(op, buffers, device)
-        elif isinstance(op, Update):
-            self._update(op, buffers)
-        else:
-            raise TypeError(f"unknown plan operation {op!r}")
+        ldef = self.net[op.layer]
+        start, stop = buffers.bounds[op.shard]
+        column = buffers.batch[ldef.attrs["dataIdx"]][start:stop]
+        column = column.reshape((stop - start,) + tuple(ldef.output_shape))
+        buffers.acts[(op.layer, op.shard, op.device)] = self.devices[op.device].to_device(column)
 
-    def _forward(self, op: Forward, buffers: _StepBuffers) -> None:
+    def _copy(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        op = task.op
+        source = buffers.acts[(op.layer, op.shard, op.src)]
+        buffers.acts[(op.layer, op.shard, op.dst)] = self.devices[op.dst].copy_from(source)
+
+    def _forward(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        op = task.op
         ldef = self.net[op.layer]
         layer = self.layers[op.layer]
         inputs = [buffers.acts[(i, op.shard, op.device)] for i in ldef.inputs]
         ctx = self._ctx(buffers, op.shard)
-        output, state = layer.forward(inputs, self.weights[op.layer][op.replica], ctx)
+        output, state = layer.forward(inputs, self.store.weights[op.layer][op.replica], ctx)
         buffers.acts[(op.layer, op.shard, op.device)] = output
         buffers.states[(op.layer, op.shard)] = state
         if ldef.is_cost:
@@ -316,34 +242,18 @@ class Executor:
             buffers.metrics[(op.layer, op.shard)] = sums
             if self.check_finite and not (math.isfinite(sums["cost"]) and all(
                     bool(self.devices[op.device].xp.isfinite(x).all()) for x in inputs)):
-                raise TrainingError(self._explain_nan(op, buffers))
+                raise non_finite_cost_error(self.net, self.devices, buffers.acts, op,
+                                            self.step_count)
 
-    def _explain_nan(self, op: Forward, buffers: _StepBuffers) -> str:
-        """Name the first layer (in net order) whose output for ``op.shard`` is not finite."""
-        for ldef in self.net:
-            for (name, shard, device), value in list(buffers.acts.items()):
-                if name == ldef.name and shard == op.shard:
-                    xp = self.devices[device].xp
-                    if bool(xp.isfinite(value).all()):
-                        continue
-                    if ldef.is_data:
-                        return (f"the minibatch holds NaN or inf values: data layer '{name}' "
-                                f"(column {ldef.attrs['dataIdx']}, loaded on device {device}) "
-                                f"at step {self.step_count}")
-                    return (f"non-finite values (NaN or inf) in the output of layer "
-                            f"'{name}' on device {device} at step {self.step_count}; "
-                            f"cost layer '{op.layer}' cannot be computed")
-        return (f"cost layer '{op.layer}' on device {op.device} is not finite at step "
-                f"{self.step_count}")
-
-    def _backward(self, op: Backward, buffers: _StepBuffers) -> None:
+    def _backward(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        op = task.op
         ldef = self.net[op.layer]
         placement = self.plan.layers[op.layer]
         key = (op.layer, op.shard, op.device)
         grad_out = None if ldef.is_cost else buffers.grads.pop(key)
         inputs = [buffers.acts[(i, op.shard, op.device)] for i in ldef.inputs]
         input_grads, param_grads = self.layers[op.layer].backward(
-            grad_out, inputs, buffers.acts[key], self.weights[op.layer][op.replica],
+            grad_out, inputs, buffers.acts[key], self.store.weights[op.layer][op.replica],
             buffers.states.pop((op.layer, op.shard)), self._ctx(buffers, op.shard),
             list(placement.input_grads))
         for inp, wanted, grad in zip(ldef.inputs, placement.input_grads, input_grads):
@@ -351,104 +261,79 @@ class Executor:
                 continue
             _, src_device = self.plan.producer_of(inp, op.shard)
             if src_device == op.device:
-                self._accumulate(buffers.grads, (inp, op.shard, op.device), grad)
+                _accumulate(buffers.grads, (inp, op.shard, op.device), grad)
             else:
-                self._accumulate(buffers.gouts, (op.layer, inp, op.shard, op.device), grad)
-        accum = self.wgrads[op.layer][op.replica]
+                _accumulate(buffers.gouts, (op.layer, inp, op.shard, op.device), grad)
+        accum = self.store.grads[op.layer][op.replica]
         for k, g in param_grads.items():
-            self._accumulate(accum, k, g)
+            _accumulate(accum, k, g)
 
-    @staticmethod
-    def _accumulate(store: dict, key, value) -> None:
-        """Sum into ``store[key]`` without writing into ``value``, which a layer may
-        have handed out as a view shared with another gradient."""
-        store[key] = store[key] + value if key in store else value
+    def _grad_copy(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        op = task.op
+        grad = buffers.gouts.pop((op.consumer, op.layer, op.shard, op.src))
+        _accumulate(buffers.grads, (op.layer, op.shard, op.dst),
+                    self.devices[op.dst].copy_from(grad))
 
-    def _all_reduce(self, op: AllReduce, buffers: _StepBuffers, rank_device: int | None) -> None:
+    def _all_reduce(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         """Sum the replicas' gradients with the collective chosen for these devices;
         the parallel walk does its own rank and meets the others at a barrier."""
+        op = task.op
         devs = op.replica_devices
         scratch = buffers.collectives.setdefault(op.index, {})
-        if rank_device is None:
-            self.collectives[devs](self.wgrads[op.layer], None, None, scratch)
+        if device is None:
+            self.collectives[devs](self.store.grads[op.layer], None, None, scratch)
         else:
-            self.collectives[devs](self.wgrads[op.layer], [devs.index(rank_device)],
+            self.collectives[devs](self.store.grads[op.layer], [devs.index(device)],
                                    lambda: self.workers.barrier(op.index, len(devs)), scratch)
 
-    def _update(self, op: Update, buffers: _StepBuffers, rank: int | None = None) -> None:
-        """SPEC 4: inc = mom * inc - eps * (grad / numCases + wc * W); W += inc.
+    def _update(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        """The update of one replica's whole weights, with its all-reduced gradients."""
+        op = task.op
+        self._apply_update(op, buffers, self.store.weights[op.layer][op.replica],
+                           self.store.momentum[op.layer][op.replica],
+                           self.store.grads[op.layer][op.replica])
 
-        With ``rank`` (a sharded update) only that rank's slice of the weights and
-        momentum, with the summed gradient slice its reduce task left."""
-        ldef = self.net[op.layer]
+    def _reduce_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        op = task.op
+        buffers.reduced[(op.layer, op.pass_index, task.rank)] = \
+            self._collective(op.layer).reduce_slice(self.store.grads[op.layer], task.rank)
+
+    def _update_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        """The update of rank ``task.rank``'s slice of the weights and momentum only,
+        with the summed gradient slice its reduce task left."""
+        op, rank = task.op, task.rank
+        bounds = self._collective(op.layer).bounds
+        weights, momentum = ({k: a.reshape(-1)[slice(*bounds(a.size, rank))]
+                              for k, a in arrays[op.layer][op.replica].items()}
+                             for arrays in (self.store.weights, self.store.momentum))
+        self._apply_update(op, buffers, weights, momentum,
+                           buffers.reduced.pop((op.layer, op.pass_index, rank)))
+
+    def _gather(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        op = task.op
+        self._collective(op.layer).gather_slices(self.store.weights[op.layer], task.rank)
+        self.store.grads[op.layer][task.rank].clear()  # every rank's reduce has read it
+
+    def _apply_update(self, op: Update, buffers: _StepBuffers, weights: dict, momentum: dict,
+                      grads: dict) -> None:
+        """Update ``weights`` and ``momentum`` (arrays or slices of them) of ``op``'s
+        layer from ``grads``, summed over the cases of the passes since the last update."""
         placement = self.plan.layers[op.layer]
         u = placement.update_period
         first = (op.pass_index - u + 1) * self.plan.rmin
         last = (op.pass_index + 1) * self.plan.rmin
         num_cases = buffers.bounds[last - 1][1] - buffers.bounds[first][0]
-        weights = self.weights[op.layer][op.replica]
-        momentum = self.momentum[op.layer][op.replica]
-        if rank is None:
-            grads = self.wgrads[op.layer][op.replica]
-        else:
-            grads = buffers.reduced.pop((op.layer, op.pass_index, rank))
-            bounds = self._collective(op.layer).bounds
-            weights, momentum = ({k: a.reshape(-1)[slice(*bounds(a.size, rank))]
-                                  for k, a in arrays.items()} for arrays in (weights, momentum))
-        params = ldef.params
+        rules = self.store.rules[op.layer]
         xp = self.devices[op.device].xp
         for k, grad in grads.items():
             if self.check_finite and not bool(xp.isfinite(grad.sum())):
-                raise TrainingError(f"non-finite gradient for weights '{k}' of layer "
-                                    f"'{op.layer}' on device {op.device} at step "
-                                    f"{self.step_count}")
-            if k == "b":
-                eps, mom, wc = params["epsB"].value(self._progress), params["momB"], 0.0
-            else:
-                i = int(k[1:])
-                eps, mom, wc = params["epsW"][i].value(self._progress), params["momW"][i], \
-                    params["wc"][i]
-            _momentum_step(xp, weights[k], momentum[k], grad, eps, mom, wc, num_cases)
+                raise non_finite_gradient_error(op.layer, k, op.device, self.step_count)
+            self.optimizer.update(xp, weights[k], momentum[k], grad, rules[k],
+                                  buffers.progress, num_cases)
         grads.clear()
 
 
-UPDATE_BLOCK = 1 << 17  # elements per block of the CPU update (stays in the L2 cache)
-
-
-def _momentum_step(xp, w, inc, grad, eps, mom, wc, num_cases) -> None:
-    """``inc = mom * inc - eps * (grad / num_cases + wc * w); w += inc``, in place.
-
-    On the CPU the passes run block by block over the flattened arrays, so each
-    block stays in the cache instead of five trips through memory; every element
-    goes through the same operations in the same order as the whole-array form,
-    which the other cases use.
-    """
-    if w.size == 0:
-        return
-    same = grad.dtype == w.dtype == inc.dtype
-    if xp is not np or not (same and w.flags.c_contiguous and inc.flags.c_contiguous):
-        inc *= mom
-        step = grad / num_cases
-        if wc:
-            step += wc * w
-        inc -= eps * step
-        w += inc
-        return
-    wf, incf, gf = w.reshape(-1), inc.reshape(-1), grad.reshape(-1)
-    size = wf.size
-    block = min(size, UPDATE_BLOCK)
-    step = np.empty(block, dtype=w.dtype)
-    decay = np.empty(block, dtype=w.dtype) if wc else None
-    for lo in range(0, size, block):
-        hi = min(size, lo + block)
-        i, s = incf[lo:hi], step[:hi - lo]
-        i *= mom
-        np.divide(gf[lo:hi], num_cases, out=s)
-        if wc:
-            t = decay[:hi - lo]
-            np.multiply(wf[lo:hi], wc, out=t)
-            s += t
-        np.multiply(s, eps, out=s)
-        i -= s
-        wf[lo:hi] += i
-
+def _accumulate(store: dict, key, value) -> None:
+    """Sum into ``store[key]`` without writing into ``value``, which a layer may
+    have handed out as a view shared with another gradient."""
+    store[key] = store[key] + value if key in store else value

@@ -8,8 +8,8 @@ one-device tasks per rank r instead of one collective and R full updates:
 
 * ``reduce``: sum slice r of the layer's weight gradients over the ranks (in
   rank order), on rank r's device;
-* ``update-slice``: apply the SPEC 4 momentum step to slice r of rank r's
-  weights and momentum only, with that summed slice;
+* ``update-slice``: apply the weight update (:mod:`convnet.runtime.optimizer`)
+  to slice r of rank r's weights and momentum only, with that summed slice;
 * ``gather``: copy every other slice of the weights from the rank that
   updated it.
 
@@ -18,7 +18,7 @@ Every replica then holds the weights a full update would give, bit for bit
 the update work, and no rank ever waits at a barrier: a ``reduce`` waits for
 the other ranks' backward passes of that layer, a ``gather`` for their
 ``update-slice``, both through ordinary dependencies.  The momentum of rank r
-is current on slice r only (see :meth:`convnet.runtime.executor.Executor.state_arrays`).
+is current on slice r only (see :meth:`convnet.runtime.weights.WeightStore.state_arrays`).
 Collectives that cannot be split (NCCL) stay one task with a barrier.
 
 Tasks that only touch their own layer's weight state (all-reduce parts and
@@ -26,21 +26,58 @@ updates) are *deferrable*: a worker whose next such task is still waiting
 for another device may run later tasks of other layers first (see
 :mod:`convnet.runtime.workers`), so the all-reduce of one layer overlaps the backward
 pass of the layers below it.  Each task records the plan operation it comes
-from; ``kind`` names it in timings and profiles.
+from and its :class:`TaskAction`, which the executor looks up to run it;
+``kind`` names it in timings and profiles.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
-from convnet.plan.ops import AllReduce, Op, Update
+from convnet.plan.ops import AllReduce, Backward, Copy, Forward, GradCopy, Load, Op, Update
 
-OP = "op"                    # the plan operation itself
-REDUCE = "reduce"            # one rank's slice of a sharded all-reduce
-UPDATE_SLICE = "update-slice"  # one rank's slice of the weight update
-GATHER = "gather"            # one rank collects the other ranks' updated slices
 
-_KIND = {REDUCE: "allreduce", UPDATE_SLICE: "update", GATHER: "allreduce"}
+class TaskAction(enum.Enum):
+    """What a task does: a whole plan operation, or one rank's part of a sharded update.
+
+    ``category`` names the action in timings and profiles: a whole operation's
+    is its :attr:`convnet.plan.ops.Op.kind`, and the parts of a sharded update
+    count as the all-reduce or update they replace.  ``weight_state`` marks the
+    actions that only touch their own layer's weight state (see
+    :attr:`Task.deferrable`).
+    """
+
+    LOAD = ("load", "load", False)
+    COPY = ("copy", "copy", False)
+    FORWARD = ("forward", "forward", False)
+    BACKWARD = ("backward", "backward", False)
+    GRAD_COPY = ("gradcopy", "gradcopy", False)
+    ALL_REDUCE = ("allreduce", "allreduce", True)
+    UPDATE = ("update", "update", True)
+    REDUCE_SLICE = ("reduce", "allreduce", True)
+    UPDATE_SLICE = ("update-slice", "update", True)
+    GATHER = ("gather", "allreduce", True)
+
+    def __new__(cls, label: str, category: str, weight_state: bool):
+        action = object.__new__(cls)
+        action._value_ = label
+        action.category = category
+        action.weight_state = weight_state
+        return action
+
+    @classmethod
+    def of_op(cls, op: Op) -> TaskAction:
+        """The action that runs ``op`` whole."""
+        try:
+            return _WHOLE_OP_ACTIONS[type(op)]
+        except KeyError:
+            raise TypeError(f"unknown plan operation {op!r}") from None
+
+
+_WHOLE_OP_ACTIONS = {Load: TaskAction.LOAD, Copy: TaskAction.COPY, Forward: TaskAction.FORWARD,
+                     Backward: TaskAction.BACKWARD, GradCopy: TaskAction.GRAD_COPY,
+                     AllReduce: TaskAction.ALL_REDUCE, Update: TaskAction.UPDATE}
 
 
 @dataclass(frozen=True)
@@ -49,7 +86,7 @@ class Task:
 
     index: int
     op: Op
-    action: str
+    action: TaskAction
     deps: tuple[int, ...]
     device: int | None = None  # the device of a one-device part; None: the op's own devices
 
@@ -63,7 +100,8 @@ class Task:
 
     @property
     def kind(self) -> str:
-        return _KIND.get(self.action, self.op.kind)
+        """The category of timings and profiles: ``forward``, ``allreduce``, ..."""
+        return self.action.category
 
     @property
     def barrier(self) -> bool:
@@ -73,7 +111,7 @@ class Task:
     @property
     def deferrable(self) -> bool:
         """Later tasks of other layers may run before it while it waits."""
-        return not self.barrier and isinstance(self.op, (AllReduce, Update))
+        return not self.barrier and self.action.weight_state
 
     @property
     def rank(self) -> int:
@@ -100,7 +138,7 @@ def make_tasks(ops: list[Op], sharded) -> list[Task]:
             raise ValueError(f"{op!r} needs an update whose layer's other updates come later")
         return tuple(sorted({t for d in op.deps for t in finished_by.get(d, ())}))
 
-    def add(op: Op, action: str, deps, device: int | None = None) -> int:
+    def add(op: Op, action: TaskAction, deps, device: int | None = None) -> int:
         tasks.append(Task(len(tasks), op, action, tuple(deps), device))
         return len(tasks) - 1
 
@@ -108,23 +146,23 @@ def make_tasks(ops: list[Op], sharded) -> list[Task]:
         key = (op.layer, op.pass_index)
         if isinstance(op, AllReduce) and sharded(op):
             deps = deps_of(op)
-            reduces[key] = [add(op, REDUCE, deps, d) for d in op.replica_devices]
+            reduces[key] = [add(op, TaskAction.REDUCE_SLICE, deps, d) for d in op.replica_devices]
             finished_by[op.index] = list(reduces[key])
         elif isinstance(op, Update) and key in reduces:
             rank_reduce = reduces[key][op.replica]
             group = slices.setdefault(key, [])
-            group.append((op, add(op, UPDATE_SLICE, (rank_reduce,), op.device)))
+            group.append((op, add(op, TaskAction.UPDATE_SLICE, (rank_reduce,), op.device)))
             finished_by[op.index] = []  # filled by the gather tasks below
             waiting.add(op.index)
             if len(group) == len(reduces[key]):
                 updated = [t for _, t in group]
                 for update, _ in group:
-                    gather = add(update, GATHER, updated, update.device)
+                    gather = add(update, TaskAction.GATHER, updated, update.device)
                     finished_by[update.index].append(gather)
                     waiting.discard(update.index)
         else:
-            finished_by[op.index] = [add(op, OP, deps_of(op))]
+            finished_by[op.index] = [add(op, TaskAction.of_op(op), deps_of(op))]
     return tasks
 
 
-__all__ = ["Task", "make_tasks", "OP", "REDUCE", "UPDATE_SLICE", "GATHER"]
+__all__ = ["Task", "TaskAction", "make_tasks"]

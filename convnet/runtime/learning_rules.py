@@ -1,0 +1,45 @@
+"""Which hyper-parameters update which weight array of a layer.
+
+A weight layer holds one weight array per input, named by :func:`weight_key`,
+and one bias, :data:`BIAS_KEY` (the names the layer library and
+:meth:`convnet.config.model.LayerDef.param_shapes` use).  Input i's weights
+learn with ``epsW[i]``, ``momW[i]`` and ``wc[i]`` of the layer-params file;
+the bias with ``epsB`` and ``momB`` and no weight decay.  This module is the
+one place that pairs the arrays with those values: the weight store checks
+that a layer's arrays are exactly the ones named here, and the optimizer
+reads the rule of each array from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from convnet.config.model import LayerDef, Schedule
+
+BIAS_KEY = "b"
+
+
+def weight_key(input_index: int) -> str:
+    """The name of the weights applied to the layer's input ``input_index``."""
+    return f"W{input_index}"
+
+
+@dataclass(frozen=True)
+class LearningRule:
+    """The hyper-parameters of one weight array: learning rate over training
+    progress, momentum and weight decay (L2, scaled by the learning rate)."""
+
+    eps: Schedule
+    momentum: float
+    decay: float
+
+
+def learning_rules(ldef: LayerDef) -> dict[str, LearningRule]:
+    """The rule of each of ``ldef``'s weight arrays, by array name (empty without weights)."""
+    if not ldef.has_weights:
+        return {}
+    params = ldef.params
+    rules = {weight_key(i): LearningRule(params["epsW"][i], params["momW"][i], params["wc"][i])
+             for i in range(len(ldef.inputs))}
+    rules[BIAS_KEY] = LearningRule(params["epsB"], params["momB"], 0.0)
+    return rules
