@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from convnet.config.model import Schedule
+from convnet.config.schedules import Schedule
 from convnet.errors import DivergedError, NonFiniteDataError
 from convnet.plan.planner import make_plan
 from convnet.runtime import optimizer

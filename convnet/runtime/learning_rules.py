@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from convnet.config.model import LayerDef, Schedule
+from convnet.config.model import LayerDef
+from convnet.config.schedules import Schedule
 
 BIAS_KEY = "b"
 
