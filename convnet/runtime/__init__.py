@@ -5,5 +5,9 @@
 (CUDA GPUs) implement it; :mod:`convnet.runtime.collectives`
 sums gradients across them; :mod:`convnet.runtime.tasks` turns a plan into the
 tasks each device's worker runs (:mod:`convnet.runtime.workers`);
-:mod:`convnet.runtime.executor` runs one training step or evaluation.
+:mod:`convnet.runtime.executor` runs one training step or evaluation, keeping
+the weights in a :mod:`convnet.runtime.weights` store and updating them with
+:mod:`convnet.runtime.optimizer` (hyper-parameters per weight array from
+:mod:`convnet.runtime.learning_rules`); :mod:`convnet.runtime.batch_check` and
+:mod:`convnet.runtime.non_finite` word what goes wrong with a minibatch.
 """
