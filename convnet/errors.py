@@ -54,7 +54,7 @@ class ConfigError(ConvnetError):
 
 
 class PlanError(ConfigError):
-    """A config that parses but breaks a placement rule of SPEC section 3 or 4."""
+    """A config that parses but breaks a placement or update rule of the planner (docs/DESIGN.md)."""
 
 
 class DataError(ConvnetError):

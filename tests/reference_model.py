@@ -1,10 +1,10 @@
-"""An independent reference for the parallel semantics of SPEC sections 3-5.
+"""An independent reference for the parallel semantics (shards, passes, updates; docs/DESIGN.md).
 
 It computes a training step with the layer library alone: no plan, no
 devices, no copies, no all-reduce.  Each layer activation works on one
 contiguous range of the minibatch (the cases its replicas cover together),
 activations and gradients are full-minibatch arrays, and the update rule is
-written out again from SPEC section 4.  With every period 1 and one pass it is
+written out again from the update rule (inc = mom*inc - eps*(grad/numCases + wc*W)).  With every period 1 and one pass it is
 plain single-device training on the whole minibatch.
 """
 
@@ -19,7 +19,7 @@ from layers.base import Context
 
 
 def split_bounds(num_cases: int, parts: int) -> list[tuple[int, int]]:
-    """Contiguous near-equal parts, larger ones first (SPEC 3's short minibatch)."""
+    """Contiguous near-equal parts, larger ones first (how a short minibatch is cut)."""
     sizes = [num_cases // parts + (1 if i < num_cases % parts else 0) for i in range(parts)]
     starts = np.cumsum([0] + sizes[:-1])
     return [(int(s), int(s + z)) for s, z in zip(starts, sizes)]
@@ -123,7 +123,7 @@ class ReferenceTrainer:
         return {name: total / n for name, total in cost_sums.items()}
 
     def _apply(self, ldef, grads: dict, num_cases: int, progress: float) -> None:
-        """SPEC 4, written out: inc = mom*inc - eps*(grad/numCases + wc*W); W += inc."""
+        """The update rule, written out: inc = mom*inc - eps*(grad/numCases + wc*W); W += inc."""
         prm = ldef.params
         for k, g in grads.items():
             if k == "b":

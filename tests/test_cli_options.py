@@ -1,4 +1,4 @@
-"""The command line's options: --help, the SPEC section 6 names, bad values and
+"""The command line's options: --help, the cuda-convnet2 option names, bad values and
 combinations (one line on stderr, exit 2), checked in-process where nothing trains."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import assert_clean_error, ok, run_cli
 from convnet.app.cli import build_parser, main
 
-SPEC_OPTIONS = ("--layer-def --layer-params --gpu --mini --epochs --data-provider --data-path "
+CUDA_CONVNET2_OPTIONS = ("--layer-def --layer-params --gpu --mini --epochs --data-provider --data-path "
                 "--train-range --test-range --test-freq --save-path --load-file --test-only "
                 "--check-grads --inner-size --color-noise --scalar-mean --multiview-test "
                 "--logreg-name --write-features --feature-path --force-save "
@@ -34,7 +34,7 @@ def test_help_explains_every_option():
         assert action.help and len(action.help) > 10, action.option_strings
     for option in _all_options():
         assert re.search(rf"^\s+(-\w, )?{re.escape(option)}\b", text, re.M), f"{option} not in --help"
-    for option in SPEC_OPTIONS + ["--backend"]:
+    for option in CUDA_CONVNET2_OPTIONS + ["--backend"]:
         assert option in _all_options()
     assert "exit status" in text
 

@@ -129,7 +129,7 @@ def test_resume_from_a_mid_run_checkpoint_gives_bitwise_the_same_weights(digits_
 
 def test_a_checkpoint_loads_on_another_device_count(digits_run, tmp_path):
     """Replicas are identical, so weights saved from the hybrid two-device run load into
-    the same layers on one device (SPEC 5.3: the same function up to summation order)."""
+    the same layers on one device (the same function up to summation order)."""
     folder, _ = digits_run
     _, rows = read_log(folder / "log.csv")
     proc = ok(run_cli("--load-file", folder, "--test-only", "--gpu", "0",

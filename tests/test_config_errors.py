@@ -1,4 +1,4 @@
-"""Every kind of config mistake gives a ConfigError naming file, section and key (SPEC section 1).
+"""Every kind of config mistake gives a ConfigError naming file, section and key.
 
 Each case edits a small valid net and states where the error must point and,
 for typos, the suggestion it must make.

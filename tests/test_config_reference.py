@@ -1,4 +1,4 @@
-"""The twelve cuda-convnet2 reference configs load, with the shapes and values the SPEC states."""
+"""The twelve cuda-convnet2 reference configs load, with the shapes and values cuda-convnet2 gives them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC section 5: parallel execution computes what one device computes.
+"""Parallel execution computes what one device computes (docs/DESIGN.md).
 
 The executor (planner + devices + workers) is pinned down against
 ``reference_model.ReferenceTrainer``, an independent whole-range computation
@@ -64,7 +64,7 @@ def _assert_weights_close(state, ref, rtol=2e-4, atol=2e-6):
 @pytest.mark.parametrize("name, gpus", [("imagenet-2gpu-data", (0, 1)),
                                         ("imagenet-4gpu-data", (0, 1, 2, 3))])
 def test_data_parallel_equals_one_device(tmp_path, name, gpus):
-    """SPEC 5.1 (and 5.5: these nets have dropout, whose masks must match)."""
+    """Data parallelism equals one device (these nets have dropout, whose masks must match)."""
     net = _load(tmp_path, name)
     batches = _batches(STEPS)
     state, costs, _ = _run_executor(net, gpus, batches=batches)
@@ -75,7 +75,7 @@ def test_data_parallel_equals_one_device(tmp_path, name, gpus):
 
 
 def test_model_parallel_equals_one_device(tmp_path):
-    """SPEC 5.2 on the two-tower structure of layers-imagenet-2gpu-model.cfg."""
+    """Model parallelism equals one device, on the two-tower structure of layers-imagenet-2gpu-model.cfg."""
     net = _load(tmp_path, "imagenet-2gpu-model")
     batches = _batches(STEPS)
     state, _, _ = _run_executor(net, (0, 1), batches=batches)
@@ -88,7 +88,7 @@ def _update_period(value: int):
 
 
 def test_hybrid_with_update_period_p_equals_one_device(tmp_path):
-    """SPEC 5.3, first half: updatePeriod = P gives the single-device update."""
+    """Hybrid, first half: updatePeriod = P gives the single-device update."""
     net = _load(tmp_path, "imagenet-4gpu-data-model", _update_period(4))
     batches = _batches(STEPS)
     state, _, _ = _run_executor(net, (0, 1, 2, 3), batches=batches)
@@ -97,7 +97,7 @@ def test_hybrid_with_update_period_p_equals_one_device(tmp_path):
 
 
 def test_hybrid_with_update_period_1_is_p_sequential_updates(tmp_path):
-    """SPEC 5.3, second half: the fc layers update once per pass on M/P cases."""
+    """Hybrid, second half: the fc layers update once per pass on M/P cases."""
     net = _load(tmp_path, "imagenet-4gpu-data-model")
     batches = _batches(STEPS)
     state, _, _ = _run_executor(net, (0, 1, 2, 3), batches=batches)
@@ -116,7 +116,7 @@ def test_hybrid_with_update_period_1_is_p_sequential_updates(tmp_path):
                                         ("imagenet-2gpu-data", (0, 1)),
                                         ("imagenet-2gpu-model", (0, 1))])
 def test_parallel_and_sequential_walks_are_bitwise_identical(tmp_path, name, gpus):
-    """SPEC 5.4."""
+    """The parallel and the sequential walk of a plan give bitwise-identical weights."""
     net = _load(tmp_path, name)
     batches = _batches(STEPS)
     parallel, parallel_costs, _ = _run_executor(net, gpus, parallel=True, batches=batches)
@@ -139,7 +139,7 @@ def test_replicas_hold_identical_weights_after_training(tmp_path):
 
 
 def test_dropout_masks_do_not_depend_on_the_split(tmp_path):
-    """SPEC 5.5: a mask is a function of (seed, step, layer, case index)."""
+    """Dropout: a mask is a function of (seed, step, layer, case index)."""
     net = _load(tmp_path, "imagenet-2gpu-data")
     ldef = next(l for l in net if l.type.startswith("dropout"))
     layer = build_layer(ldef)

@@ -1,4 +1,4 @@
-"""Dropout masks: deterministic, independent of the shard split (SPEC 5.5)."""
+"""Dropout masks: deterministic, independent of the shard split."""
 
 from __future__ import annotations
 

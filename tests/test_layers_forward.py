@@ -1,5 +1,5 @@
 """Forward semantics of the layers against naive per-pixel references written
-straight from SPEC section 2 and cuda-convnet2's definitions."""
+straight from cuda-convnet2's definitions."""
 
 from __future__ import annotations
 
