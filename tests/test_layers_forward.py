@@ -161,7 +161,7 @@ def test_pool_matches_reference(pool, size, stride, start, outputs):
 
 
 def test_pool_output_sizes_follow_the_ceiling_rule():
-    # SPEC: the 224x224 ImageNet net gives 55 -> 27 -> 13 -> 6
+    # cuda-convnet2: the 224x224 ImageNet net gives 55 -> 27 -> 13 -> 6
     from kernels.conv import out_size as conv_size
     from kernels.pool import out_size as pool_size
     assert conv_size(224, 11, 0, 4) == 55
