@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from convnet.config.model import LayerDef, NetConfig
 from convnet.config.schedules import Schedule
 
@@ -221,3 +223,18 @@ def check_plan_invariants(plan, net) -> None:
                               and u.pass_index - U < o.pass_index <= u.pass_index]
                     assert len(window) == R * U // T
                     assert all(before(o, ar) for o in window)
+
+
+#: A small hybrid fc net on two devices: fc1 data parallel, then two model-parallel towers.
+SMALL_HYBRID = [("fc1", "fc", ["data"], [0, 1], 0),
+                ("fca", "fc", ["fc1"], [0], 0), ("fcb", "fc", ["fc1"], [1], 0),
+                ("top", "fc", ["fca", "fcb"], [0], 0),
+                ("probs", "softmax", ["top"], None, 0),
+                ("cost", "cost.logreg", ["labels", "probs"], [0], 0)]
+
+
+def small_batch(n=8):
+    """A minibatch for SMALL_HYBRID: 4 features and a label in 0..2 per case."""
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((n, 4)).astype(np.float32),
+            rng.integers(0, 3, (n, 1)).astype(np.float32)]

@@ -11,26 +11,16 @@ from convnet.runtime.devices import make_devices
 from convnet.errors import DataError, PlanError, TrainingError
 from convnet.runtime.executor import Executor
 from convnet.plan.planner import make_plan
-from plan_helpers import fc_net
+from plan_helpers import SMALL_HYBRID as HYBRID, fc_net
+from plan_helpers import small_batch as _batch
 
 GPUS = (0, 1)
-HYBRID = [("fc1", "fc", ["data"], [0, 1], 0),
-          ("fca", "fc", ["fc1"], [0], 0), ("fcb", "fc", ["fc1"], [1], 0),
-          ("top", "fc", ["fca", "fcb"], [0], 0),
-          ("probs", "softmax", ["top"], None, 0),
-          ("cost", "cost.logreg", ["labels", "probs"], [0], 0)]
 
 
 def _executor(parallel=True):
     net = fc_net(HYBRID)
     plan = make_plan(net, GPUS, 8)
     return Executor(net, plan, make_devices(GPUS, "cpu"), parallel=parallel)
-
-
-def _batch(n=8):
-    rng = np.random.default_rng(0)
-    return [rng.standard_normal((n, 4)).astype(np.float32),
-            rng.integers(0, 3, (n, 1)).astype(np.float32)]
 
 
 @pytest.mark.parametrize("parallel", [True, False])

@@ -17,19 +17,10 @@ from convnet.runtime.optimizer import MomentumSGD
 from convnet.runtime.tasks import TaskAction, make_tasks
 from convnet.runtime.weights import WeightStore
 from plan_helpers import fc_net
+from plan_helpers import SMALL_HYBRID as HYBRID
+from plan_helpers import small_batch as _batch
 
 GPUS = (0, 1)
-HYBRID = [("fc1", "fc", ["data"], [0, 1], 0),
-          ("fca", "fc", ["fc1"], [0], 0), ("fcb", "fc", ["fc1"], [1], 0),
-          ("top", "fc", ["fca", "fcb"], [0], 0),
-          ("probs", "softmax", ["top"], None, 0),
-          ("cost", "cost.logreg", ["labels", "probs"], [0], 0)]
-
-
-def _batch(n=8):
-    rng = np.random.default_rng(0)
-    return [rng.standard_normal((n, 4)).astype(np.float32),
-            rng.integers(0, 3, (n, 1)).astype(np.float32)]
 
 
 @pytest.mark.parametrize("sharded", [True, False])
