@@ -18,9 +18,17 @@ in the target's directory, fsyncs it, renames it onto the target with
 ``os.replace`` and fsyncs the directory.  A process killed at any moment
 therefore leaves either the previous checkpoint or the new one, never a mix.
 Its temporary file may remain; the next save to the same target deletes such
-leftovers (one writer per target is assumed).  A failed write (full disk,
+leftovers (one writer per target: a training run holds its save path's lock,
+see :mod:`convnet.app.run_folder`).  A failed write (full disk,
 unwritable directory) raises :class:`CheckpointError`, removes its temporary
 file and leaves the previous checkpoint untouched.
+
+Reading
+-------
+A checkpoint is untrusted input: :class:`CheckpointReader` reads the header
+first and each array only on request, after checking its declared size (see
+there), and :mod:`convnet.app.resume_state` asks only for the arrays the net
+uses, as float32 of the exact shapes it needs.
 
 Save directories
 ----------------
