@@ -124,6 +124,7 @@ def run(opts: RunOptions) -> int:
 
 
 def _run_in(opts: RunOptions, save_dir: Path | None) -> int:
+    """The run itself; ``save_dir`` is the claimed save path, or None when nothing is saved."""
     parse_net(opts.layer_def, opts.layer_params)  # config errors before loading any data
     provider = make_data_provider(opts)
     net, plan = build_net_and_plan(opts, provider)
