@@ -44,13 +44,22 @@ class ConfigError(ConvnetError):
         if self.file:
             where.append(str(self.file))
         if self.section is not None:
-            where.append(f"[{self.section}]")
+            where.append(f"[{_cut(self.section)}]")
         if self.key is not None:
-            where.append(f"key '{self.key}'")
+            where.append(f"key '{_cut(self.key)}'")
         text = (": ".join([" ".join(where), self.message]) if where else self.message)
         if self.suggestion:
             text += f" (did you mean '{self.suggestion}'?)"
         return text
+
+
+#: Longest section or key name an error message shows; files may hold megabyte-long
+#: names, and the error must stay one readable line.
+NAME_LIMIT = 60
+
+
+def _cut(name: str) -> str:
+    return name if len(name) <= NAME_LIMIT else name[:NAME_LIMIT] + "..."
 
 
 class PlanError(ConfigError):

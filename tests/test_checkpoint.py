@@ -77,7 +77,7 @@ def test_programming_errors_are_not_written(tmp_path, arrays, meta, error):
 def test_missing_file(tmp_path):
     with pytest.raises(CheckpointError, match="ckpt.npz: checkpoint file does not exist"):
         load_checkpoint(tmp_path / "ckpt.npz")
-    with pytest.raises(CheckpointError, match="is a directory"):
+    with pytest.raises(CheckpointError, match="is a folder, not a regular file"):
         load_checkpoint(tmp_path)
 
 

@@ -2,7 +2,7 @@
 exit, and nothing an earlier run saved is damaged.
 
 Every failing run below writes to the save path of one good earlier run (a
-fresh run, as a user re-running a command would), and the module checks at
+fresh run with --overwrite, as a user starting over would), and the module checks at
 the end that the earlier checkpoint and log are byte for byte unchanged and
 that the checkpoint still loads.
 """
@@ -51,7 +51,7 @@ def test_the_batch_folder_itself_trains(batches, tmp_path):
 
 
 def test_missing_data_path(earlier, tmp_path):
-    proc = run_cli(*BATCHES, "--data-path", tmp_path / "nowhere", "--save-path", earlier[0])
+    proc = run_cli(*BATCHES, "--data-path", tmp_path / "nowhere", "--save-path", earlier[0], "--overwrite")
     assert_clean_error(proc, 1, "nowhere", "does not exist")
     unchanged(earlier)
 
@@ -59,16 +59,16 @@ def test_missing_data_path(earlier, tmp_path):
 def test_unreadable_data_files(earlier, batches):
     (batches / "batches.meta").unlink()
     (batches / "batches.meta").mkdir()  # a folder where a file should be: cannot be read
-    proc = run_cli(*BATCHES, "--data-path", batches, "--save-path", earlier[0])
+    proc = run_cli(*BATCHES, "--data-path", batches, "--save-path", earlier[0], "--overwrite")
     assert_clean_error(proc, 1, "batches.meta", "cannot read")
     unchanged(earlier)
 
 
 def test_data_dims_that_do_not_match_the_config(earlier, tmp_path):
     rgb = write_batch_folder(tmp_path / "rgb", channels=3)
-    proc = run_cli(*BATCHES, "--data-path", rgb, "--save-path", earlier[0])
+    proc = run_cli(*BATCHES, "--data-path", rgb, "--save-path", earlier[0], "--overwrite")
     assert_clean_error(proc, 2, "[conv1]", "channels", "3x8x8")
-    proc = run_cli(*DUMMY, "--data-dims", "3x8x8", "--save-path", earlier[0])
+    proc = run_cli(*DUMMY, "--data-dims", "3x8x8", "--save-path", earlier[0], "--overwrite")
     assert_clean_error(proc, 2, "[conv1]", "channels")
     unchanged(earlier)
 
@@ -101,7 +101,7 @@ def test_damaged_batch_files(earlier, batches, tmp_path, damage):
         with open(target, "wb") as f:
             pickle.dump({"data": data, "labels": [0] * 96}, f)
         expected = "NaN"
-    proc = run_cli(*BATCHES, "--data-path", batches, "--save-path", earlier[0])
+    proc = run_cli(*BATCHES, "--data-path", batches, "--save-path", earlier[0], "--overwrite")
     line = assert_clean_error(proc, 1, expected)
     assert "data_batch_2" in line or "bad data in epoch 1, batch 2" in line
     assert not marker.exists()
@@ -176,7 +176,7 @@ def test_nan_cost_stops_training(earlier, tmp_path, how):
         args = ["--no-progress", "--mini", "64", "--epochs", "1", "--layer-params", params]
     else:  # the synthetic data
         args = [*DUMMY, "--epochs", "1", "--layer-params", params]
-    proc = run_cli(*args, "--save-path", earlier[0])
+    proc = run_cli(*args, "--save-path", earlier[0], "--overwrite")
     line = assert_clean_error(proc, 1, "diverged", "NaN", "epsW")
     assert "epoch 1" in line
     unchanged(earlier)

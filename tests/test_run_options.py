@@ -52,7 +52,7 @@ def test_saved_options_show_through_and_the_command_line_wins(tmp_path):
     assert (opts.mini, opts.seed, opts.gpu) == (64, 7, (1, 0))
     assert opts.resume.checkpoint == tmp_path / CHECKPOINT_NAME
     assert opts.resume.saved_options["seed"] == 5
-    assert set(opts.resume.arrays) == {"weights/x/W0"}
+    assert set(opts.resume.keys) == {"weights/x/W0"}
 
 
 def test_a_saved_value_is_held_to_the_command_line_rules(tmp_path):

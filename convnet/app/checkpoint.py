@@ -18,9 +18,17 @@ in the target's directory, fsyncs it, renames it onto the target with
 ``os.replace`` and fsyncs the directory.  A process killed at any moment
 therefore leaves either the previous checkpoint or the new one, never a mix.
 Its temporary file may remain; the next save to the same target deletes such
-leftovers (one writer per target is assumed).  A failed write (full disk,
+leftovers (one writer per target: a training run holds its save path's lock,
+see :mod:`convnet.app.run_folder`).  A failed write (full disk,
 unwritable directory) raises :class:`CheckpointError`, removes its temporary
 file and leaves the previous checkpoint untouched.
+
+Reading
+-------
+A checkpoint is untrusted input: :class:`CheckpointReader` reads the header
+first and each array only on request, after checking its declared size (see
+there), and :mod:`convnet.app.resume_state` asks only for the arrays the net
+uses, as float32 of the exact shapes it needs.
 
 Save directories
 ----------------
@@ -35,6 +43,7 @@ training; :func:`latest_checkpoint` returns the one with the highest step.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
@@ -45,6 +54,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from convnet.errors import CheckpointError
+from convnet.filekind import not_a_regular_file
 
 #: The checkpoint file inside a training run's save path.
 CHECKPOINT_NAME = "checkpoint.npz"
@@ -54,6 +64,8 @@ VERSION = 1
 HEADER_KEY = "__checkpoint__"
 _NAME = re.compile(r"^ckpt-(\d+)\.npz$")
 _ZIP_MAGIC = b"PK\x03\x04"
+#: The JSON header is counters, options and the array names: far below this.
+MAX_HEADER_BYTES = 16 * 2**20
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path:
@@ -170,45 +182,142 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dic
     Anything else (missing, truncated, corrupt, a plain .npz, a newer format)
     raises :class:`CheckpointError` naming the path and the reason.
     """
-    path = os.fspath(path)
-    try:
-        with open(path, "rb") as file:
-            if file.read(4) != _ZIP_MAGIC:
-                raise CheckpointError(f"{path}: not a checkpoint (not an .npz archive)")
-        with np.load(path, allow_pickle=False) as archive:
-            if HEADER_KEY not in archive.files:
-                raise CheckpointError(f"{path}: not a checkpoint (an .npz without the "
+    with CheckpointReader(path) as reader:
+        return {key: reader.read(key) for key in reader.keys}, reader.meta
+
+
+class CheckpointReader:
+    """An open checkpoint: its header at once, each array only when asked for.
+
+    A checkpoint is untrusted input.  Nothing is decompressed before its size is
+    known to be sane: the header member is bounded by :data:`MAX_HEADER_BYTES`,
+    and an array's ``.npy`` header (shape and dtype) is read and checked against
+    the zip directory's uncompressed size before any of its data, so a small
+    archive cannot expand into gigabytes, and arrays nobody asks for (weights of
+    layers the net does not have) are never decompressed at all.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        problem = not_a_regular_file(self.path)
+        if problem == "does not exist":
+            raise CheckpointError(f"{self.path}: checkpoint file does not exist")
+        if problem is not None:
+            raise CheckpointError(f"{self.path}: {problem}; a checkpoint is a .npz file")
+        self._archive = None
+        try:
+            with open(self.path, "rb") as file:
+                if file.read(4) != _ZIP_MAGIC:
+                    raise CheckpointError(f"{self.path}: not a checkpoint (not an .npz archive)")
+            self._archive = zipfile.ZipFile(self.path)
+            self._members = self._member_table()
+            if HEADER_KEY not in self._members:
+                raise CheckpointError(f"{self.path}: not a checkpoint (an .npz without the "
                                       f"'{HEADER_KEY}' entry)")
-            header = _read_header(path, archive[HEADER_KEY])
-            keys = set(archive.files) - {HEADER_KEY}
-            if keys != set(header["arrays"]):
-                raise CheckpointError(f"{path}: damaged checkpoint (its array list does not "
-                                      "match its contents)")
-            arrays = {key: archive[key] for key in sorted(keys)}
-    except CheckpointError:
-        raise
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: checkpoint file does not exist") from None
-    except IsADirectoryError:
-        raise CheckpointError(f"{path}: is a directory, not a checkpoint file") from None
-    except Exception as error:  # zipfile, numpy.lib.format and OSError all report damage
-        raise CheckpointError(f"{path}: truncated or corrupt checkpoint "
-                              f"({type(error).__name__}: {error})") from None
-    return arrays, header["meta"]
+            header = _read_header(self.path, self._read_header_member())
+            self.keys = sorted(set(self._members) - {HEADER_KEY})
+            if self.keys != sorted(set(header["arrays"])):
+                raise CheckpointError(f"{self.path}: damaged checkpoint (its array list does "
+                                      "not match its contents)")
+            self.meta: dict = header["meta"]
+        except BaseException as error:
+            self.close()
+            if isinstance(error, Exception) and not isinstance(error, CheckpointError):
+                raise self._damaged(error) from None
+            raise
+
+    def __enter__(self) -> "CheckpointReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._archive is not None:
+            self._archive.close()
+            self._archive = None
+
+    def _member_table(self) -> dict[str, zipfile.ZipInfo]:
+        infos = self._archive.infolist()
+        members = {info.filename.removesuffix(".npy"): info for info in infos}
+        if len(members) != len(infos):
+            raise CheckpointError(f"{self.path}: damaged checkpoint (an array is stored twice)")
+        return members
+
+    def _read_header_member(self) -> np.ndarray:
+        info = self._members[HEADER_KEY]
+        if info.file_size > MAX_HEADER_BYTES:
+            raise CheckpointError(f"{self.path}: damaged checkpoint header (its "
+                                  f"{info.file_size:,} bytes are more than a header holds)")
+        header = self.read(HEADER_KEY)
+        if header.dtype != np.uint8 or header.ndim != 1:
+            raise CheckpointError(f"{self.path}: damaged checkpoint header (not UTF-8 bytes)")
+        return header
+
+    def read(self, key: str, shape: tuple[int, ...] | None = None,
+             dtype: np.dtype | None = None) -> np.ndarray:
+        """Array ``key``; with ``shape``/``dtype``, refused unless it has exactly those."""
+        info = self._members.get(key)
+        if info is None:
+            raise CheckpointError(f"{self.path}: the checkpoint has no '{key}'")
+        try:
+            with self._archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                have_shape, fortran, have_dtype = read_header(member)
+                self._check_member(key, info, member.tell(), have_shape, have_dtype,
+                                   shape, dtype)
+                data = bytearray(math.prod(have_shape) * have_dtype.itemsize)
+                if member.readinto(data) != len(data) or member.read(1):
+                    raise ValueError("its size does not match its header")
+        except CheckpointError:
+            raise
+        except Exception as error:  # zipfile, numpy.lib.format and OSError all report damage
+            raise self._damaged(error) from None
+        return np.frombuffer(data, have_dtype).reshape(have_shape, order="F" if fortran else "C")
+
+    def _check_member(self, key, info, header_bytes, have_shape, have_dtype, shape, dtype):
+        if have_dtype.hasobject or have_dtype.kind not in "biuf" or \
+                (dtype is not None and have_dtype != np.dtype(dtype)):
+            wanted = f"{np.dtype(dtype).name} " if dtype is not None else "numeric "
+            raise CheckpointError(f"{self.path}: damaged checkpoint: '{key}' holds "
+                                  f"{have_dtype.name} values, not {wanted}ones")
+        if shape is not None and tuple(have_shape) != tuple(shape):
+            raise CheckpointError(f"{self.path}: does not fit this net: '{key}' has shape "
+                                  f"{tuple(have_shape)}, the net needs {tuple(shape)}")
+        if info.file_size != header_bytes + math.prod(have_shape) * have_dtype.itemsize:
+            raise CheckpointError(f"{self.path}: damaged checkpoint: '{key}' is "
+                                  f"{info.file_size:,} bytes unpacked, which does not match "
+                                  f"its shape {tuple(have_shape)} and type {have_dtype.name}")
+
+    def _damaged(self, error: Exception) -> CheckpointError:
+        return CheckpointError(f"{self.path}: truncated or corrupt checkpoint "
+                               f"({type(error).__name__}: {error})")
 
 
 def _read_header(path: str, raw: np.ndarray) -> dict:
     try:
         header = json.loads(raw.tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise CheckpointError(f"{path}: damaged checkpoint header ({error})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a convnet checkpoint (unknown format marker)")
     version = header.get("version")
-    if not isinstance(version, int) or version > VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {version!r} is newer than "
+    if type(version) is not int or version < 1:
+        raise CheckpointError(f"{path}: damaged checkpoint header (format version "
+                              f"{short_repr(version)} is not a version number)")
+    if version > VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {version} is newer than "
                               f"this program reads ({VERSION}); upgrade to load it")
-    if not isinstance(header.get("arrays"), list) or not isinstance(header.get("meta"), dict):
+    arrays = header.get("arrays")
+    if not isinstance(arrays, list) or not all(isinstance(k, str) for k in arrays) \
+            or not isinstance(header.get("meta"), dict):
         raise CheckpointError(f"{path}: damaged checkpoint header (no array list or meta)")
     return header
 
+
+def short_repr(value: Any) -> str:
+    """A value from an untrusted file, for an error message: repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."

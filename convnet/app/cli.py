@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default: once per epoch)")
     train.add_argument("--save-path", type=Path, default=None, metavar="DIR",
                        help="folder for the checkpoint (DIR/checkpoint.npz) and the CSV log "
-                            "(DIR/log.csv); nothing is saved without it [resumable]")
+                            "(DIR/log.csv); nothing is saved without it; one run at a time "
+                            "(default with --load-file: the checkpoint's folder)")
     train.add_argument("--load-file", type=Path, default=None, metavar="FILE",
                        help="checkpoint to resume from (a checkpoint.npz, or the folder "
                             "holding it); the saved options apply unless given again here")
@@ -160,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="0|1",
                        help="save a checkpoint when training ends even if the test error is "
                             "above --max-test-err (default: 0)")
+    train.add_argument("--overwrite", action="store_true",
+                       help="start over in a save path that holds an earlier run's "
+                            "checkpoint, replacing it at the first save (without it such a "
+                            "run is refused)")
     train.add_argument("--max-test-err", type=max_test_err, default=None, metavar="FRAC",
                        help="save a checkpoint only when the test error (a fraction, 0.05 = "
                             "5%%) is at most this (default: always save)")

@@ -8,14 +8,18 @@ printing the plan, checking gradients, testing or training.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import warnings
 
 from convnet.app import training
 from convnet.app.compare import run_compare
+from convnet.app.memory_fit import MemoryPool, memory_pools
 from convnet.app.options import RunOptions, resolve_options
-from convnet.errors import ConvnetError
+from convnet.errors import ConvnetError, DeviceError
 from convnet.plan.graph import write_plan_graph
-from convnet.plan.report import plan_json, plan_text
+from convnet.plan.report import plan_summary, plan_text
+from convnet.runtime.backends import choose_backend
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -36,12 +40,32 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def print_plan(opts: RunOptions) -> int:
-    """--print-plan (text or JSON), and the --plan-graph picture."""
+    """--print-plan (text or JSON), and the --plan-graph picture.  A plan that does not
+    fit in the machine's memory is printed anyway, with a warning (training refuses it)."""
     net, plan = training.build_net_and_plan(opts)
-    print(plan_json(plan, net) if opts.print_plan == "json" else plan_text(plan, net))
+    pools = plan_memory_pools(opts, plan, net)
+    if opts.print_plan == "json":
+        summary = plan_summary(plan, net)
+        summary["memory"] = [pool.as_json() for pool in pools]
+        print(json.dumps(summary, indent=1))
+    else:
+        print(plan_text(plan, net))
+    for pool in pools:
+        if not pool.fits:
+            print(f"warning: {pool.shortfall_text()}: training would be refused",
+                  file=sys.stderr)
     if opts.plan_graph is not None:
         write_plan_graph(plan, net, opts.plan_graph)
     return 0
+
+
+def plan_memory_pools(opts: RunOptions, plan, net) -> list[MemoryPool]:
+    """The plan's memory per physical memory on the backend a run would use (none when
+    that backend is not available here: the plan is still worth printing)."""
+    try:
+        return memory_pools(plan, net, choose_backend(opts.backend))
+    except DeviceError:
+        return []
 
 
 def check_gradients(opts: RunOptions) -> int:

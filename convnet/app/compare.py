@@ -40,6 +40,7 @@ from convnet.app import training
 from convnet.app.compare_plot import write_comparison_png
 from convnet.app.compare_table import comparison_table
 from convnet.app.options import RunOptions, resolve_options
+from convnet.app.run_folder import claim_run_folder
 from convnet.app.run_log import CSV_NAME
 from convnet.errors import ConvnetError, UsageError
 from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan
@@ -283,20 +284,20 @@ def _write_text(path: Path, text: str) -> None:
 
 def _train_and_profile(result: ConfigResult, opts: RunOptions, provider, net, plan,
                        keep_checkpoints: bool, profile_steps: int) -> None:
-    training.check_save_dir(result.log_path.parent)
-    executor = training.make_executor(opts, net, plan)
-    try:
-        trainer = training.Trainer(opts, provider, net, plan, executor, result.log_path.parent)
-        if not keep_checkpoints:
-            trainer.checkpoint = None  # the log goes to the scratch folder; no checkpoints
-        trainer.train()
-        result.log_rows = read_log(result.log_path)
-        if not result.log_rows:
-            raise ConvnetError(f"{result.name}: the run logged no test line to "
-                               f"{result.log_path}")
-        profile(result, executor, provider, opts.mini, profile_steps)
-    finally:
-        executor.close()
+    with claim_run_folder(result.log_path.parent, overwrite=opts.overwrite) as folder:
+        executor = training.make_executor(opts, net, plan)
+        try:
+            trainer = training.Trainer(opts, provider, net, plan, executor, folder)
+            if not keep_checkpoints:
+                trainer.checkpoint = None  # the log goes to the scratch folder; no checkpoints
+            trainer.train()
+            result.log_rows = read_log(result.log_path)
+            if not result.log_rows:
+                raise ConvnetError(f"{result.name}: the run logged no test line to "
+                                   f"{result.log_path}")
+            profile(result, executor, provider, opts.mini, profile_steps)
+        finally:
+            executor.close()
 
 
 def read_log(path: Path) -> list[dict]:

@@ -17,6 +17,9 @@ from convnet.errors import ConvnetError, DataError
 
 PROVIDER_NAMES = ("digits", "cifar", "convnet-batches", "dummy")
 BACKEND_NAMES = ("auto", "cpu", "cuda")
+#: Each logical device is a worker thread (and a CUDA stream); far more than any
+#: machine has is a mistake, not a plan.
+MAX_DEVICES = 64
 
 
 def flag(text: str) -> bool:
@@ -30,18 +33,30 @@ def flag(text: str) -> bool:
 
 def gpu_list(text: str) -> tuple[int, ...]:
     try:
-        gpus = tuple(int(g) for g in str(text).split(","))
+        gpus = tuple(_ascii_int(g) for g in str(text).split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a comma list of device numbers such as "
                                          f"0,1, got '{text}'") from None
     if any(g < 0 for g in gpus):
         raise argparse.ArgumentTypeError(f"device numbers are >= 0, got '{text}'")
+    if len(gpus) > MAX_DEVICES or max(gpus) >= MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_DEVICES} devices, numbered 0 to "
+                                         f"{MAX_DEVICES - 1}, got {len(gpus)} up to {max(gpus)}")
     return gpus
+
+
+def _ascii_int(text: str) -> int:
+    """``int()`` of ASCII digits only: Python's ``int`` also reads other scripts'
+    digits (``'１２'`` is 12), which no option value means."""
+    text = str(text).strip()
+    if not text.isascii():
+        raise ValueError(text)
+    return int(text)
 
 
 def _int_at_least(text: str, low: int) -> int:
     try:
-        value = int(str(text).strip())
+        value = _ascii_int(text)
     except ValueError:
         value = None
     if value is None or value < low:
@@ -61,7 +76,7 @@ def non_negative_int(text: str) -> int:
 def _finite(text: str, low: float | None = None, high: float | None = None,
             hint: str = "") -> float:
     try:
-        value = float(text)
+        value = float(text) if str(text).isascii() else math.nan
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or (low is not None and value < low) or \

@@ -16,14 +16,18 @@ import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-import numpy as np
-
 from convnet.app import bundled_example
-from convnet.app.checkpoint import find_checkpoint, load_checkpoint
-from convnet.app.option_values import (BACKEND_NAMES, batch_range, color_noise, data_dims,
-                                       gpu_list, non_negative_int, positive_int, provider_name,
-                                       scalar_mean)
+from convnet.app.checkpoint import CheckpointReader, find_checkpoint, short_repr
+from convnet.app.option_values import (BACKEND_NAMES, MAX_DEVICES, batch_range, color_noise,
+                                       data_dims, gpu_list, non_negative_int, positive_int,
+                                       provider_name, scalar_mean)
 from convnet.errors import CheckpointError, UsageError
+from convnet.filekind import not_a_regular_file
+
+#: What a config file a checkpoint names may be called.
+CONFIG_SUFFIXES = (".cfg", ".ini", ".conf", ".cnf")
+#: Longest saved path or name taken from a checkpoint.
+MAX_SAVED_TEXT = 4096
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class Resume:
     """The saved run that ``--load-file`` continues."""
 
     checkpoint: Path  # the checkpoint file read (--load-file may name its folder)
-    arrays: dict[str, np.ndarray]  # weights and momentum, as the executor saved them
+    keys: tuple[str, ...]  # its arrays (weights and momentum), read once the net is known
     meta: dict  # the counters and options saved with them
     saved_options: dict[str, object]  # the resumable options the checkpoint held, checked
 
@@ -67,6 +71,7 @@ class RunOptions:
     test_freq: int | None
     save_path: Path | None
     force_save: bool
+    overwrite: bool
     max_test_err: float | None
     test_only: bool
     logreg_name: str | None
@@ -86,7 +91,7 @@ class RunOptions:
 #: Options a checkpoint remembers; on resume a command-line value wins.
 RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "seed", "data_provider", "data_path",
              "data_dims", "num_classes", "train_range", "test_range", "inner_size",
-             "color_noise", "scalar_mean", "epochs", "test_freq", "save_path", "logreg_name",
+             "color_noise", "scalar_mean", "epochs", "test_freq", "logreg_name",
              "backend")
 
 #: Built-in values of resumable options.  epochs, gpu and data_provider depend on
@@ -94,22 +99,37 @@ RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "seed", "data_provider"
 DEFAULTS = {"mini": 128, "seed": 0, "backend": "auto", "inner_size": 0, "color_noise": 0.0}
 
 
-def _as_text(value) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(value)
-    return str(value)
+def _saved_int(check):
+    """A saved integer option: a JSON integer (not a string or a float), held to
+    the command line's rule ``check``."""
+    def decode(value):
+        if type(value) is not int:
+            raise ValueError(value)
+        return check(str(value))
+    return decode
 
 
-def _saved_name(value) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(value)
-    return value
+def _saved_number(check):
+    def decode(value):
+        if type(value) not in (int, float):
+            raise ValueError(value)
+        return check(repr(value))
+    return decode
+
+
+def _saved_text(check=str):
+    def decode(value):
+        if not isinstance(value, str) or not value or len(value) > MAX_SAVED_TEXT:
+            raise ValueError(value)
+        return check(value)
+    return decode
 
 
 def _saved_gpu(value) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value:
+    if not isinstance(value, list) or not value or len(value) > MAX_DEVICES \
+            or any(type(v) is not int for v in value):
         raise ValueError(value)
-    return gpu_list(",".join(_as_text(v) for v in value))
+    return gpu_list(",".join(map(str, value)))
 
 
 def _saved_backend(value) -> str:
@@ -118,35 +138,32 @@ def _saved_backend(value) -> str:
     return value
 
 
-def _saved_path(value) -> Path:
-    return Path(_saved_name(value))
-
-
 #: How a saved option's JSON value becomes an option value again, held to the rules
 #: of the command line.
 _DECODE_SAVED = {
-    "layer_def": _saved_path, "layer_params": _saved_path, "data_path": _saved_path,
-    "save_path": _saved_path, "gpu": _saved_gpu,
-    "mini": lambda v: positive_int(_as_text(v)),
-    "seed": lambda v: non_negative_int(_as_text(v)),
-    "data_provider": provider_name,
-    "data_dims": lambda v: data_dims(_saved_name(v)),
-    "num_classes": lambda v: positive_int(_as_text(v)),
-    "train_range": lambda v: batch_range(_saved_name(v)),
-    "test_range": lambda v: batch_range(_saved_name(v)),
-    "inner_size": lambda v: non_negative_int(_as_text(v)),
-    "color_noise": lambda v: color_noise(_as_text(v)),
-    "scalar_mean": lambda v: scalar_mean(_as_text(v)),
-    "epochs": lambda v: positive_int(_as_text(v)),
-    "test_freq": lambda v: positive_int(_as_text(v)),
-    "logreg_name": _saved_name, "backend": _saved_backend,
+    "layer_def": _saved_text(Path), "layer_params": _saved_text(Path),
+    "data_path": _saved_text(Path), "gpu": _saved_gpu,
+    "mini": _saved_int(positive_int),
+    "seed": _saved_int(non_negative_int),
+    "data_provider": _saved_text(provider_name),
+    "data_dims": _saved_text(data_dims),
+    "num_classes": _saved_int(positive_int),
+    "train_range": _saved_text(batch_range),
+    "test_range": _saved_text(batch_range),
+    "inner_size": _saved_int(non_negative_int),
+    "color_noise": _saved_number(color_noise),
+    "scalar_mean": _saved_number(scalar_mean),
+    "epochs": _saved_int(positive_int),
+    "test_freq": _saved_int(positive_int),
+    "logreg_name": _saved_text(), "backend": _saved_backend,
 }
 
 
 def read_resume(load_file: Path) -> Resume:
     """Read the checkpoint ``--load-file`` names, and check the options saved in it."""
     checkpoint = find_checkpoint(load_file)
-    arrays, meta = load_checkpoint(checkpoint)
+    with CheckpointReader(checkpoint) as reader:
+        keys, meta = tuple(reader.keys), reader.meta
     saved = meta.get("options")
     if not isinstance(saved, dict):
         raise CheckpointError(f"{checkpoint}: the checkpoint holds no training options")
@@ -158,8 +175,21 @@ def read_resume(load_file: Path) -> Resume:
             options[key] = _DECODE_SAVED[key](saved[key])
         except (ValueError, TypeError, argparse.ArgumentTypeError):
             raise CheckpointError(f"{checkpoint}: damaged checkpoint: saved option "
-                                  f"'{key}' has the bad value {saved[key]!r}") from None
-    return Resume(checkpoint, arrays, meta, options)
+                                  f"'{key}' has the bad value {short_repr(saved[key])}") from None
+    return Resume(checkpoint, keys, meta, options)
+
+
+def _check_saved_config_file(checkpoint: Path, key: str, path: Path) -> None:
+    """A config file named by a checkpoint is opened and parsed, and parse errors
+    quote lines of it, so it must at least look like a config file: a regular file
+    named like one (never, say, a system file a tampered checkpoint points at)."""
+    problem = not_a_regular_file(path)
+    if path.suffix.lower() not in CONFIG_SUFFIXES:
+        problem = f"is not named like a config file ({', '.join(CONFIG_SUFFIXES)})"
+    if problem is not None:
+        option = "--" + key.replace("_", "-")
+        raise CheckpointError(f"{checkpoint}: the saved {option} {path} {problem}; give "
+                              f"{option} FILE")
 
 
 def resolve_options(args: argparse.Namespace,
@@ -173,10 +203,16 @@ def resolve_options(args: argparse.Namespace,
     if config is not None:
         values["layer_def"], values["layer_params"] = map(Path, config)
     resume = read_resume(args.load_file) if args.load_file is not None else None
+    if resume is not None and values["save_path"] is None:
+        # Save next to the checkpoint loaded, not where it was first saved: a copied
+        # run folder must not write into the folder it was copied from.
+        values["save_path"] = resume.checkpoint.parent
     if resume is not None:
         for key, value in resume.saved_options.items():
             if values[key] is None:
                 values[key] = value
+                if key in ("layer_def", "layer_params"):
+                    _check_saved_config_file(resume.checkpoint, key, value)
     bundled = values["layer_def"] is None
     if bundled:
         values["layer_def"] = bundled_example.LAYER_DEF

@@ -14,6 +14,7 @@ the columns of :data:`CSV_COLUMNS`, much like the Caffe2 trainer's log:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import sys
@@ -131,11 +132,15 @@ class RunLog:
             if not self._started:
                 rows = self._start_csv() + [list(row)]
                 temp = self._csv_path.with_name(f".{CSV_NAME}.{os.getpid()}.tmp")
-                with open(temp, "w", newline="") as f:
-                    writer = csv.writer(f)
-                    writer.writerow(CSV_COLUMNS)
-                    writer.writerows(rows)
-                os.replace(temp, self._csv_path)
+                try:
+                    with open(temp, "w", newline="") as f:
+                        writer = csv.writer(f)
+                        writer.writerow(CSV_COLUMNS)
+                        writer.writerows(rows)
+                    os.replace(temp, self._csv_path)
+                finally:
+                    with contextlib.suppress(OSError):  # there only if the write failed
+                        temp.unlink(missing_ok=True)
                 self.rows = len(rows)
                 self._started = True
             else:

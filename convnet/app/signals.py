@@ -9,9 +9,13 @@ so the training loop also calls :func:`raise_if_stopped` between steps.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from contextlib import contextmanager
+
+#: Exit status and message of each stop signal (the shell's 128 + signal number).
+STOP_EXITS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
 
 
 class Terminated(BaseException):
@@ -41,13 +45,30 @@ def raise_if_stopped() -> None:
         raise _stop_exception(_stop_signal)
 
 
+def _exit_at_once(signum, frame):
+    """Before :func:`stop_handlers` is in place there is nothing to close or save, and
+    an exception raised in the middle of an import would end as a traceback."""
+    code, message = STOP_EXITS[signum]
+    os.write(2, f"{message}\n".encode())
+    os._exit(code)
+
+
+def exit_cleanly_on_early_signals() -> None:
+    """The launcher's first statement: Ctrl-C and SIGTERM while the program starts up
+    (importing numpy, parsing options) exit 130/143 with one line, like later ones."""
+    for signum in STOP_EXITS:
+        if signum != signal.SIGINT or signal.getsignal(signum) is signal.default_int_handler:
+            signal.signal(signum, _exit_at_once)
+
+
 def _install_signal_handlers() -> dict:
     global _stop_signal
     _stop_signal = None
     previous = {}
     for signum in (signal.SIGINT, signal.SIGTERM):
         current = signal.getsignal(signum)
-        if signum == signal.SIGINT and current is not signal.default_int_handler:
+        if signum == signal.SIGINT and current not in (signal.default_int_handler,
+                                                       _exit_at_once):
             continue  # Ctrl-C ignored or handled by whoever started us: leave it so
         try:
             previous[signum] = signal.signal(signum, _on_stop_signal)

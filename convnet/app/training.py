@@ -15,20 +15,24 @@ resumed from any checkpoint continues exactly where the saved run stood and
 ends with bitwise the weights of an uninterrupted run, and its log keeps one
 row per test interval (rows logged after the checkpoint are dropped).
 
-Errors are reported before work is wasted: the save path is checked for
-writing and the config parsed before any data is loaded.
+Errors are reported before work is wasted: the save path is claimed (see
+:mod:`convnet.app.run_folder`) and the config parsed before any data is
+loaded, and the plan's memory is checked against the machine's before the
+executor allocates it.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 from pathlib import Path
 
 import numpy as np
 
 from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
+from convnet.app.memory_fit import check_memory
 from convnet.app.options import Resume, RunOptions, options_for_checkpoint
+from convnet.app.resume_state import read_counters, read_state, unused_layers
+from convnet.app.run_folder import claim_run_folder
 from convnet.app.run_log import RunLog, TestResult, progress_bar
 from convnet.app.signals import raise_if_stopped
 from convnet.config import infer_shapes, parse_data_dims, parse_net
@@ -102,32 +106,25 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
         raise
 
 
-def check_save_dir(folder: Path) -> None:
-    """Fail now, not after an hour of training, if checkpoints cannot be written."""
-    if folder.exists() and not folder.is_dir():
-        raise CheckpointError(f"cannot save to {folder}: it is a file, not a folder")
-    probe = folder / f".write-test.{os.getpid()}"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(probe, "wb") as f:
-            f.write(b"x")
-        probe.unlink()
-    except OSError as error:
-        raise CheckpointError(f"cannot write to the save path {folder}: "
-                              f"{error.strerror or error}") from None
-
-
 def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor:
     """The executor on the devices and backend the options name."""
-    devices = make_devices(opts.gpu, choose_backend(opts.backend))
+    backend = choose_backend(opts.backend)
+    check_memory(plan, net, backend)
+    devices = make_devices(opts.gpu, backend)
     return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential)
 
 
 def run(opts: RunOptions) -> int:
     """Train (or with --test-only, evaluate) as the options say; returns the exit code."""
-    save_dir = None if opts.test_only or opts.save_path is None else Path(opts.save_path)
-    if save_dir is not None:
-        check_save_dir(save_dir)
+    if opts.test_only or opts.save_path is None:
+        return _run_in(opts, None)
+    loaded = opts.resume.checkpoint if opts.resume is not None else None
+    with claim_run_folder(Path(opts.save_path), loaded, opts.overwrite) as save_dir:
+        return _run_in(opts, save_dir)
+
+
+def _run_in(opts: RunOptions, save_dir: Path | None) -> int:
+    """The run itself; ``save_dir`` is the claimed save path, or None when nothing is saved."""
     parse_net(opts.layer_def, opts.layer_params)  # config errors before loading any data
     provider = make_data_provider(opts)
     net, plan = build_net_and_plan(opts, provider)
@@ -196,38 +193,24 @@ class Trainer:
     # ----------------------------------------------------------- checkpoints
     def restore(self, resume: Resume) -> None:
         """Continue the saved run: its weights, momentum, counters and log rows."""
-        where, arrays, meta = resume.checkpoint, resume.arrays, resume.meta
-        unused = sorted({k.split("/")[1] for k in arrays if k.count("/") >= 2}
-                        - set(self.executor.store.weights))
+        where = resume.checkpoint
+        counters = read_counters(where, resume.meta)
+        arrays = read_state(where, self.net, self.plan)
         try:
             self.executor.load_state_arrays(arrays)
         except DataError as error:
             raise CheckpointError(f"{where}: does not fit this net "
                                   f"({self.opts.layer_def}): {error}") from None
-        except (ValueError, TypeError) as error:
-            raise CheckpointError(f"{where}: damaged checkpoint: weights cannot be loaded "
-                                  f"({error})") from None
+        unused = unused_layers(resume.keys, self.net, self.plan)
         if unused:
             self.log.warn(f"{where} holds weights of layers this net does not have, ignored: "
                           f"{', '.join(unused)}")
-        counters = meta.get("counters")
-        try:
-            step, epoch = int(counters["step"]), int(counters["epoch"])
-            batch_index = int(counters["batch_index"])
-            cumulative = float(counters.get("cumulative_time", 0.0))
-            rows = counters.get("log_rows")
-            rows = None if rows is None else int(rows)
-            if min(step, epoch - 1, batch_index, rows or 0) < 0:
-                raise ValueError("negative counter")
-        except (TypeError, KeyError, ValueError):
-            raise CheckpointError(f"{where}: damaged checkpoint: its step and epoch counters "
-                                  f"are missing or not numbers ({counters!r})") from None
-        self.executor.step_count = step
-        self.epoch = epoch
-        self.batch_index = batch_index
-        self.log.cumulative_time = cumulative
-        self.log.resume_from(rows if rows is not None else 0)
-        self._saved_step = step if self.checkpoint is not None and \
+        self.executor.step_count = counters.step
+        self.epoch = counters.epoch
+        self.batch_index = counters.batch_index
+        self.log.cumulative_time = counters.cumulative_time
+        self.log.resume_from(counters.log_rows)
+        self._saved_step = counters.step if self.checkpoint is not None and \
             Path(where).resolve() == self.checkpoint.resolve() else None
 
     def save(self) -> Path | None:
@@ -255,11 +238,6 @@ class Trainer:
             raise DataError("the train range selects no batch")
         if not self.provider.test_batches:
             raise DataError("the test range selects no batch")
-        if self.opts.resume is None and self.checkpoint is not None \
-                and self.checkpoint.exists():
-            self.log.warn(f"{self.checkpoint} (an earlier run) will be replaced at the first "
-                          f"save; to continue that run instead, use --load-file "
-                          f"{self.save_dir}")
         total_batches = opts.epochs * len(batches)
         done_before = (self.epoch - 1) * len(batches) + self.batch_index
         if done_before >= total_batches:

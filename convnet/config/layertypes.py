@@ -126,12 +126,14 @@ def _pool_stride(attrs: dict, where: Callable[[str], Where]) -> None:
 
 _POSITIVE = Int(lo=1)
 _NONNEGATIVE = Float(lo=0)
+#: A momentum above 1 makes every update grow the velocity: it can only diverge.
+_MOMENTUM = Float(lo=0, hi=1)
 
 _WEIGHT_PARAMS = (
     Key("epsW", ScheduleValue(), per_input=True),
     Key("epsB", ScheduleValue()),
-    Key("momW", _NONNEGATIVE, per_input=True),
-    Key("momB", _NONNEGATIVE),
+    Key("momW", _MOMENTUM, per_input=True),
+    Key("momB", _MOMENTUM),
     Key("wc", _NONNEGATIVE, default=0.0, per_input=True),
     Key("wball", Unsupported(Float(), 0.0, "wball (weight-ball normalisation)"), default=0.0,
         per_input=True),

@@ -59,7 +59,8 @@ class Float:
 
     def __call__(self, text: str, where: Where) -> float:
         try:
-            value = float(text) if "_" not in text else math.nan
+            # ASCII only: float() also reads other scripts' digits ('１２' is 12.0)
+            value = float(text) if "_" not in text and text.isascii() else math.nan
         except ValueError:
             raise where.error(f"expected {self.expected}, got {quote(text)}") from None
         if not math.isfinite(value):

@@ -85,6 +85,15 @@ def _cupy():
     return cupy
 
 
+def free_memory(physical: int) -> int:
+    """Bytes free on GPU ``physical`` now, to refuse a plan that cannot fit before
+    allocating it."""
+    cupy = _cupy()
+    with cupy.cuda.Device(int(physical)):
+        free, _total = cupy.cuda.runtime.memGetInfo()
+    return int(free)
+
+
 # ------------------------------------------------------------ logical -> physical
 
 def physical_groups(gpus) -> dict[int, list[int]]:

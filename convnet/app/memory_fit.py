@@ -1,0 +1,85 @@
+"""Does the plan fit in the machine's memory?  Asked before anything is allocated.
+
+A net too big for the machine would otherwise start, load its data and die
+at the first large allocation with a traceback.  The plan report already
+estimates each logical device's parameter and activation memory
+(:func:`convnet.plan.report.device_totals`); here those figures are summed
+per physical memory (every CPU device shares the host's RAM; the logical
+devices on one GPU share that GPU) and compared with what is free now.
+Training refuses a plan that does not fit; ``--print-plan`` only says so.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from convnet.config.model import NetConfig
+from convnet.errors import DeviceError
+from convnet.plan.ops import Plan
+from convnet.plan.report import device_totals, human_bytes
+
+
+@dataclass(frozen=True)
+class MemoryPool:
+    """One physical memory and what the plan puts in it."""
+
+    name: str  # "host RAM" or "GPU 3"
+    devices: tuple[int, ...]  # the logical devices that share it
+    needed: int  # bytes: parameters (with gradients and momentum) and activations
+    available: int | None  # bytes free now; None when the machine does not say
+
+    @property
+    def fits(self) -> bool:
+        return self.available is None or self.needed <= self.available
+
+    def shortfall_text(self) -> str:
+        devices = ",".join(map(str, self.devices))
+        return (f"the plan needs about {human_bytes(self.needed)} of {self.name} (parameters "
+                f"and activations of logical device(s) {devices}), but only "
+                f"{human_bytes(self.available)} is available")
+
+    def as_json(self) -> dict:
+        return {"memory": self.name, "devices": list(self.devices), "needed_bytes": self.needed,
+                "available_bytes": self.available, "fits": self.fits}
+
+
+def host_available() -> int | None:
+    """Bytes of host RAM available to a new allocation without swapping."""
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            for line in meminfo:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def memory_pools(plan: Plan, net: NetConfig, backend: str) -> list[MemoryPool]:
+    """The plan's memory per physical memory, for ``backend`` 'cpu' or 'cuda'."""
+    totals = device_totals(plan, net)
+    if backend == "cpu":
+        return [MemoryPool("host RAM", tuple(t.device for t in totals),
+                           sum(t.param_bytes + t.activation_bytes for t in totals),
+                           host_available())]
+    from convnet.runtime.cuda_device import free_memory
+
+    pools = []
+    for physical in sorted(set(plan.physical_devices)):
+        mine = [t for t in totals if t.physical == physical]
+        pools.append(MemoryPool(f"GPU {physical}", tuple(t.device for t in mine),
+                                sum(t.param_bytes + t.activation_bytes for t in mine),
+                                free_memory(physical)))
+    return pools
+
+
+def check_memory(plan: Plan, net: NetConfig, backend: str) -> None:
+    """Refuse (exit 1) a plan that needs more memory than the machine has free."""
+    short = [pool for pool in memory_pools(plan, net, backend) if not pool.fits]
+    if short:
+        raise DeviceError("not enough memory: " + "; ".join(p.shortfall_text() for p in short)
+                          + "; use a smaller --mini or a smaller net")

@@ -1,0 +1,101 @@
+"""What a resumed run takes from its checkpoint, each value checked before use.
+
+A checkpoint is untrusted input (it may be edited, damaged or made by someone
+else), and what it holds steers the run: a string or complex weight array
+would train to nonsense, ``log_rows: 10**12`` would make the log reader
+believe in rows that never were.  So the weights are read for exactly the
+layout the net needs (``weights/<layer>/<key>`` and ``momentum/<layer>/<key>``,
+float32, the shapes of :meth:`convnet.config.model.LayerDef.param_shapes`) and
+nothing else is decompressed; the counters must be numbers of the right kind
+in a sane range.  (The saved options are checked by
+:func:`convnet.app.options.read_resume`.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from convnet.app.checkpoint import CheckpointReader
+from convnet.config.model import NetConfig
+from convnet.data.ranges import MAX_BATCHES
+from convnet.errors import CheckpointError
+from convnet.plan.ops import Plan
+
+STATE_GROUPS = ("weights", "momentum")
+#: Far beyond any real run; larger saved counters are damage.
+MAX_STEPS = 10**12
+MAX_EPOCHS = 10**9
+MAX_SECONDS = 10**10  # about 300 years
+
+
+def state_layout(net: NetConfig, plan: Plan) -> dict[str, tuple[int, ...]]:
+    """The arrays the executor saves for this net and plan, and their shapes: one
+    weights and one momentum array per parameter of every layer the plan runs."""
+    layout = {}
+    for name in plan.layers:
+        for key, shape in net[name].param_shapes().items():
+            for group in STATE_GROUPS:
+                layout[f"{group}/{name}/{key}"] = tuple(shape)
+    return layout
+
+
+def read_state(checkpoint: Path, net: NetConfig, plan: Plan) -> dict[str, np.ndarray]:
+    """The net's weights and momentum from ``checkpoint``, float32 and shaped exactly
+    as the net needs; arrays of other layers are left unread."""
+    layout = state_layout(net, plan)
+    with CheckpointReader(checkpoint) as reader:
+        missing = sorted(set(layout) - set(reader.keys))
+        if missing:
+            raise CheckpointError(f"{checkpoint}: does not fit this net "
+                                  f"({net.layer_def_file}): the checkpoint has no "
+                                  f"'{missing[0]}': it was saved from another net")
+        return {key: reader.read(key, shape, np.float32) for key, shape in layout.items()}
+
+
+def unused_layers(keys, net: NetConfig, plan: Plan) -> list[str]:
+    """Layers whose state the checkpoint holds but this net does not run."""
+    saved = {key.split("/")[1] for key in keys if key.count("/") >= 2}
+    return sorted(saved - {name for name in plan.layers if net[name].param_shapes()})
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Where the saved run stood."""
+
+    step: int
+    epoch: int
+    batch_index: int
+    cumulative_time: float
+    log_rows: int
+
+
+def _count(value, low: int, high: int) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(value)
+    return value
+
+
+def read_counters(checkpoint: Path, meta: dict) -> Counters:
+    """The step/epoch/batch counters, time and log rows of ``meta``, checked."""
+    counters = meta.get("counters")
+    try:
+        if not isinstance(counters, dict):
+            raise ValueError(counters)
+        step = _count(counters["step"], 0, MAX_STEPS)
+        seconds = counters.get("cumulative_time", 0.0)
+        if type(seconds) not in (int, float) or not (math.isfinite(seconds)
+                                                     and 0 <= seconds <= MAX_SECONDS):
+            raise ValueError(seconds)
+        rows = counters.get("log_rows")
+        return Counters(step=step, epoch=_count(counters["epoch"], 1, MAX_EPOCHS),
+                        batch_index=_count(counters["batch_index"], 0, MAX_BATCHES),
+                        cumulative_time=float(seconds),
+                        # every logged row follows at least one training step
+                        log_rows=0 if rows is None else _count(rows, 0, step))
+    except (KeyError, ValueError, TypeError):
+        raise CheckpointError(f"{checkpoint}: damaged checkpoint: its step, epoch and log "
+                              "counters are missing or out of range") from None

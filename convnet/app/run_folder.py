@@ -1,0 +1,130 @@
+"""One writer per run folder, and no earlier run's checkpoint replaced unasked.
+
+Two runs saving into one folder would delete each other's temporary files and
+interleave their CSV rows, so a training run holds an exclusive ``flock`` on
+``SAVE_PATH/.lock`` (which holds its pid) from before its first write until it
+ends; a second run is refused and told the holder's pid.  The lock goes with
+the process, so a killed run never leaves the folder locked; the lock file is
+removed when the run ends.
+
+Before anything is trained the folder is also checked for what would be lost
+or fail later: a ``checkpoint.npz`` that is not a regular file (found only at
+the first save otherwise), or the checkpoint of an earlier run, which only
+``--overwrite`` (or resuming that very checkpoint) may replace.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from convnet.app.checkpoint import CHECKPOINT_NAME
+from convnet.errors import CheckpointError, UsageError
+from convnet.filekind import not_a_regular_file
+
+LOCK_NAME = ".lock"
+
+
+@contextmanager
+def claim_run_folder(folder: Path, loaded: Path | None = None,
+                     overwrite: bool = False) -> Iterator[Path]:
+    """Hold ``folder`` (created if need be) for one run's writes; yields it.
+
+    ``loaded`` is the checkpoint the run resumes, which it may replace;
+    ``overwrite`` allows replacing any other checkpoint found there.
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise CheckpointError(f"cannot save to {folder}: it is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CheckpointError(f"cannot write to the save path {folder}: "
+                              f"{error.strerror or error}") from None
+    fd = _lock(folder)
+    try:
+        _check_checkpoint_slot(folder, loaded, overwrite)
+        yield folder
+    finally:
+        _unlock(folder, fd)
+
+
+def _lock(folder: Path) -> int:
+    """Take the folder's lock and write our pid into it.  The file may be removed by
+    the holder between our open and our flock; then we locked a file nobody else will
+    ever look at, so we try again on the file that is there now."""
+    path = folder / LOCK_NAME
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as error:
+            raise CheckpointError(f"cannot write to the save path {folder}: "
+                                  f"{error.strerror or error}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            os.close(fd)
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise CheckpointError(f"cannot lock the save path {folder}: "
+                                      f"{error.strerror or error}") from None
+            raise CheckpointError(f"{folder} is in use by another run ({_holder(path)}); "
+                                  "wait for it to end, or give another --save-path") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            continue
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as error:
+            _unlock(folder, fd)
+            raise CheckpointError(f"cannot write to the save path {folder}: "
+                                  f"{error.strerror or error}") from None
+        return fd
+
+
+def _holder(path: Path) -> str:
+    """"pid N" from the lock file, read with a bound (it is only ever a pid)."""
+    try:
+        with open(path, "rb") as file:
+            text = file.read(32).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    return f"pid {text}" if text.isdigit() else "its pid is not recorded yet"
+
+
+def _unlock(folder: Path, fd: int) -> None:
+    """Remove the lock file while still holding it (see :func:`_lock`), then release."""
+    try:
+        os.remove(folder / LOCK_NAME)
+    except OSError:
+        pass  # already gone: the folder was removed under us
+    os.close(fd)
+
+
+def _check_checkpoint_slot(folder: Path, loaded: Path | None, overwrite: bool) -> None:
+    target = folder / CHECKPOINT_NAME
+    if not os.path.lexists(target):
+        return
+    problem = not_a_regular_file(target)
+    if problem is not None:
+        raise CheckpointError(f"cannot save to {target}: it {problem}")
+    if overwrite or (loaded is not None and _same_file(target, loaded)):
+        return
+    raise UsageError(f"{folder} holds the checkpoint of an earlier run, which this run would "
+                     f"replace: to continue that run use --load-file {folder}; to keep it, "
+                     "give another --save-path; to start over and replace it, add --overwrite")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
