@@ -83,6 +83,7 @@ def _interrupt(tmp_path, sig: int):
                      env={"PYTHONFAULTHANDLER": "1"})
     line = proc.stdout.readline()  # the first test line: training is under way
     assert line.startswith("epoch"), line + proc.stderr.read()
+    _wait(lambda: (folder / "checkpoint.npz").exists(), proc)  # the first save follows the line
     time.sleep(0.1)
     proc.send_signal(sig)
     try:
