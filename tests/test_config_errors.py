@@ -102,7 +102,7 @@ def _params(section, key, fragment, *pairs, suggestion=None, **kw) -> Case:
 
 CASES = {
     # Names: typos get the nearest valid word.
-    "key_typo": _def("conv1", "filtersize", "not a key of conv", ("filterSize=3", "filtersize=3"),
+    "key_typo": _def("conv1", "filterSzie", "not a key of conv", ("filterSize=3", "filterSzie=3"),
                      suggestion="filterSize"),
     "type_typo": _def("conv1", "type", "unknown layer type",
                       ("type=conv", "type=cov"), suggestion="conv"),
@@ -130,8 +130,6 @@ CASES = {
     # Syntax.
     "missing_type": _def("probs", "type", "missing", ("type=softmax", "")),
     "duplicate_section": _def("fc", None, "defined twice", ("[drop]", "[fc]\ntype=fc\n[drop]")),
-    "duplicate_key": _def("conv1", "filters", "given twice",
-                          ("filters=16", "filters=16\nfilters=32")),
     "key_outside_section": Case("type=data\n" + NET, "def", None, "type", "outside any [section]"),
     "no_equals": _def("conv1", None, "expected 'key = value'",
                       ("filters=16", "filters=16\njunk line")),
@@ -162,7 +160,7 @@ CASES = {
     # Layer-params file.
     "params_unknown_section": _params("cnv1", None, "no layer of this name", ("[conv1]", "[cnv1]"),
                                       suggestion="conv1"),
-    "params_key_typo": _params("conv1", "epsw", "not a layer-params key", ("epsW", "epsw"),
+    "params_key_typo": _params("conv1", "epsV", "not a layer-params key", ("epsW", "epsV"),
                                suggestion="epsW"),
     "params_missing_epsW": _params("conv1", "epsW", "missing epsW", ("epsW=0.01\n", "")),
     "params_missing_section": _params("conv1", "epsW", "no [conv1] section",
