@@ -10,7 +10,7 @@ job.
 from __future__ import annotations
 
 from convnet.config.ini import Entry, IniFile, Section, read_ini
-from convnet.config.layertypes import LAYER_TYPES, REQUIRED, Key, LayerType
+from convnet.config.layertypes import LAYER_TYPES, REQUIRED, TYPE_ALIASES, Key, LayerType
 from convnet.config.location import Where, quote
 from convnet.config.model import LayerDef, NetConfig
 from convnet.config.neurons import NeuronValue
@@ -94,11 +94,12 @@ class _LayerParser:
         if entry is None:
             raise self.here.at("type").error(
                 f"missing; every layer needs a type ({', '.join(LAYER_TYPES)})")
-        if entry.value not in LAYER_TYPES:
+        name = TYPE_ALIASES.get(entry.value, entry.value)
+        if name not in LAYER_TYPES:
             raise self.here.at("type", entry.line).error(
                 f"unknown layer type {quote(entry.value)}",
                 suggestion=nearest(entry.value, LAYER_TYPES))
-        return LAYER_TYPES[entry.value]
+        return LAYER_TYPES[name]
 
     def _def_entries(self, ltype: LayerType) -> dict[str, Entry]:
         """The section's entries by canonical key (any case, v1 aliases resolved),

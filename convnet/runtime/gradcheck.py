@@ -57,14 +57,16 @@ def _random_data(net: NetConfig, batch_size: int, rng: np.random.Generator) -> d
             continue
         idx = ldef.attrs.get("dataIdx", 0)
         shape = tuple(ldef.output_shape or net.data_dims.get(idx, (1,)))
-        role = None
+        role, widths = None, [max(int(net.num_classes or 2), 1)]
         for cons in net.consumers(ldef.name):
             cdef = net[cons]
             if cdef.type in _LABEL_COSTS and cdef.inputs and cdef.inputs[0] == ldef.name:
                 role = cdef.type
+                if role == "cost.logreg":  # labels must fit each head's own probabilities
+                    widths.append(net[cdef.inputs[1]].outputs)
+        classes = min(widths[1:] or widths)
         if role == "cost.logreg" or (role is None and shape == (1,) and idx == 1):
-            k = max(int(net.num_classes or 2), 1)
-            arr = rng.integers(0, k, size=(batch_size,) + shape).astype(np.float64)
+            arr = rng.integers(0, classes, size=(batch_size,) + shape).astype(np.float64)
         elif role == "cost.crossent":
             arr = rng.random((batch_size,) + shape) + 0.05
             arr /= arr.reshape(batch_size, -1).sum(axis=1).reshape((batch_size,) + (1,) * len(shape))
