@@ -8,6 +8,8 @@ exits non-zero; anything else escaping is a bug in the engine.
 
 from __future__ import annotations
 
+import warnings
+
 
 class ConvnetError(Exception):
     """Base class of all errors that are the user's to fix."""
@@ -60,6 +62,24 @@ NAME_LIMIT = 60
 
 def _cut(name: str) -> str:
     return name if len(name) <= NAME_LIMIT else name[:NAME_LIMIT] + "..."
+
+
+class ConfigWarning(UserWarning):
+    """A config that loads, but not quite as written (a key given twice, say).
+
+    Issued through :mod:`warnings`, so that library users can filter or record
+    it; on the command line it is one ``warning: ...`` line on stderr (see
+    :func:`_one_line`), never a traceback or a quoted source line.
+    """
+
+
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    if issubclass(category, ConfigWarning):
+        return f"warning: {message}\n"
+    return _format_other(message, category, filename, lineno, line)
+
+
+_format_other, warnings.formatwarning = warnings.formatwarning, _one_line
 
 
 class PlanError(ConfigError):

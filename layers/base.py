@@ -76,6 +76,16 @@ class Layer:
         """
         raise NotImplementedError
 
+    def switches(self, inputs: list, output, state) -> list:
+        """The discrete choices a forward call made, as arrays: which side of a
+        relu or abs kink each value fell on, which input each max picked.
+
+        The output is smooth in the inputs and weights while these stay the
+        same; the gradient check compares them to tell a finite difference that
+        crossed a kink from a wrong gradient.  Empty for smooth layers.
+        """
+        return []
+
     def input_differentiable(self, i: int) -> bool:
         """Whether the output depends smoothly on input ``i`` (False for the class
         labels of ``cost.logreg``); the gradient check skips the others."""

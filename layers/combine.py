@@ -73,6 +73,9 @@ class EltMaxLayer(ComputeLayer):
         y, idx = knn.eltmax_forward([x.reshape(shape) for x in inputs])
         return self.shape_output(y), idx
 
+    def _switches(self, inputs, state):
+        return [state]
+
     def _backward(self, grad, inputs, params, state, ctx, need):
         g = grad.reshape(state.shape)
         return [knn.eltmax_backward(g, state, i).reshape(x.shape) if want else None

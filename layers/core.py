@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from convnet.config.model import LayerDef
+from kernels import array_module
 from kernels.neurons import Neuron
 
 from .base import Context, Layer
@@ -63,7 +64,17 @@ class ComputeLayer(Layer):
             grad_output = self.neuron.backward(grad_output, z, output)
         return self._backward(grad_output, inputs, params, state, ctx, need_input_grads)
 
+    def switches(self, inputs: list, output, state) -> list:
+        if self.neuron is None:
+            return self._switches(inputs, state)
+        state, z = state
+        return self._switches(inputs, state) + [neuron_switches(self.neuron, z, output)]
+
     # -- for subclasses -----------------------------------------------------
+    def _switches(self, inputs, state) -> list:
+        """:meth:`switches` of the layer's own math (before the neuron)."""
+        return []
+
     def _forward(self, inputs, params, ctx):
         raise NotImplementedError
 
@@ -83,6 +94,13 @@ class ComputeLayer(Layer):
         if shape and tuple(y.shape[1:]) != shape:
             return y.reshape((y.shape[0],) + shape)
         return y
+
+
+def neuron_switches(neuron: Neuron, x, y):
+    """Which piece of a piecewise neuron each value is on: the sign of the
+    derivative (relu: 0 or 1, abs: -1 or 1); constant for smooth neurons."""
+    xp = array_module(y)
+    return xp.sign(neuron.backward(xp.ones_like(y), x, y))
 
 
 def per_input(value, n: int) -> list:

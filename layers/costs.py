@@ -17,6 +17,7 @@ Cost layers take no inline neuron (cuda-convnet2 drops it too).
 
 from __future__ import annotations
 
+from convnet.errors import DataError
 from kernels import array_module
 from kernels import nn as knn
 
@@ -38,8 +39,12 @@ class _CostLayer(ComputeLayer):
 
 
 class LogregCost(_CostLayer):
-    """Inputs (labels (N, 1) class indices as floats, probs (N, K))."""
+    """Inputs (labels (N, 1) class indices as floats, probs (N, K)).
 
+    Each head checks only that its own labels fit its own probabilities (as
+    the original did): a net may have heads of different widths reading
+    different label columns.
+    """
 
     def input_differentiable(self, i: int) -> bool:
         return i != 0
@@ -51,8 +56,16 @@ class LogregCost(_CostLayer):
     def _forward(self, inputs, params, ctx):
         labels, probs = inputs
         probs = probs.reshape(probs.shape[0], -1)
+        self._check_labels(labels, probs.shape[1])
         cost, _, _ = knn.logreg_cost(labels, probs, self.topk)
         return cost, None
+
+    def _check_labels(self, labels, classes: int) -> None:
+        if labels.size and not bool(((labels >= 0) & (labels < classes)).all()):
+            bad = float(labels[(labels < 0) | (labels >= classes)].reshape(-1)[0])
+            raise DataError(f"layer '{self.name}': label {bad:g} (from '{self.ldef.inputs[0]}') "
+                            f"is not a class index of its {classes}-way input "
+                            f"'{self.ldef.inputs[1]}'")
 
     def metrics(self, inputs, output):
         labels, probs = inputs

@@ -20,6 +20,12 @@ from kernels import random as krandom
 from .core import ComputeLayer
 
 
+def keep_mask(x, keep: float, name: str, ctx):
+    """The train-time mask of layer ``name``: True (keep) with probability ``keep``."""
+    key = krandom.stream_key(ctx.seed, ctx.step, name)
+    return krandom.keep_mask(x, keep, key, ctx.case_offset)
+
+
 class _DropoutBase(ComputeLayer):
     fresh_output = False  # may hand its input straight through
 
@@ -32,8 +38,7 @@ class _DropoutBase(ComputeLayer):
         return bool(self.ldef.params.get("enable", True))
 
     def mask(self, x, ctx):
-        key = krandom.stream_key(ctx.seed, ctx.step, self.name)
-        return krandom.keep_mask(x, self.keep, key, ctx.case_offset)
+        return keep_mask(x, self.keep, self.name, ctx)
 
 
 class DropoutLayer(_DropoutBase):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kernels.neurons import Neuron
 
-from .core import ComputeLayer
+from .core import ComputeLayer, neuron_switches
 
 
 class NeuronLayer(ComputeLayer):
@@ -25,6 +25,10 @@ class NeuronLayer(ComputeLayer):
         x = inputs[0]
         y = self.fn.forward(x, inplace=False)
         return y, (x if self.fn.uses_input else None, y)
+
+    def _switches(self, inputs, state):
+        x, y = state
+        return [neuron_switches(self.fn, x, y)]
 
     def _backward(self, grad, inputs, params, state, ctx, need):
         if not need[0]:

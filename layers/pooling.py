@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from kernels import array_module
 from kernels import pool as kpool
 
 from .core import ComputeLayer
@@ -52,6 +55,17 @@ class PoolLayer(ComputeLayer):
         x = as_image(inputs[0], self.channels, self.img)
         y, cache = kpool.pool_forward(x, **self._geom())
         return y, (y, cache)
+
+    def _switches(self, inputs, state):
+        """Max/maxabs: which pixels win their windows, seen through the backward
+        of a fixed generic output gradient (it spreads to the winners only)."""
+        if self.kind == "avg":
+            return []
+        y, cache = state
+        xp = array_module(y)
+        probe = xp.asarray(np.random.default_rng(0).uniform(1, 2, y.shape), dtype=y.dtype)
+        x = as_image(inputs[0], self.channels, self.img)
+        return [kpool.pool_backward(probe, x, y, cache, **self._geom())]
 
     def _backward(self, grad, inputs, params, state, ctx, need):
         if not need[0]:

@@ -17,6 +17,7 @@ from kernels import conv as kconv
 from kernels import nn as knn
 
 from .core import ComputeLayer, per_input
+from .dropout import keep_mask
 
 
 class _WeightLayer(ComputeLayer):
@@ -107,14 +108,32 @@ class LocalLayer(_ConvLike):
 
 
 class FCLayer(_WeightLayer):
-    """Fully connected; image inputs are flattened in (channel, row, column) order."""
+    """Fully connected; image inputs are flattened in (channel, row, column) order.
 
+    The ``dropout`` param (the dropout fork of cuda-convnet) drops each output
+    with that probability at train time, before the neuron, without scaling,
+    and multiplies the outputs by 1 - dropout at test time.
+    """
+
+    def __init__(self, ldef):
+        super().__init__(ldef)
+        self.keep = 1.0 - float(ldef.params.get("dropout", 0.0))
 
     def _forward(self, inputs, params, ctx):
-        return knn.fc_forward(inputs, self._weights(params), params["b"]), None
+        z = knn.fc_forward(inputs, self._weights(params), params["b"])
+        if self.keep == 1.0:
+            return z, None
+        if not ctx.train:
+            z *= self.keep
+            return z, None
+        mask = keep_mask(z, self.keep, self.name, ctx)
+        z *= mask
+        return z, mask
 
     def _backward(self, grad, inputs, params, state, ctx, need):
         grad = grad.reshape(grad.shape[0], -1)
+        if self.keep != 1.0:
+            grad = grad * (self.keep if state is None else state)
         dxs, dws, db = knn.fc_backward(grad, inputs, self._weights(params), need)
         grads = {f"W{i}": dw for i, dw in enumerate(dws)}
         grads["b"] = db

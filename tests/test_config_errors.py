@@ -102,7 +102,7 @@ def _params(section, key, fragment, *pairs, suggestion=None, **kw) -> Case:
 
 CASES = {
     # Names: typos get the nearest valid word.
-    "key_typo": _def("conv1", "filtersize", "not a key of conv", ("filterSize=3", "filtersize=3"),
+    "key_typo": _def("conv1", "filterSzie", "not a key of conv", ("filterSize=3", "filterSzie=3"),
                      suggestion="filterSize"),
     "type_typo": _def("conv1", "type", "unknown layer type",
                       ("type=conv", "type=cov"), suggestion="conv"),
@@ -130,8 +130,6 @@ CASES = {
     # Syntax.
     "missing_type": _def("probs", "type", "missing", ("type=softmax", "")),
     "duplicate_section": _def("fc", None, "defined twice", ("[drop]", "[fc]\ntype=fc\n[drop]")),
-    "duplicate_key": _def("conv1", "filters", "given twice",
-                          ("filters=16", "filters=16\nfilters=32")),
     "key_outside_section": Case("type=data\n" + NET, "def", None, "type", "outside any [section]"),
     "no_equals": _def("conv1", None, "expected 'key = value'",
                       ("filters=16", "filters=16\njunk line")),
@@ -162,7 +160,7 @@ CASES = {
     # Layer-params file.
     "params_unknown_section": _params("cnv1", None, "no layer of this name", ("[conv1]", "[cnv1]"),
                                       suggestion="conv1"),
-    "params_key_typo": _params("conv1", "epsw", "not a layer-params key", ("epsW", "epsw"),
+    "params_key_typo": _params("conv1", "epsV", "not a layer-params key", ("epsW", "epsV"),
                                suggestion="epsW"),
     "params_missing_epsW": _params("conv1", "epsW", "missing epsW", ("epsW=0.01\n", "")),
     "params_missing_section": _params("conv1", "epsW", "no [conv1] section",
@@ -210,9 +208,9 @@ CASES = {
                           ("inputs=labels,probs", "inputs=probs,probs")),
     "logreg_softmax": _def("logprob", "inputs", "must be a softmax",
                            ("inputs=labels,probs", "inputs=labels,drop")),
-    "num_classes": _def("logprob", "inputs", "there are 7 classes",
+    "num_classes": _def("logprob", "inputs", "hold 12 classes, but input 'probs' gives only 10",
                         ("type=softmax", "type=softmax"),
-                        num_classes=7),
+                        num_classes=12),
     "missing_data_dims": _def("data", "dataIdx", "no data dimensions for dataIdx 0",
                               ("type=data", "type=data"),
                               data_dims={1: (1,)}),

@@ -60,11 +60,6 @@ def test_byte_order_mark_is_skipped(tmp_path):
     assert list(net.layers) == ["data", "labels", "conv"]
 
 
-def test_keys_are_case_sensitive(tmp_path):
-    err = config_error(tmp_path, DATA_LAYERS + CONV.replace("channels", "Channels"), CONV_PARAMS)
-    assert err.key == "Channels" and err.suggestion == "channels"
-
-
 def test_v1_dialect(net_with):
     body = (CONV.replace("filters=4", "numFilters=4\npartialSum=1\nneuron=abstanh[1.7,0.66]")
             + "\n[fc0]\ntype=fc\ninputs=conv\nnumOutputs=7\n")

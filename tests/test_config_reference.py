@@ -145,8 +145,10 @@ def test_parse_then_infer_is_load():
     assert inferred.data_dims == IMAGENET_DIMS
 
 
-def test_num_classes_must_match():
+def test_labels_must_fit_the_head():
+    """As in cuda-convnet2, only the labels a head reads must fit its probabilities."""
     assert _load("imagenet-1gpu", num_classes=1000).num_classes == 1000
+    assert _load("imagenet-1gpu", num_classes=10).num_classes == 10
     with pytest.raises(ConfigError) as info:
-        _load("imagenet-1gpu", num_classes=10)
+        _load("imagenet-1gpu", num_classes=1001)
     assert info.value.section == "logprob" and info.value.key == "inputs"

@@ -15,7 +15,7 @@ from convnet.config.neurons import NeuronSpec
 from convnet.config.parse import parse_net
 from convnet.config.schedules import Schedule
 from convnet.config.shapes import infer_shapes
-from convnet.config.values import parse_data_dims
+from convnet.config.values import parse_data_columns, parse_data_dims
 
 
 def load_net(layer_def_path, layer_params_path, data_dims: dict[int, tuple[int, ...]] | None = None,
@@ -25,4 +25,4 @@ def load_net(layer_def_path, layer_params_path, data_dims: dict[int, tuple[int, 
 
 
 __all__ = ["LayerDef", "NetConfig", "NeuronSpec", "Schedule", "infer_shapes", "load_net",
-           "parse_data_dims", "parse_net"]
+           "parse_data_columns", "parse_data_dims", "parse_net"]

@@ -1,11 +1,19 @@
 """A small, strict reader for the INI files cuda-convnet2 configs are written in.
 
-Why not :mod:`configparser`: it folds key case (cuda-convnet2 keys are
-case-sensitive), would cut a schedule such as ``dexp[base=0.01;numSteps=4]``
-at an inline ``;`` comment, and reports no line numbers.  This reader keeps
-sections and keys in file order with the line each came from, and rejects
-anything that is not plainly a config file (missing, a directory, a device,
-binary, not UTF-8, too large) with a :class:`ConfigError` naming the file.
+Why not :mod:`configparser`: it would cut a schedule such as
+``dexp[base=0.01;numSteps=4]`` at an inline ``;`` comment and reports no line
+numbers.  This reader keeps sections and keys in file order with the line each
+came from, and rejects anything that is not plainly a config file (missing, a
+directory, a device, binary, not UTF-8, too large) with a :class:`ConfigError`
+naming the file.
+
+Where configs written for the original relied on its ConfigParser, this
+reader behaves the same way, so that those files mean what they meant there:
+key names are matched without regard to case (ConfigParser lower-cased them,
+so ``filterSize`` and ``filtersize`` are one key; :attr:`Section.entries` is
+keyed by the lower-cased name and each :class:`Entry` keeps the spelling
+written), section names are case-sensitive, and a key given twice in a
+section takes its last value, with a :class:`ConfigWarning` naming both lines.
 
 Syntax: ``[section]`` headers; ``key = value`` or ``key: value`` lines;
 comments start with ``#`` or ``;`` anywhere outside square brackets, so they
@@ -19,7 +27,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from convnet.config.location import Where, quote
+from convnet.config.location import Where, quote, warn
 
 # Real configs are a few KiB; anything this large is not one.
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -38,7 +46,7 @@ class Entry:
 
 @dataclass
 class Section:
-    """A ``[name]`` header and the entries under it, in file order."""
+    """A ``[name]`` header and the entries under it, in file order, by lower-cased key."""
 
     name: str
     line: int
@@ -147,10 +155,12 @@ def _entry(line: str, number: int, here: Where, section: Section | None) -> None
         raise where.error("key outside any [section]")
     if not _is_key(key):
         raise where.error(f"{quote(key)} is not a valid key name")
-    if key in section.entries:
-        first = section.entries[key].line
-        raise where.error(f"key given twice in this section (first on line {first})")
-    section.entries[key] = Entry(key, value, number)
+    folded = key.lower()
+    earlier = section.entries.pop(folded, None)
+    if earlier is not None:
+        warn(where, f"given twice in this section (lines {earlier.line} and {number}); "
+                    "the last value is used, as cuda-convnet did")
+    section.entries[folded] = Entry(key, value, number)
 
 
 def _is_key(key: str) -> bool:

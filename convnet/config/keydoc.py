@@ -8,7 +8,7 @@ test compares the file with this output.
 
 from __future__ import annotations
 
-from convnet.config.layertypes import LAYER_TYPES, REQUIRED, Key, LayerType
+from convnet.config.layertypes import LAYER_TYPES, REQUIRED, TYPE_ALIASES, Key, LayerType
 from kernels.neurons import NEURONS
 
 INTRO = """# Config language reference
@@ -21,6 +21,28 @@ marked *per input* take one value per input (a single value is used for all).
 Keys of the *params* column go in the layer-params file (they are also
 accepted in the layer-def section; the params file wins). *Hints* tuned the
 original CUDA kernels: they are checked and otherwise ignored.
+
+## Dialects
+
+Files written for these projects load as those projects read them:
+
+- **cuda-convnet2** (2014): every key and type below.
+- **cuda-convnet** (v1, 2011): the *v1 spellings* listed per type
+  (`numFilters`, `numOutputs`, `sizeX` of `rnorm`/`cnorm`), `partialSum` as a
+  hint, neuron `abstanh[a,b]`, and `filterChannels` when it equals
+  `channels / groups`.  v1's `randSparse` (filters reading a random subset of
+  their group's channels) is not implemented: `randSparse=1`, or a
+  `filterChannels` below `channels / groups`, is an error saying so.
+- **the dropout fork** (`dnouri/cuda-convnet`): `dropout=p` in an `fc` layer's
+  params (drop each output with probability p at train time, unscaled, and
+  multiply by 1 - p at test time).
+- **both originals' ConfigParser**: key names in any case (`filterSize` =
+  `filtersize`; layer names stay case-sensitive), and a key given twice in a
+  section takes its last value, with a one-line warning naming both lines.
+- Older type names: see *also written* below (`cost.ce` = `cost.crossent`).
+
+`wball` (cuda-convnet2 rescaled each filter's weights to norm `wball` after
+every update) is accepted only as 0: the weight update does not apply it yet.
 """
 
 
@@ -53,6 +75,9 @@ def render() -> str:
                             ("hints", t.hints)):
             if keys:
                 lines.append(f"- {title}: " + "; ".join(_key_text(k) for k in keys))
+        old = [alias for alias, name in TYPE_ALIASES.items() if name == t.name]
+        if old:
+            lines.append("- also written: " + ", ".join(f"`type={a}`" for a in old))
         if t.aliases:
             lines.append("- v1 spellings: " + ", ".join(f"`{a}` = `{b}`"
                                                           for a, b in t.aliases.items()))

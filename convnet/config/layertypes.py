@@ -104,11 +104,20 @@ def _grouped_filters(attrs: dict, where: Callable[[str], Where]) -> None:
     """cuda-convnet2 reads ``filters`` per group: the layer has filters x groups of them.
 
     Every input must give the same total; each filter sees channels/groups channels.
+    A ``filterChannels`` written in the file (cuda-convnet v1 wrote it) must
+    be that number: a filter reading fewer channels than its group has is v1's
+    ``randSparse`` connectivity, which this engine does not implement.
     """
     totals = [f * g for f, g in zip(attrs["filters"], attrs["groups"])]
-    for channels, groups in zip(attrs["channels"], attrs["groups"]):
+    for channels, groups, given in zip(attrs["channels"], attrs["groups"],
+                                       attrs["filterChannels"]):
         if channels % groups:
             raise where("groups").error(f"groups={groups} does not divide channels={channels}")
+        if given is not None and given != channels // groups:
+            raise where("filterChannels").error(
+                f"each filter reads channels/groups = {channels // groups} channels here, got "
+                f"{given}; filters reading a random subset of their group's channels are "
+                f"cuda-convnet v1's {_RAND_SPARSE}, which this engine does not implement")
     if len(set(totals)) > 1:
         raise where("filters").error(
             "every input must give the same number of filters (filters x groups), got "
@@ -125,6 +134,7 @@ def _pool_stride(attrs: dict, where: Callable[[str], Where]) -> None:
 
 
 _POSITIVE = Int(lo=1)
+_RAND_SPARSE = "randSparse (random sparse connectivity between channels and filter groups)"
 _NONNEGATIVE = Float(lo=0)
 #: A momentum above 1 makes every update grow the velocity: it can only diverge.
 _MOMENTUM = Float(lo=0, hi=1)
@@ -135,8 +145,10 @@ _WEIGHT_PARAMS = (
     Key("momW", _MOMENTUM, per_input=True),
     Key("momB", _MOMENTUM),
     Key("wc", _NONNEGATIVE, default=0.0, per_input=True),
-    Key("wball", Unsupported(Float(), 0.0, "wball (weight-ball normalisation)"), default=0.0,
-        per_input=True),
+    # cuda-convnet2 rescaled each filter's weights to norm wball after updates
+    # (kernels.constraints.ball_projection); the optimizer does not apply it yet.
+    Key("wball", Unsupported(Float(), 0.0, "wball (rescaling each filter's weights to norm "
+                             "wball after every update)"), default=0.0, per_input=True),
     Key("updatePeriod", Int(lo=0), default=0),
 )
 _INIT = (
@@ -150,12 +162,12 @@ _FILTER_ATTRS = (
     Key("stride", _POSITIVE, default=1, per_input=True),
     Key("channels", _POSITIVE, per_input=True),
     Key("groups", _POSITIVE, default=1, per_input=True),
+    Key("filterChannels", _POSITIVE, default=None, per_input=True),
 ) + _INIT
 _FILTER_HINTS = (
     Key("sumWidth", _POSITIVE, default=None),
     Key("partialSum", Int(lo=0), default=None),
-    Key("randSparse", Unsupported(Bool(), False, "randSparse (random sparse connectivity)"),
-        default=False),
+    Key("randSparse", Unsupported(Bool(), False, _RAND_SPARSE), default=False),
 )
 _V1_FILTERS = {"numFilters": "filters"}
 _COST_PARAMS = (
@@ -171,6 +183,10 @@ _NORM_PARAMS = (
     Key("pow", _NONNEGATIVE),
     Key("minDiv", Float(gt=0), default=1.0),
 )
+# The dropout fork of cuda-convnet (dnouri/cuda-convnet): ``dropout=p`` in an fc
+# layer's params drops each output with probability p at train time (no
+# scaling) and multiplies the outputs by 1 - p at test time, like dropout2.
+_FORK_DROPOUT = Key("dropout", Float(lo=0, lt=1), default=0.0)
 _DROPOUT_PARAMS = (
     Key("enable", Bool(), default=True),
     Key("keep", Float(gt=0, hi=1), default=0.5),
@@ -204,7 +220,7 @@ LAYER_TYPES: dict[str, LayerType] = _table(
               hints=_FILTER_HINTS + (Key("sharedBiases", Bool(), default=None),),
               **_FILTER_TYPE),
     LayerType("fc", Kind.WEIGHTED, "layers.weights:FCLayer", shape.fc_shape, size_key="outputs",
-              weights=weights.fc_weights, max_inputs=None, params=_WEIGHT_PARAMS,
+              weights=weights.fc_weights, max_inputs=None, params=_WEIGHT_PARAMS + (_FORK_DROPOUT,),
               attrs=(Key("outputs", _POSITIVE),) + _INIT, aliases={"numOutputs": "outputs"}),
     LayerType("pool", Kind.PLAIN, "layers.pooling:PoolLayer", shape.pool_shape,
               size_key="outputsX", finish=_pool_stride, attrs=(
@@ -253,9 +269,15 @@ LAYER_TYPES: dict[str, LayerType] = _table(
 )
 
 
+#: Older spellings of ``type=`` values: cuda-convnet2's own example configs
+#: wrote ``cost.ce`` before the type was named ``cost.crossent``.
+TYPE_ALIASES: dict[str, str] = {"cost.ce": "cost.crossent"}
+
+
 def layer_type(name: str) -> LayerType:
-    """The descriptor of ``type=name``; ValueError for a name no entry has."""
+    """The descriptor of ``type=name`` (an alias is resolved); ValueError for a name
+    no entry has."""
     try:
-        return LAYER_TYPES[name]
+        return LAYER_TYPES[TYPE_ALIASES.get(name, name)]
     except KeyError:
         raise ValueError(f"unknown layer type {name!r}") from None

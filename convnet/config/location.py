@@ -8,9 +8,10 @@ of the package say only *what* is wrong.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 
-from convnet.errors import ConfigError
+from convnet.errors import ConfigError, ConfigWarning
 
 _QUOTE_LIMIT = 60
 
@@ -39,3 +40,10 @@ class Where:
             message = f"line {self.line}: {message}"
         return ConfigError(message, file=self.file, section=self.section, key=self.key,
                            suggestion=suggestion)
+
+
+def warn(where: Where, message: str) -> None:
+    """Report something accepted but worth a look (e.g. a key given twice) as a
+    :class:`ConfigWarning` whose text names the file, section, key and line like
+    an error does."""
+    warnings.warn(ConfigWarning(str(where.error(message))), stacklevel=2)

@@ -24,7 +24,8 @@ config language (camelCase) so that an error about a key can quote it.
               channels:[int], groups:[int], sharedBiases:bool (conv only),
               initW:[float], initB:float,
               imgSize:[int] (input side), modulesX:int (output side),
-              filterChannels:[int] (= channels // groups)
+              filterChannels:[int] (= channels // groups; a file may give it,
+              cuda-convnet v1 did, only with that value)
               Weights of input i have shape
               conv:  (filters, filterChannels[i], filterSize[i], filterSize[i])
               local: (modulesX*modulesX, filters, filterChannels[i], fs, fs)
@@ -58,6 +59,7 @@ layer-params file wins when both give it.
 weight layers: epsW:[Schedule], epsB:Schedule, momW:[float], momB:float,
                wc:[float], wball:[float] (always 0: non-zero is rejected),
                updatePeriod:int (0 = every activation)
+fc:            also dropout:float (0; the dropout fork's train-time drop probability)
 costs:         coeff:float (1), topk:int (1, at most the number of classes);
                cost.bce also posWeight:float (1), the weight of the positive term
 dropout*:      enable:bool (True), keep:float (0.5)

@@ -10,7 +10,7 @@ job.
 from __future__ import annotations
 
 from convnet.config.ini import Entry, IniFile, Section, read_ini
-from convnet.config.layertypes import LAYER_TYPES, REQUIRED, Key, LayerType
+from convnet.config.layertypes import LAYER_TYPES, REQUIRED, TYPE_ALIASES, Key, LayerType
 from convnet.config.location import Where, quote
 from convnet.config.model import LayerDef, NetConfig
 from convnet.config.neurons import NeuronValue
@@ -39,6 +39,16 @@ def parse_net(layer_def_path, layer_params_path) -> NetConfig:
         layers[section.name] = _LayerParser(section, defs, params, layers).parse()
     return NetConfig(layers=layers, data_dims={}, num_classes=0,
                      layer_def_file=defs.path, layer_params_file=params.path)
+
+
+def _canonical_names(ltype: LayerType) -> dict[str, str]:
+    """Lower-cased key -> the key's canonical name, for every key a layer of this
+    type accepts (v1 aliases map to the key they stand for): the original read
+    both files with ConfigParser, which lower-cased key names."""
+    names = {k.name: k.name for k in ltype.attrs + ltype.params + ltype.hints}
+    names.update({name: name for name in _COMMON_KEYS})
+    names.update(ltype.aliases)
+    return {spelling.lower(): name for spelling, name in names.items()}
 
 
 class _LayerParser:
@@ -80,24 +90,27 @@ class _LayerParser:
                                   f"{''.join(sorted(_NAME_FORBIDDEN))}")
 
     def _layer_type(self) -> LayerType:
-        entry = self.section.entries.get("type")
+        entry = self.section.entries.get("type")  # entries are keyed in lower case
         if entry is None:
             raise self.here.at("type").error(
                 f"missing; every layer needs a type ({', '.join(LAYER_TYPES)})")
-        if entry.value not in LAYER_TYPES:
+        name = TYPE_ALIASES.get(entry.value, entry.value)
+        if name not in LAYER_TYPES:
             raise self.here.at("type", entry.line).error(
                 f"unknown layer type {quote(entry.value)}",
                 suggestion=nearest(entry.value, LAYER_TYPES))
-        return LAYER_TYPES[entry.value]
+        return LAYER_TYPES[name]
 
     def _def_entries(self, ltype: LayerType) -> dict[str, Entry]:
-        """The section's entries by canonical key (v1 aliases resolved), unknown keys rejected."""
+        """The section's entries by canonical key (any case, v1 aliases resolved),
+        unknown keys rejected."""
+        names = _canonical_names(ltype)
         known = set(_COMMON_KEYS) | {k.name for k in ltype.attrs + ltype.params + ltype.hints}
         entries: dict[str, Entry] = {}
-        for entry in self.section.entries.values():
-            key = ltype.aliases.get(entry.key, entry.key)
+        for folded, entry in self.section.entries.items():
+            key = names.get(folded)
             where = self.here.at(entry.key, entry.line)
-            if key not in known:
+            if key is None:
                 raise where.error(f"not a key of {ltype.name} layers",
                                   suggestion=nearest(entry.key, known | set(ltype.aliases)))
             if key in entries:
@@ -106,19 +119,24 @@ class _LayerParser:
         return entries
 
     def _param_entries(self, ltype: LayerType) -> dict[str, Entry]:
+        """The layer-params section's entries by canonical key (any case)."""
         if self.param_section is None:
             return {}
         allowed = {k.name for k in ltype.params} | {k.name for k in ltype.attrs if k.also_in_params}
-        for entry in self.param_section.entries.values():
-            if entry.key not in allowed:
+        names = _canonical_names(ltype)
+        entries: dict[str, Entry] = {}
+        for folded, entry in self.param_section.entries.items():
+            key = names.get(folded)
+            if key not in allowed:
                 where = self.param_here.at(entry.key, entry.line)
                 if not allowed:
                     raise where.error(f"{ltype.name} layers take no layer-params keys")
-                if entry.key in {k.name for k in ltype.attrs} or entry.key in _COMMON_KEYS:
+                if key is not None:
                     raise where.error(f"{entry.key} belongs in the layer-def file {self.defs.path}")
                 raise where.error(f"not a layer-params key of {ltype.name} layers",
                                   suggestion=nearest(entry.key, allowed))
-        return self.param_section.entries
+            entries[key] = entry
+        return entries
 
     def _inputs(self, ltype: LayerType, entry: Entry | None) -> list[str]:
         if ltype.max_inputs == 0:

@@ -30,10 +30,11 @@ def ceil_div(a: int, b: int) -> int:
 
 
 class ShapeState:
-    """What shape rules share: data dims, the class count, and error locations."""
+    """What shape rules share: data dims, the class counts, and error locations."""
 
     def __init__(self, net, data_dims: dict, num_classes: int | None):
         self.net, self.data_dims, self.num_classes = net, data_dims, num_classes
+        self.given_classes = num_classes
         self.used_dims: set[int] = set()
 
     def at(self, layer, key: str) -> Where:
@@ -42,15 +43,26 @@ class ShapeState:
     def at_param(self, layer, key: str) -> Where:
         return Where(layer.params_file, layer.name, key)
 
-    def classes(self, layer, count: int, source: str) -> int:
-        """Check ``count`` against the class count, or learn it from the first cost layer."""
+    def classes(self, layer, count: int) -> int:
+        """Note a cost head's class count; the first head's becomes the net's count
+        when none was given.
+
+        Heads may differ in width (cuda-convnet2 checked no width against a
+        global class count).  Only the labels a head reads must fit its own
+        probabilities: when the class count of the data's label column (dataIdx
+        1) is given, a logreg head reading that column must be at least as wide.
+        """
         if self.num_classes is None:
             self.num_classes = count
-        elif count != self.num_classes:
-            raise self.at(layer, "inputs").error(
-                f"input '{source}' gives {count} values per case, "
-                f"but there are {self.num_classes} classes")
         return count
+
+    def check_label_column(self, layer, count: int) -> None:
+        source = self.net[layer.inputs[0]]
+        if (self.given_classes is not None and source.is_data
+                and source.attrs["dataIdx"] == 1 and self.given_classes > count):
+            raise self.at(layer, "inputs").error(
+                f"labels '{source.name}' hold {self.given_classes} classes, but input "
+                f"'{layer.inputs[1]}' gives only {count} probabilities per case")
 
     def check_size(self, layer, key: str) -> None:
         """Refuse activations or weights no engine could hold (cuda-convnet2 sized with ints)."""
@@ -206,7 +218,7 @@ def _probs_classes(layer, state: ShapeState) -> int:
     if state.net[source].type != "softmax":
         raise state.at(layer, "inputs").error(
             f"second input '{source}' must be a softmax layer, not {state.net[source].type}")
-    return state.classes(layer, _features(layer.input_shapes[1]), source)
+    return state.classes(layer, _features(layer.input_shapes[1]))
 
 
 def logreg_shape(layer, state: ShapeState) -> Shape:
@@ -215,14 +227,21 @@ def logreg_shape(layer, state: ShapeState) -> Shape:
         raise state.at(layer, "inputs").error(
             f"first input '{layer.inputs[0]}' must be the labels (1 value per case), "
             f"got {_text(labels)}")
-    _check_topk(layer, state, _probs_classes(layer, state))
+    classes = _probs_classes(layer, state)
+    state.check_label_column(layer, classes)
+    _check_topk(layer, state, classes)
     return (1,)
 
 
 def crossent_shape(layer, state: ShapeState) -> Shape:
     """Dense labels: one value per class, like the probabilities."""
-    _check_topk(layer, state, _probs_classes(layer, state))
-    state.classes(layer, _features(layer.input_shapes[0]), layer.inputs[0])
+    classes = _probs_classes(layer, state)
+    _check_topk(layer, state, classes)
+    labels = _features(layer.input_shapes[0])
+    if labels != classes:
+        raise state.at(layer, "inputs").error(
+            f"dense labels '{layer.inputs[0]}' give {labels} values per case, but "
+            f"'{layer.inputs[1]}' gives {classes} probabilities")
     return (1,)
 
 

@@ -44,10 +44,12 @@ class Int:
 
 
 class Float:
-    """A finite number, optionally bounded below (``lo`` inclusive, ``gt`` exclusive) and above."""
+    """A finite number, optionally bounded below (``lo`` inclusive, ``gt`` exclusive) and
+    above (``hi`` inclusive, ``lt`` exclusive)."""
 
-    def __init__(self, lo: float | None = None, gt: float | None = None, hi: float | None = None):
-        self.lo, self.gt, self.hi = lo, gt, hi
+    def __init__(self, lo: float | None = None, gt: float | None = None, hi: float | None = None,
+                 lt: float | None = None):
+        self.lo, self.gt, self.hi, self.lt = lo, gt, hi, lt
         bounds = []
         if lo is not None:
             bounds.append(f">= {lo:g}")
@@ -55,6 +57,8 @@ class Float:
             bounds.append(f"> {gt:g}")
         if hi is not None:
             bounds.append(f"<= {hi:g}")
+        if lt is not None:
+            bounds.append(f"< {lt:g}")
         self.expected = f"a number {' and '.join(bounds)}".rstrip()
 
     def __call__(self, text: str, where: Where) -> float:
@@ -66,7 +70,8 @@ class Float:
         if not math.isfinite(value):
             raise where.error(f"expected {self.expected} (finite), got {quote(text)}")
         if ((self.lo is not None and value < self.lo) or (self.gt is not None and value <= self.gt)
-                or (self.hi is not None and value > self.hi)):
+                or (self.hi is not None and value > self.hi)
+                or (self.lt is not None and value >= self.lt)):
             raise where.error(f"must be {self.expected}, got {value:g}")
         return value
 
@@ -132,7 +137,7 @@ def split_list(text: str, where: Where) -> list[str]:
 
 
 def parse_data_dims(text: str) -> tuple[int, ...]:
-    """Per-case data dimensions as written on the command line: ``3x224x224`` or ``1``."""
+    """Per-case dimensions of one data column: ``3x224x224`` or ``1``."""
     where = Where(None)
     parts = str(text).strip().lower().split("x")
     expected = "sizes such as 3x224x224 (positive integers joined by 'x')"
@@ -141,3 +146,20 @@ def parse_data_dims(text: str) -> tuple[int, ...]:
         return tuple(convert(part.strip(), where) for part in parts)
     except ConfigError:
         raise where.error(f"data dims {quote(str(text))}: expected {expected}") from None
+
+
+def parse_data_columns(text: str) -> dict[int, tuple[int, ...]]:
+    """Every data column's dimensions, comma-separated in dataIdx order.
+
+    ``3x224x224`` gives the images only and column 1 stays the labels ``(1,)``;
+    ``3x224x224,1,1`` adds a column 2 of one value per case (a second label
+    set), ``3x32x32,1,1x32x32`` a per-pixel mask as column 2, and so on: a
+    net whose data layers read dataIdx 2 and up needs them.
+    """
+    items = [item.strip() for item in str(text).split(",")]
+    if not all(items):
+        raise Where(None).error(f"data dims {quote(str(text))}: expected one size per "
+                                "column, comma-separated, such as 3x224x224,1,1")
+    columns = {1: (1,)}
+    columns.update({index: parse_data_dims(item) for index, item in enumerate(items)})
+    return columns

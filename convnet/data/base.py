@@ -23,6 +23,8 @@ has:
     ``train=False`` the result never depends on ``epoch``.
 ``get_test_views(batch_id) -> [views, labels]``
     views float32 ``(V, N, C, S, S)``; average the predictions over axis 0.
+    A provider with more columns (``data_dims[2]`` and up) appends them, in
+    order, to what both methods return.
 ``num_cases(batch_id) -> int``
 ``check_dims(expected)``
     raise a :class:`DataError` unless the config's expected shapes match.
@@ -170,7 +172,7 @@ class DataProvider:
 
     def get_test_views(self, batch_id: int) -> list[np.ndarray]:
         if self.num_views == 1:
-            images, labels = self.get_batch(batch_id, train=False)
+            images, labels = DataProvider.get_batch(self, batch_id, train=False)
             return [images[None], labels]
         images, labels = self._centred(batch_id)
         return [augment.multiview_crops(images, self._inner), labels]

@@ -13,6 +13,15 @@ exists; the defaults are train 1-8, test 9, with ``cases_per_batch`` (512)
 cases each.  ``data_dims[0]`` is any shape (default 3x32x32) and
 ``num_classes`` defaults to 10.  The mean is zero by construction, so nothing
 is subtracted unless ``scalar_mean`` is given.
+
+Any number of further columns (``data_dims[2]``, ``[3]``, ...: a second label
+set, a mask) follow from each case's class, so a net can learn them too:
+
+* a column of one value per case holds a second, coarse label, 0 for the
+  first half of the classes and 1 for the rest: it fits a logreg head of any
+  width >= 2;
+* a wider column holds a fixed per-class pattern of values in [0, 1), usable
+  as a mask or as targets of ``cost.bce`` / ``cost.sum2``.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from convnet.errors import DataError
 DEFAULT_SHAPE = (3, 32, 32)
 _TEMPLATE_STREAM = 2
 _BATCH_STREAM = 3
+_COLUMN_STREAM = 4
 
 
 def _templates(shape: tuple[int, ...], num_classes: int, seed: int) -> np.ndarray:
@@ -39,6 +49,15 @@ def _templates(shape: tuple[int, ...], num_classes: int, seed: int) -> np.ndarra
     return coarse[:, :, rows[:, None], cols[None, :]]
 
 
+def _column_values(index: int, shape: tuple[int, ...], num_classes: int,
+                   seed: int) -> np.ndarray:
+    """Column ``index``'s value for each class: (num_classes,) + shape, float32."""
+    if shape == (1,):
+        return (np.arange(num_classes) * 2 // max(num_classes, 2)).astype(np.float32)[:, None]
+    rng = np.random.default_rng([seed, _COLUMN_STREAM, index])
+    return rng.random((num_classes,) + shape, dtype=np.float32)
+
+
 class DummyProvider(DataProvider):
     name = "dummy"
 
@@ -46,9 +65,12 @@ class DummyProvider(DataProvider):
         dims = dict(options.data_dims or {0: DEFAULT_SHAPE})
         shape = tuple(int(d) for d in dims.pop(0, DEFAULT_SHAPE))
         labels_shape = tuple(dims.pop(1, (1,)))
-        if dims or labels_shape != (1,):
-            raise DataError("the dummy provider gives data columns 0 (images) and 1 (labels, "
-                            f"shape 1) only; asked for {options.data_dims}")
+        if labels_shape != (1,):
+            raise DataError("dummy data: column 1 holds the labels, one value per case; "
+                            f"asked for {options.data_dims}")
+        extra = {int(index): tuple(int(d) for d in shape) for index, shape in sorted(dims.items())}
+        if any(index < 2 or not shape or min(shape) < 1 for index, shape in extra.items()):
+            raise DataError(f"dummy data: bad data columns {options.data_dims}")
         if not shape or min(shape) < 1:
             raise DataError(f"dummy data: bad image shape {shape}")
         num_classes = 10 if options.num_classes is None else int(options.num_classes)
@@ -59,6 +81,21 @@ class DummyProvider(DataProvider):
                          label_names=[f"class{k}" for k in range(num_classes)], available=None,
                          default_train=list(range(1, 9)), default_test=[9])
         self._templates = _templates(shape, num_classes, options.seed)
+        self._columns = {index: _column_values(index, shape, num_classes, options.seed)
+                         for index, shape in extra.items()}
+        self.data_dims.update(extra)
+
+    def get_batch(self, batch_id: int, train: bool, epoch: int = 0) -> list[np.ndarray]:
+        batch = super().get_batch(batch_id, train, epoch)
+        return batch + self._extra_columns(batch[1])
+
+    def get_test_views(self, batch_id: int) -> list[np.ndarray]:
+        views = super().get_test_views(batch_id)
+        return views + self._extra_columns(views[1])
+
+    def _extra_columns(self, labels: np.ndarray) -> list[np.ndarray]:
+        classes = labels.reshape(-1).astype(np.int64)
+        return [self._columns[index][classes] for index in sorted(self._columns)]
 
     def _batch_source(self, batch_id: int) -> str:
         return f"dummy batch {batch_id}"

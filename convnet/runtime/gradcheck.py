@@ -17,9 +17,13 @@ the whole net forward once in training mode with a fixed :class:`Context`
   every layer, against central differences of that cost for a few weight
   entries.
 
-Entries where the function has a kink inside the difference interval (a
-relu or max-pool switching) are detected by comparing the one-sided
-differences and skipped.  For the local checks, exact zeros in a layer's
+Entries where the function has a kink inside the difference interval are
+skipped (after retrying with smaller steps) and counted in the report: a
+perturbation is at a kink when it changes any discrete choice of the forward
+pass (:meth:`layers.base.Layer.switches`: a relu or abs side, a max-pool or
+eltmax winner), or when its one-sided differences disagree.  A kink can
+only hide an entry, never pass a wrong gradient: the forward pass alone
+decides it.  For the local checks, exact zeros in a layer's
 inputs (relu outputs) are first nudged to small distinct positive values:
 ties among them would make max pooling pick a winner that finite
 differences cannot see.  The relative error of an entry is
@@ -57,14 +61,16 @@ def _random_data(net: NetConfig, batch_size: int, rng: np.random.Generator) -> d
             continue
         idx = ldef.attrs.get("dataIdx", 0)
         shape = tuple(ldef.output_shape or net.data_dims.get(idx, (1,)))
-        role = None
+        role, widths = None, [max(int(net.num_classes or 2), 1)]
         for cons in net.consumers(ldef.name):
             cdef = net[cons]
             if cdef.type in _LABEL_COSTS and cdef.inputs and cdef.inputs[0] == ldef.name:
                 role = cdef.type
+                if role == "cost.logreg":  # labels must fit each head's own probabilities
+                    widths.append(net[cdef.inputs[1]].outputs)
+        classes = min(widths[1:] or widths)
         if role == "cost.logreg" or (role is None and shape == (1,) and idx == 1):
-            k = max(int(net.num_classes or 2), 1)
-            arr = rng.integers(0, k, size=(batch_size,) + shape).astype(np.float64)
+            arr = rng.integers(0, classes, size=(batch_size,) + shape).astype(np.float64)
         elif role == "cost.crossent":
             arr = rng.random((batch_size,) + shape) + 0.05
             arr /= arr.reshape(batch_size, -1).sum(axis=1).reshape((batch_size,) + (1,) * len(shape))
@@ -85,10 +91,13 @@ class _Checker:
         self.tol = tol
         self.kink_tol = kink_tol
 
-    def compare(self, f: Callable[[], float], arr: np.ndarray, analytic: np.ndarray,
-                indices: np.ndarray, f0: float, scale: float) -> tuple[float, int, int]:
+    def compare(self, f: Callable[[], tuple], arr: np.ndarray, analytic: np.ndarray,
+                indices: np.ndarray, f0: float, switches0: dict,
+                scale: float) -> tuple[float, int, int]:
         """Max relative error over ``indices`` of ``arr`` (perturbed in place and
         restored), the number of entries checked and the number skipped.
+        ``f`` returns the objective and the forward's switches by layer;
+        ``switches0`` are those of the unperturbed forward.
 
         ``scale`` is the sum of the magnitudes of the terms of ``f``; rounding
         makes a difference quotient uncertain by about ``eps_machine * scale / h``,
@@ -109,7 +118,7 @@ class _Checker:
             # a kink inside the step: retry with smaller steps before giving up
             for shrink in (1.0, 1e-2, 1e-4):
                 h = self.eps * shrink * max(1.0, abs(flat[j]))
-                result = self._difference(f, flat, j, h, f0, scale)
+                result = self._difference(f, flat, j, h, f0, switches0, scale)
                 if result is None:
                     continue
                 num, noise = result
@@ -124,14 +133,16 @@ class _Checker:
         return worst, checked, kinks
 
 
-    def _difference(self, f, flat, j, h, f0, scale):
+    def _difference(self, f, flat, j, h, f0, switches0, scale):
         """(central difference, its rounding noise), or None at a kink."""
         old = flat[j]
         flat[j] = old + h
-        fp = f()
+        fp, switches_p = f()
         flat[j] = old - h
-        fm = f()
+        fm, switches_m = f()
         flat[j] = old
+        if not (_same_switches(switches_p, switches0) and _same_switches(switches_m, switches0)):
+            return None
         fwd, bwd = (fp - f0) / h, (f0 - fm) / h
         noise = 4 * _EPS_MACHINE * (scale + abs(f0)) / h
         if not (np.isfinite(fp) and np.isfinite(fm)):
@@ -139,6 +150,13 @@ class _Checker:
         if abs(fwd - bwd) > self.kink_tol * max(abs(fwd), abs(bwd)) + 100 * noise:
             return None
         return (fp - fm) / (2 * h), noise
+
+
+def _same_switches(changed: dict, base: dict) -> bool:
+    """Whether every layer recomputed in ``changed`` made the choices it made in ``base``."""
+    return all(len(ours) == len(base[name])
+               and all(np.array_equal(a, b) for a, b in zip(ours, base[name]))
+               for name, ours in changed.items())
 
 
 def _nudge_zeros(x: np.ndarray, rng: np.random.Generator) -> None:
@@ -166,6 +184,12 @@ def _sample(rng, analytic, count: int) -> np.ndarray:
     return np.unique(np.concatenate([first, second]))
 
 
+def _objective(forward: tuple) -> tuple[float, dict]:
+    """The whole-net cost and the switches of the layers recomputed, from run_forward."""
+    _, _, switches, total, _ = forward
+    return total, switches
+
+
 def check_net_gradients(net: NetConfig, batch_size: int = 4, seed: int = 0,
                         report: Callable[[str], None] = print, *, samples: int = 8,
                         net_samples: int = 3, eps: float = 1e-6, tol: float = 1e-4,
@@ -189,7 +213,7 @@ def check_net_gradients(net: NetConfig, batch_size: int = 4, seed: int = 0,
         """Forward the net; with ``changed``, only that layer and the layers
         downstream of it are recomputed, the rest is taken from ``base``."""
         acts = dict(data)
-        states = {}
+        states, switches = {}, {}
         dirty = set()
         total = magnitude = 0.0
         for l in ldefs:
@@ -197,6 +221,7 @@ def check_net_gradients(net: NetConfig, batch_size: int = 4, seed: int = 0,
                 out, st = layers[l.name].forward([acts[i] for i in l.inputs], params[l.name],
                                                  ctx)
                 acts[l.name], states[l.name] = out, st
+                switches[l.name] = layers[l.name].switches([acts[i] for i in l.inputs], out, st)
                 dirty.add(l.name)
             else:
                 acts[l.name] = base[l.name]
@@ -204,9 +229,9 @@ def check_net_gradients(net: NetConfig, batch_size: int = 4, seed: int = 0,
                 coeff = float(l.params.get("coeff", 1.0))
                 total += coeff * float(np.sum(acts[l.name]))
                 magnitude += abs(coeff) * float(np.sum(np.abs(acts[l.name])))
-        return acts, states, total, magnitude
+        return acts, states, switches, total, magnitude
 
-    acts, states, loss, loss_scale = run_forward()
+    acts, states, net_switches, loss, loss_scale = run_forward()
 
     # whole-net backward
     grads: dict[str, np.ndarray] = {}
@@ -248,7 +273,8 @@ def check_net_gradients(net: NetConfig, batch_size: int = 4, seed: int = 0,
                 coeff = float(l.params.get("coeff", 1.0))
 
                 def objective(layer=layer, inputs=inputs, p=p, coeff=coeff):
-                    return coeff * float(np.sum(layer.forward(inputs, p, ctx)[0]))
+                    y, st = layer.forward(inputs, p, ctx)
+                    return coeff * float(np.sum(y)), {l.name: layer.switches(inputs, y, st)}
                 y0, st0 = layer.forward(inputs, p, ctx)
                 gout = None
                 scale = abs(coeff) * float(np.sum(np.abs(y0)))
@@ -258,11 +284,12 @@ def check_net_gradients(net: NetConfig, batch_size: int = 4, seed: int = 0,
                 scale = float(np.sum(np.abs(gout * y0)))
 
                 def objective(layer=layer, inputs=inputs, p=p, gout=gout):
-                    return float(np.sum(gout * layer.forward(inputs, p, ctx)[0]))
+                    y, st = layer.forward(inputs, p, ctx)
+                    return float(np.sum(gout * y)), {l.name: layer.switches(inputs, y, st)}
             need = [layer.input_differentiable(k) for k in range(len(inputs))]
             in_g, p_g = layer.backward(None if gout is None else gout.copy(), inputs, y0, p, st0,
                                        ctx, need)
-            f0 = objective()
+            f0, switches0 = objective()
             targets = [(f"W{k[1:]}" if k.startswith("W") else k, p[k], p_g.get(k))
                        for k in sorted(p)]
             targets += [(f"in{k}", inputs[k], in_g[k]) for k in range(len(inputs)) if need[k]]
@@ -276,7 +303,7 @@ def check_net_gradients(net: NetConfig, batch_size: int = 4, seed: int = 0,
                     ok = False
                     continue
                 idx = _sample(rng, an, samples)
-                err, n_ok, n_kink = checker.compare(objective, arr, an, idx, f0, scale)
+                err, n_ok, n_kink = checker.compare(objective, arr, an, idx, f0, switches0, scale)
                 skipped += n_kink
                 worst = max(worst, err)
                 parts.append(f"{label} {err:.1e}" if n_ok else f"{label} -")
@@ -284,8 +311,9 @@ def check_net_gradients(net: NetConfig, batch_size: int = 4, seed: int = 0,
                 for k in sorted(params[l.name]):
                     arr = params[l.name][k]
                     idx = _sample(rng, wgrads[l.name][k], net_samples)
-                    err, n_ok, n_kink = checker.compare(lambda: run_forward(l.name, acts)[2], arr,
-                                                        wgrads[l.name][k], idx, loss, loss_scale)
+                    err, n_ok, n_kink = checker.compare(
+                        lambda: _objective(run_forward(l.name, acts)), arr, wgrads[l.name][k],
+                        idx, loss, net_switches, loss_scale)
                     skipped += n_kink
                     worst = max(worst, err)
                     parts.append(f"net:{k} {err:.1e}" if n_ok else f"net:{k} -")
