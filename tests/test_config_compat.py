@@ -143,6 +143,19 @@ def test_heads_of_different_widths_on_several_label_columns(tmp_path):
     assert check_net_gradients(net, batch_size=3, seed=2, report=lines.append), lines
 
 
+def test_the_command_line_trains_a_net_with_a_third_data_column(tmp_path):
+    """--data-dims gives the dims of column 2; the dummy provider serves it and both
+    heads train; --print-plan takes the same shapes without data."""
+    layer_def, layer_params = write_pair(tmp_path, TWO_HEADS, TWO_HEADS_PARAMS)
+    common = ["--layer-def", str(layer_def), "--layer-params", str(layer_params),
+              "--data-dims", "3x8x8,1,1", "--num-classes", "10", "--no-progress"]
+    run = _cli(*common, "--train-range", "1", "--test-range", "9", "--mini", "64")
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    assert run.stdout.startswith("epoch   1"), run.stdout
+    plan = _cli(*common, "--print-plan")
+    assert plan.returncode == 0 and "coarse" in plan.stdout, plan.stderr
+
+
 def test_a_head_narrower_than_its_labels_is_refused(tmp_path):
     err = config_error(tmp_path, TWO_HEADS.replace("inputs=coarse,probs3", "inputs=labels,probs3"),
                        TWO_HEADS_PARAMS, data_dims=parse_data_columns("3x8x8,1,1"),

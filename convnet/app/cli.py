@@ -117,9 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "--data-dims is given)")
     data.add_argument("--data-path", type=Path, default=None, metavar="DIR",
                       help="folder of the data set, for cifar and convnet-batches [resumable]")
-    data.add_argument("--data-dims", type=data_dims, default=None, metavar="CxHxW",
+    data.add_argument("--data-dims", type=data_dims, default=None, metavar="CxHxW[,DIMS...]",
                       help="image shape, e.g. 3x224x224: the dummy provider's images, and "
-                           "the input of --print-plan/--check-grads without data [resumable]")
+                           "the input of --print-plan/--check-grads without data; further "
+                           "data columns (dataIdx 2 and up) follow after commas, column 1 "
+                           "being the labels, e.g. 3x224x224,1,1 [resumable]")
     data.add_argument("--num-classes", type=positive_int, default=None, metavar="N",
                       help="number of classes, with --data-dims [resumable] (default: 10 "
                            "for dummy data)")

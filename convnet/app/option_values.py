@@ -113,10 +113,10 @@ def batch_range(text: str) -> str:
 
 def data_dims(text: str) -> str:
     # Imported here, not above: the config package is not needed for --help.
-    from convnet.config import parse_data_dims
+    from convnet.config.values import parse_data_columns
 
     try:
-        parse_data_dims(text)
+        parse_data_columns(text)
     except ConvnetError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
     return str(text).strip()

@@ -35,7 +35,8 @@ from convnet.app.resume_state import read_counters, read_state, unused_layers
 from convnet.app.run_folder import claim_run_folder
 from convnet.app.run_log import RunLog, TestResult, progress_bar
 from convnet.app.signals import raise_if_stopped
-from convnet.config import infer_shapes, parse_data_dims, parse_net
+from convnet.config import infer_shapes, parse_net
+from convnet.config.values import parse_data_columns
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher, DataOptions, make_provider, parse_range
 from convnet.errors import (CheckpointError, ConfigError, DataError, NonFiniteDataError,
@@ -54,11 +55,11 @@ def make_data_provider(opts: RunOptions):
         test_range=parse_range(opts.test_range) if opts.test_range else None,
         inner_size=opts.inner_size, color_noise=opts.color_noise, scalar_mean=opts.scalar_mean,
         multiview_test=opts.multiview_test, seed=opts.seed,
-        data_dims={0: parse_data_dims(opts.data_dims), 1: (1,)} if opts.data_dims else None,
+        data_dims=parse_data_columns(opts.data_dims) if opts.data_dims else None,
         num_classes=opts.num_classes)
     provider = make_provider(opts.data_provider, options=options)
     if opts.data_provider != "dummy" and opts.data_dims:
-        want = parse_data_dims(opts.data_dims)
+        want = parse_data_columns(opts.data_dims)[0]
         have = provider.image_shape
         if want != have and want != provider.data_dims[0]:
             raise DataError(f"--data-dims {opts.data_dims} does not match the "
@@ -75,7 +76,7 @@ def load_net_for(opts: RunOptions, provider=None) -> NetConfig:
     """
     parsed = parse_net(opts.layer_def, opts.layer_params)
     if provider is None and opts.data_dims and (opts.print_plan or opts.check_grads):
-        dims, classes = {0: parse_data_dims(opts.data_dims), 1: (1,)}, opts.num_classes
+        dims, classes = parse_data_columns(opts.data_dims), opts.num_classes
         source = f"--data-dims {opts.data_dims}"
     else:
         if provider is None:
