@@ -8,14 +8,16 @@ printing the plan, checking gradients, testing or training.
 from __future__ import annotations
 
 import argparse
+import json
 import warnings
 
-from convnet.app import training
+from convnet.app import launch, training
 from convnet.app.compare import run_compare
 from convnet.app.options import RunOptions, resolve_options
 from convnet.errors import ConvnetError
 from convnet.plan.graph import write_plan_graph
-from convnet.plan.report import plan_json, plan_text
+from convnet.plan.ranks import ranks_summary, ranks_text
+from convnet.plan.report import plan_json, plan_summary, plan_text
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -26,6 +28,7 @@ def run_command(args: argparse.Namespace) -> int:
                             message=r"(overflow|invalid value|divide by zero) encountered")
 
     if args.compare is not None or len(args.layer_params_list or ()) > 1:
+        launch.require_one_process("--compare")
         return run_compare(args)  # several configs side by side
     opts = resolve_options(args)
     if opts.print_plan or opts.plan_graph is not None:
@@ -38,7 +41,16 @@ def run_command(args: argparse.Namespace) -> int:
 def print_plan(opts: RunOptions) -> int:
     """--print-plan (text or JSON), and the --plan-graph picture."""
     net, plan = training.build_net_and_plan(opts)
-    print(plan_json(plan, net) if opts.print_plan == "json" else plan_text(plan, net))
+    cluster = launch.cluster_for(opts.gpu)
+    if cluster.size == 1:
+        print(plan_json(plan, net) if opts.print_plan == "json" else plan_text(plan, net))
+    elif opts.print_plan == "json":
+        summary = plan_summary(plan, net)
+        summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
+        print(json.dumps(summary, indent=1))
+    else:
+        print(plan_text(plan, net) + "\n\n" +
+              ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     if opts.plan_graph is not None:
         write_plan_graph(plan, net, opts.plan_graph)
     return 0

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from convnet.app import launch
 from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from convnet.app.options import Resume, RunOptions, options_for_checkpoint
 from convnet.app.run_log import RunLog, TestResult, progress_bar
@@ -37,9 +38,8 @@ from convnet.data import BatchPrefetcher, DataOptions, make_provider, parse_rang
 from convnet.errors import (CheckpointError, ConfigError, DataError, NonFiniteDataError,
                             TrainingError)
 from convnet.plan.ops import Plan
-from convnet.plan.planner import make_plan
 from convnet.runtime.backends import choose_backend
-from convnet.runtime.devices import make_devices
+from convnet.runtime.cluster import cluster_devices
 from convnet.runtime.executor import Executor
 
 
@@ -91,7 +91,7 @@ def load_net_for(opts: RunOptions, provider=None) -> NetConfig:
 def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan]:
     net = load_net_for(opts, provider)
     try:
-        return net, make_plan(net, opts.gpu, opts.mini)
+        return net, launch.plan_across_ranks(net, opts.gpu, opts.mini)
     except ConfigError as error:
         saved = opts.resume.saved_options.get("gpu") if opts.resume is not None else None
         if saved is not None and tuple(saved) != tuple(opts.gpu):
@@ -118,14 +118,19 @@ def check_save_dir(folder: Path) -> None:
 
 
 def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor:
-    """The executor on the devices and backend the options name."""
-    devices = make_devices(opts.gpu, choose_backend(opts.backend))
-    return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential)
+    """The executor on the devices and backend the options name (this process's share
+    of them in a multi-process run)."""
+    cluster = launch.cluster_for(opts.gpu)
+    devices = cluster_devices(cluster, opts.gpu, choose_backend(opts.backend))
+    return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential,
+                    cluster=cluster)
 
 
 def run(opts: RunOptions) -> int:
     """Train (or with --test-only, evaluate) as the options say; returns the exit code."""
-    save_dir = None if opts.test_only or opts.save_path is None else Path(opts.save_path)
+    root = launch.is_root()
+    save_dir = (None if opts.test_only or opts.save_path is None or not root
+                else Path(opts.save_path))
     if save_dir is not None:
         check_save_dir(save_dir)
     parse_net(opts.layer_def, opts.layer_params)  # config errors before loading any data
@@ -133,7 +138,7 @@ def run(opts: RunOptions) -> int:
     net, plan = build_net_and_plan(opts, provider)
     executor = make_executor(opts, net, plan)
     try:
-        trainer = Trainer(opts, provider, net, plan, executor, save_dir)
+        trainer = Trainer(opts, provider, net, plan, executor, save_dir, root=root)
         if opts.resume is not None:
             trainer.restore(opts.resume)
         if opts.test_only:
@@ -151,11 +156,17 @@ def run(opts: RunOptions) -> int:
 
 
 class Trainer:
-    """One training run: the loop, testing, logging and checkpoints."""
+    """One training run: the loop, testing, logging and checkpoints.
+
+    In a multi-process run every rank has a Trainer; only the root (rank 0)
+    writes the checkpoint, the log and features, the others (``root=False``,
+    no ``save_dir``) send it their share of the state when it saves.
+    """
 
     def __init__(self, opts: RunOptions, provider, net: NetConfig, plan: Plan, executor: Executor,
-                 save_dir: Path | None = None):
+                 save_dir: Path | None = None, root: bool = True):
         self.opts = opts
+        self.root = root
         self.provider = provider
         self.net = net
         self.plan = plan
@@ -231,6 +242,10 @@ class Trainer:
             Path(where).resolve() == self.checkpoint.resolve() else None
 
     def save(self) -> Path | None:
+        if not self.root:
+            if self.opts.save_path is not None and not self.opts.test_only:
+                self.executor.state_arrays()  # this rank's share, for the root's checkpoint
+            return None
         if self.checkpoint is None:
             return None
         step = self.executor.step_count
@@ -435,6 +450,8 @@ class Trainer:
             batch = self.provider.get_batch(batch_id, train=False, epoch=0)
             feats = self._features(batch, layer)
             target = folder / f"data_batch_{batch_id}.npz"
+            if not self.root:
+                continue
             try:
                 np.savez(target, data=feats, labels=batch[1].reshape(-1))
             except OSError as error:
