@@ -24,7 +24,8 @@ import traceback
 
 from convnet.errors import ConvnetError, PlanError, UsageError
 from convnet.plan.planner import make_plan
-from convnet.runtime.cluster import Cluster, Communicator, connect
+from convnet.runtime.cluster import Cluster, connect
+from convnet.runtime.communicator import Communicator
 
 _processes: tuple[Communicator, tuple[str, ...]] | None = None
 

@@ -6,4 +6,8 @@
 sums gradients across them; :mod:`convnet.runtime.tasks` turns a plan into the
 tasks each device's worker runs (:mod:`convnet.runtime.workers`);
 :mod:`convnet.runtime.executor` runs one training step or evaluation.
+A run over several processes: :mod:`convnet.runtime.cluster` (ranks, devices,
+the communicator; :mod:`convnet.runtime.mpi_comm` over MPI),
+:mod:`convnet.runtime.rank_tasks` (each rank's tasks, with sends and
+receives) and :mod:`convnet.runtime.transfers` (carrying them out).
 """

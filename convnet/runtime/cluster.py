@@ -9,29 +9,25 @@ runs on physical device ``gpu[i % k]`` there.  A device of another rank is a
 :class:`RemoteDevice`: the plan names it, but this process holds none of its
 buffers and runs none of its work.
 
-The ranks talk through a :class:`Communicator`, a small interface in the
-manner of ChainerMN's communicators: point-to-point transfers of float32
-arrays with tags, a few collectives on small Python objects, and abort.
-:class:`LocalCommunicator` is the one-process case (nothing to talk to);
-:class:`convnet.runtime.mpi_comm.MpiCommunicator` is MPI through mpi4py.
-:func:`connect` picks one from the environment: mpi4py is imported only
-when a launcher such as ``mpiexec`` or ``srun`` started several processes,
-so a plain run never needs MPI.
+The ranks talk through a :class:`~convnet.runtime.communicator.Communicator`;
+:func:`connect` picks one from the environment: mpi4py is imported only when
+a launcher such as ``mpiexec`` or ``srun`` started several processes, so a
+plain run never needs MPI.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, NoReturn
 
 from convnet.errors import DeviceError
+from convnet.runtime.communicator import Communicator, LocalCommunicator
+from convnet.runtime.devices import make_devices
 
 # Environment variables a launcher sets to the number of processes it started:
-# MPICH's hydra (and Slurm's srun with PMI-1/2), Open MPI, and PMIx-based launchers.
-_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
+# MPICH's hydra (and Slurm's srun with PMI-1/2), and Open MPI's mpirun.
+_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
 
 def launched_size(environ=os.environ) -> int:
@@ -41,74 +37,6 @@ def launched_size(environ=os.environ) -> int:
         if value.isdigit() and int(value) > 0:
             return int(value)
     return 1
-
-
-class Communicator(ABC):
-    """What the executor needs from the processes of a run.
-
-    Point-to-point transfers carry float32 numpy arrays; both sides know the
-    shape (it follows from the plan), so a receive fills a buffer the receiver
-    made.  Messages between two ranks with the same tag arrive in the order
-    they were sent.  The collectives carry small picklable objects (costs,
-    state of the weights for a checkpoint) and are called by every rank.
-    """
-
-    rank: int
-    size: int
-    tag_limit: int
-    """Tags are ``0 .. tag_limit - 1``."""
-
-    @abstractmethod
-    def isend(self, array, dest: int, tag: int) -> Any:
-        """Start sending ``array`` to ``dest``; returns a request for :meth:`wait_all`.
-        The array must stay unchanged until then (the request keeps it alive)."""
-
-    @abstractmethod
-    def recv(self, out, source: int, tag: int) -> None:
-        """Receive into the contiguous float32 array ``out``, blocking until it arrived."""
-
-    @abstractmethod
-    def wait_all(self, requests: list) -> None:
-        """Wait until the sends of ``requests`` have completed."""
-
-    @abstractmethod
-    def allgather(self, obj) -> list:
-        """Every rank's ``obj``, in rank order, on every rank."""
-
-    @abstractmethod
-    def gather(self, obj, root: int = 0) -> list | None:
-        """Every rank's ``obj`` in rank order on ``root``; None elsewhere."""
-
-    @abstractmethod
-    def abort(self, code: int) -> NoReturn:
-        """End every process of the run now, with exit status ``code``."""
-
-
-class LocalCommunicator(Communicator):
-    """The only process of a run: the collectives return what they were given."""
-
-    rank = 0
-    size = 1
-    tag_limit = 1
-
-    def isend(self, array, dest, tag):
-        raise RuntimeError("a one-process run has no other rank to send to")
-
-    def recv(self, out, source, tag):
-        raise RuntimeError("a one-process run has no other rank to receive from")
-
-    def wait_all(self, requests):
-        if requests:
-            raise RuntimeError("a one-process run has no pending sends")
-
-    def allgather(self, obj):
-        return [obj]
-
-    def gather(self, obj, root=0):
-        return [obj]
-
-    def abort(self, code):
-        raise SystemExit(code)
 
 
 @dataclass
@@ -187,8 +115,6 @@ class RemoteDevice:
 
 def cluster_devices(cluster: Cluster, gpus, backend: str) -> list:
     """All logical devices of the run: this rank's real ones, placeholders for the rest."""
-    from convnet.runtime.devices import make_devices
-
     gpus = tuple(gpus)
     local = make_devices(gpus, backend, first_index=cluster.local_devices.start)
     devices = []
@@ -200,5 +126,5 @@ def cluster_devices(cluster: Cluster, gpus, backend: str) -> list:
     return devices
 
 
-__all__ = ["Cluster", "Communicator", "LocalCommunicator", "RemoteDevice", "cluster_devices",
+__all__ = ["Cluster", "RemoteDevice", "cluster_devices",
            "connect", "launched_size", "single_process"]

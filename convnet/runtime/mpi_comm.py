@@ -1,4 +1,4 @@
-"""MPI through mpi4py: the :class:`~convnet.runtime.cluster.Communicator` of a multi-process run.
+"""MPI through mpi4py: the :class:`~convnet.runtime.communicator.Communicator` of a multi-process run.
 
 Several worker threads of one process send and receive at the same time, so
 MPI must run at thread level ``MPI_THREAD_MULTIPLE`` (mpi4py asks for it by
@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from convnet.errors import DeviceError
-from convnet.runtime.cluster import Communicator
+from convnet.runtime.communicator import Communicator
 
 
 class MpiCommunicator(Communicator):
