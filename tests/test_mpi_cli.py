@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,8 +69,8 @@ def test_resume_with_another_process_count(tmp_path):
 def test_a_rank_without_work_is_an_error(tmp_path):
     done = run_mpi(4, [CLI, *_digits("digits-data.cfg"), "--gpu", "0"], cwd=tmp_path)
     assert done.returncode == 2
-    assert "error: rank 0: " in done.stderr
-    assert "rank(s) 2, 3 would have no work" in done.stderr
+    # every rank finds the error; whichever reports it first ends the others
+    assert re.search(r"error: rank [0-3]: rank\(s\) 2, 3 would have no work", done.stderr)
     assert "Traceback" not in done.stderr
 
 
