@@ -215,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; under an MPI launcher, as one process of the run."""
+    from convnet.app.launch import run_as_rank
+
+    return run_as_rank(_main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
     with stop_handlers():
         try:
             args = build_parser().parse_args(argv)

@@ -12,12 +12,13 @@ import json
 import sys
 import warnings
 
-from convnet.app import training
+from convnet.app import launch, training
 from convnet.app.compare import run_compare
 from convnet.app.memory_fit import MemoryPool, memory_pools
 from convnet.app.options import RunOptions, resolve_options
 from convnet.errors import ConvnetError, DeviceError
 from convnet.plan.graph import write_plan_graph
+from convnet.plan.ranks import ranks_summary, ranks_text
 from convnet.plan.report import plan_summary, plan_text
 from convnet.runtime.backends import choose_backend
 
@@ -30,6 +31,7 @@ def run_command(args: argparse.Namespace) -> int:
                             message=r"(overflow|invalid value|divide by zero) encountered")
 
     if args.compare is not None or len(args.layer_params_list or ()) > 1:
+        launch.require_one_process("--compare")
         return run_compare(args)  # several configs side by side
     opts = resolve_options(args)
     if opts.print_plan or opts.plan_graph is not None:
@@ -44,10 +46,16 @@ def print_plan(opts: RunOptions) -> int:
     fit in the machine's memory is printed anyway, with a warning (training refuses it)."""
     net, plan = training.build_net_and_plan(opts)
     pools = plan_memory_pools(opts, plan, net)
+    cluster = launch.cluster_for(opts.gpu)
     if opts.print_plan == "json":
         summary = plan_summary(plan, net)
         summary["memory"] = [pool.as_json() for pool in pools]
+        if cluster.size > 1:
+            summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
         print(json.dumps(summary, indent=1))
+    elif cluster.size > 1:
+        print(plan_text(plan, net) + "\n\n" +
+              ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
         print(plan_text(plan, net))
     for pool in pools:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from convnet.app import launch
 from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from convnet.app.memory_fit import check_memory
 from convnet.app.options import Resume, RunOptions, options_for_checkpoint
@@ -42,9 +43,8 @@ from convnet.data import BatchPrefetcher, DataOptions, make_provider, parse_rang
 from convnet.errors import (CheckpointError, ConfigError, DataError, NonFiniteDataError,
                             TrainingError)
 from convnet.plan.ops import Plan
-from convnet.plan.planner import make_plan
 from convnet.runtime.backends import choose_backend
-from convnet.runtime.devices import make_devices
+from convnet.runtime.cluster import cluster_devices
 from convnet.runtime.executor import Executor
 
 
@@ -96,7 +96,7 @@ def load_net_for(opts: RunOptions, provider=None) -> NetConfig:
 def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan]:
     net = load_net_for(opts, provider)
     try:
-        return net, make_plan(net, opts.gpu, opts.mini)
+        return net, launch.plan_across_ranks(net, opts.gpu, opts.mini)
     except ConfigError as error:
         saved = opts.resume.saved_options.get("gpu") if opts.resume is not None else None
         if saved is not None and tuple(saved) != tuple(opts.gpu):
@@ -108,16 +108,19 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
 
 
 def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor:
-    """The executor on the devices and backend the options name."""
+    """The executor on the devices and backend the options name (this process's share
+    of them in a multi-process run), once the plan is known to fit in memory."""
     backend = choose_backend(opts.backend)
     check_memory(plan, net, backend)
-    devices = make_devices(opts.gpu, backend)
-    return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential)
+    cluster = launch.cluster_for(opts.gpu)
+    devices = cluster_devices(cluster, opts.gpu, backend)
+    return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential,
+                    cluster=cluster)
 
 
 def run(opts: RunOptions) -> int:
     """Train (or with --test-only, evaluate) as the options say; returns the exit code."""
-    if opts.test_only or opts.save_path is None:
+    if opts.test_only or opts.save_path is None or not launch.is_root():
         return _run_in(opts, None)
     loaded = opts.resume.checkpoint if opts.resume is not None else None
     with claim_run_folder(Path(opts.save_path), loaded, opts.overwrite) as save_dir:
@@ -125,13 +128,15 @@ def run(opts: RunOptions) -> int:
 
 
 def _run_in(opts: RunOptions, save_dir: Path | None) -> int:
-    """The run itself; ``save_dir`` is the claimed save path, or None when nothing is saved."""
+    """The run itself; ``save_dir`` is the claimed save path, or None when nothing is
+    saved here (in a multi-process run only rank 0 writes)."""
+    root = launch.is_root()
     parse_net(opts.layer_def, opts.layer_params)  # config errors before loading any data
     provider = make_data_provider(opts)
     net, plan = build_net_and_plan(opts, provider)
     executor = make_executor(opts, net, plan)
     try:
-        trainer = Trainer(opts, provider, net, plan, executor, save_dir)
+        trainer = Trainer(opts, provider, net, plan, executor, save_dir, root=root)
         if opts.resume is not None:
             trainer.restore(opts.resume)
         if opts.test_only:
@@ -149,11 +154,17 @@ def _run_in(opts: RunOptions, save_dir: Path | None) -> int:
 
 
 class Trainer:
-    """One training run: the loop, testing, logging and checkpoints."""
+    """One training run: the loop, testing, logging and checkpoints.
+
+    In a multi-process run every rank has a Trainer; only the root (rank 0)
+    writes the checkpoint, the log and features, the others (``root=False``,
+    no ``save_dir``) send it their share of the state when it saves.
+    """
 
     def __init__(self, opts: RunOptions, provider, net: NetConfig, plan: Plan, executor: Executor,
-                 save_dir: Path | None = None):
+                 save_dir: Path | None = None, root: bool = True):
         self.opts = opts
+        self.root = root
         self.provider = provider
         self.net = net
         self.plan = plan
@@ -215,6 +226,10 @@ class Trainer:
             Path(where).resolve() == self.checkpoint.resolve() else None
 
     def save(self) -> Path | None:
+        if not self.root:
+            if self.opts.save_path is not None and not self.opts.test_only:
+                self.executor.state_arrays()  # this rank's share, for the root's checkpoint
+            return None
         if self.checkpoint is None:
             return None
         step = self.executor.step_count
@@ -414,6 +429,8 @@ class Trainer:
             batch = self.provider.get_batch(batch_id, train=False, epoch=0)
             feats = self._features(batch, layer)
             target = folder / f"data_batch_{batch_id}.npz"
+            if not self.root:
+                continue
             try:
                 np.savez(target, data=feats, labels=batch[1].reshape(-1))
             except OSError as error:

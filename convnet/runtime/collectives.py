@@ -107,33 +107,42 @@ class ChunkedAllReduce(AllReduce):
         """The slice of a flattened array of ``size`` elements that ``rank`` owns."""
         return chunk_bounds(size, len(self.devices), rank)
 
-    def reduce_slice(self, grads: list[dict], rank: int) -> dict:
+    def reduce_slice(self, grads: list[dict], rank: int, received: dict | None = None) -> dict:
         """Slice ``rank`` of every ``grads[r][k]``, summed over r in rank order, as new
-        arrays on ``rank``'s device (the inputs are not written)."""
+        arrays on ``rank``'s device (the inputs are not written).
+
+        ``received[r][k]``, where given, is rank r's slice already on this device
+        (sent by another process, which holds ``grads[r]``)."""
         device = self.devices[rank]
+        received = received or {}
         sums = {}
         with device.scope():
             for k in sorted(grads[rank]):
                 lo, hi = self.bounds(grads[rank][k].size, rank)
-                parts = [g[k].reshape(-1)[lo:hi] for g in grads]
-                parts = [p if r == rank else device.copy_from(p) for r, p in enumerate(parts)]
+                parts = [received[r][k] if r in received else
+                         g[k].reshape(-1)[lo:hi] if r == rank else
+                         device.copy_from(g[k].reshape(-1)[lo:hi]) for r, g in enumerate(grads)]
                 total = parts[0] + parts[1] if len(parts) > 1 else parts[0].copy()
                 for part in parts[2:]:
                     total += part
                 sums[k] = total
         return sums
 
-    def gather_slices(self, arrays: list[dict], rank: int) -> None:
+    def gather_slices(self, arrays: list[dict], rank: int, received: dict | None = None) -> None:
         """Copy, into each contiguous ``arrays[rank][k]`` in place, every other rank's
-        slice of it from ``arrays[owner][k]``."""
+        slice of it from ``arrays[owner][k]``, or from ``received[owner][k]`` where
+        another process sent it."""
         device = self.devices[rank]
+        received = received or {}
         with device.scope():
             for k in sorted(arrays[rank]):
                 flat = arrays[rank][k].reshape(-1)
                 for owner, peer in enumerate(arrays):
                     if owner != rank:
                         lo, hi = self.bounds(flat.size, owner)
-                        device.copy_into(flat[lo:hi], peer[k].reshape(-1)[lo:hi])
+                        part = (received[owner][k] if owner in received
+                                else peer[k].reshape(-1)[lo:hi])
+                        device.copy_into(flat[lo:hi], part)
 
     def __call__(self, grads, ranks=None, barrier=None, scratch=None) -> None:
         count = len(self.devices)

@@ -109,13 +109,14 @@ def keep_freed_memory() -> bool:
     return ok
 
 
-def make_devices(gpus: tuple[int, ...], backend: str) -> list[Device]:
+def make_devices(gpus: tuple[int, ...], backend: str, first_index: int = 0) -> list[Device]:
     """One logical device per ``--gpu`` entry, of the kind ``backend`` names
-    (``'cuda'`` or ``'cpu'``, as :func:`convnet.runtime.backends.choose_backend` returns)."""
+    (``'cuda'`` or ``'cpu'``, as :func:`convnet.runtime.backends.choose_backend` returns),
+    numbered from ``first_index`` (a rank's first logical device in a multi-process run)."""
     if backend == "cuda":
         from convnet.runtime.cuda_device import CudaDevice  # imported only when CuPy is wanted
 
-        return [CudaDevice(i, p) for i, p in enumerate(gpus)]
+        return [CudaDevice(first_index + i, p) for i, p in enumerate(gpus)]
     limit_blas_threads(1)
     keep_freed_memory()
-    return [CpuDevice(i, p) for i, p in enumerate(gpus)]
+    return [CpuDevice(first_index + i, p) for i, p in enumerate(gpus)]

@@ -11,6 +11,14 @@ of one device in list order, so the two walks give bitwise-identical results.
 The executor owns the per-step buffers (activations, gradients, costs); the
 weights and their gradients live in a :class:`~convnet.runtime.weights.WeightStore`,
 and the update rule is a :class:`~convnet.runtime.optimizer.MomentumSGD`.
+
+In a multi-process run (a :class:`~convnet.runtime.cluster.Cluster` of
+several ranks) every process makes the same executor over all logical
+devices, runs the tasks of its own devices with sends and receives where
+data crosses processes (:mod:`convnet.runtime.rank_tasks`,
+:mod:`convnet.runtime.transfers`), and combines the costs, features and
+checkpoint state with small collectives, so every rank returns the same
+results as one process running the whole plan.
 """
 
 from __future__ import annotations
@@ -24,11 +32,14 @@ import numpy as np
 from convnet.config.model import NetConfig
 from convnet.plan.ops import AllReduce, Copy, Forward, Load, Plan, Update, shard_bounds
 from convnet.runtime.batch_check import check_batch
+from convnet.runtime.cluster import Cluster, single_process
 from convnet.runtime.collectives import make_all_reduce
 from convnet.runtime.non_finite import non_finite_cost_error, non_finite_gradient_error
 from convnet.runtime.optimizer import MomentumSGD
+from convnet.runtime.rank_tasks import tasks_for_rank
 from convnet.runtime.tasks import Task, TaskAction, make_tasks
-from convnet.runtime.weights import WeightStore
+from convnet.runtime.transfers import Transfers, accumulate
+from convnet.runtime.weights import WeightStore, assemble_state
 from convnet.runtime.workers import DeviceWorkers
 from layers import build_layer
 from layers.base import Context
@@ -69,6 +80,8 @@ class _StepBuffers:
     metrics: dict = field(default_factory=dict)  # (cost layer, shard) -> sums over the shard
     collectives: dict = field(default_factory=dict)
     reduced: dict = field(default_factory=dict)  # (layer, pass, rank) -> summed gradient slices
+    received: dict = field(default_factory=dict)  # slices from other processes (transfers.py)
+    sends: list = field(default_factory=list)  # this step's pending sends to other processes
     contexts: dict = field(default_factory=dict)  # shard -> Context (immutable, shared)
 
 
@@ -81,15 +94,20 @@ class Executor:
     ``seed`` draws the initial weights (see :mod:`convnet.runtime.weights`)
     and the dropout masks; ``check_finite`` stops a step whose costs or weight
     gradients hold NaN or inf (see :mod:`convnet.runtime.non_finite`).
+    ``cluster`` is this process's place in a multi-process run (``devices``
+    then holds :class:`~convnet.runtime.cluster.RemoteDevice` stand-ins for
+    the other ranks' devices); by default the run is this process alone.
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, seed: int = 0,
-                 parallel: bool = True, check_finite: bool = True):
+                 parallel: bool = True, check_finite: bool = True,
+                 cluster: Cluster | None = None):
         if len(devices) != plan.num_devices:
             raise ValueError("one device per logical index of the plan is needed")
         self.net = net
         self.plan = plan
         self.devices = devices
+        self.cluster = cluster if cluster is not None else single_process(len(devices))
         self.seed = seed
         self.step_count = 0
         self.check_finite = check_finite
@@ -98,11 +116,13 @@ class Executor:
         self.collectives = {op.replica_devices: make_all_reduce([devices[d] for d in
                                                                  op.replica_devices])
                             for op in plan.ops if isinstance(op, AllReduce)}
-        self.store = WeightStore(net, plan, devices, self.layers, seed, self.collectives)
+        self.store = WeightStore(net, plan, devices, self.layers, seed, self.collectives,
+                                 self.cluster.is_local)
         self.optimizer = MomentumSGD()
-        self._train_tasks = make_tasks(plan.ops, self._sharded)
-        self._eval_tasks = make_tasks([op for op in plan.ops if isinstance(op, FORWARD_OPS)],
-                                      self._sharded)
+        self.transfers = Transfers(self.cluster.comm, net, devices, self.store, self._collective)
+        self._train_tasks = self._rank_tasks(make_tasks(plan.ops, self._sharded))
+        self._eval_tasks = self._rank_tasks(make_tasks(
+            [op for op in plan.ops if isinstance(op, FORWARD_OPS)], self._sharded))
         self._actions = {  # the method that carries out each task action
             TaskAction.LOAD: self._load,
             TaskAction.COPY: self._copy,
@@ -114,20 +134,42 @@ class Executor:
             TaskAction.REDUCE_SLICE: self._reduce_slice,
             TaskAction.UPDATE_SLICE: self._update_slice,
             TaskAction.GATHER: self._gather,
+            TaskAction.SEND: self._send,
+            TaskAction.RECV: self._recv,
+            TaskAction.SEND_SLICE: self._send,
+            TaskAction.RECV_SLICE: self._recv,
         }
-        self.workers = DeviceWorkers(devices) if parallel else None
+        # With several processes a failed worker ends the run (the caller aborts every
+        # process), so the others, maybe blocked in a receive, are not waited for.
+        self.workers = (DeviceWorkers(devices, wait_after_error=self.cluster.size == 1)
+                        if parallel else None)
         self.timings: list[OpTiming] | None = None
 
     def _sharded(self, op: AllReduce) -> bool:
         return self.collectives[op.replica_devices].sharded
+
+    def _rank_tasks(self, tasks: list[Task]) -> list[Task]:
+        """This process's share of ``tasks``: all of them when it runs alone."""
+        cluster = self.cluster
+        if cluster.size == 1:
+            return tasks
+        return tasks_for_rank(tasks, cluster.rank_of, cluster.rank,
+                              lambda layer: self.plan.layers[layer].devices,
+                              cluster.comm.tag_limit)
 
     def _collective(self, layer: str):
         """The all-reduce of ``layer``'s replicas (one per replica set)."""
         return self.collectives[self.plan.layers[layer].devices]
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """Weights and momentum of every layer, on the host, for checkpoints."""
-        return self.store.state_arrays()
+        """Weights and momentum of every layer, on the host, for checkpoints.
+
+        With several processes every rank must call it: each sends its share to
+        rank 0, which returns the whole state; the others return an empty dict."""
+        if self.cluster.size == 1:
+            return self.store.state_arrays()
+        shares = self.cluster.comm.gather(self.store.local_state(), root=0)
+        return assemble_state(shares) if shares is not None else {}
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Put checkpointed weights and momentum onto every replica."""
@@ -148,11 +190,15 @@ class Executor:
         """The test-mode output of ``layer`` for every case of ``batch``, on the host."""
         buffers = self._run_tasks(batch, self._eval_tasks, train=False, progress=0.0)
         placement = self.plan.layers[layer]
-        parts = []
+        parts = {}
         for shard in range(self.plan.num_shards):
             _, device = self.plan.producer_of(layer, shard)
-            parts.append(self.devices[device].to_host(buffers.acts[(layer, shard, device)]))
-        return np.concatenate(parts) if placement.devices else np.empty((0,))
+            if self.cluster.is_local(device):
+                parts[shard] = self.devices[device].to_host(buffers.acts[(layer, shard, device)])
+        if self.cluster.size > 1:
+            parts = {s: a for share in self.cluster.comm.allgather(parts) for s, a in share.items()}
+        return (np.concatenate([parts[s] for s in range(self.plan.num_shards)])
+                if placement.devices else np.empty((0,)))
 
     def close(self) -> None:
         if self.workers is not None:
@@ -166,8 +212,12 @@ class Executor:
         start = time.perf_counter()
         buffers = self._run_tasks(batch, tasks, train, progress)
         num_cases = buffers.bounds[-1][1]
+        metrics = buffers.metrics
+        if self.cluster.size > 1:  # each rank has the shards of its own cost layer replicas
+            metrics = {k: v for share in self.cluster.comm.allgather(metrics)
+                       for k, v in share.items()}
         costs: dict[str, dict[str, float]] = {}
-        for (layer, _), sums in sorted(buffers.metrics.items()):  # fixed order: shard order
+        for (layer, _), sums in sorted(metrics.items()):  # fixed order: shard order
             totals = costs.setdefault(layer, {})
             for k, v in sums.items():
                 totals[k] = totals.get(k, 0.0) + v
@@ -200,6 +250,7 @@ class Executor:
                 run(task, None)
         else:
             self.workers.run(tasks, run)
+        self.transfers.finish_sends(buffers)
         if timings is not None:
             self.timings = timings
         return buffers
@@ -261,18 +312,18 @@ class Executor:
                 continue
             _, src_device = self.plan.producer_of(inp, op.shard)
             if src_device == op.device:
-                _accumulate(buffers.grads, (inp, op.shard, op.device), grad)
+                accumulate(buffers.grads, (inp, op.shard, op.device), grad)
             else:
-                _accumulate(buffers.gouts, (op.layer, inp, op.shard, op.device), grad)
+                accumulate(buffers.gouts, (op.layer, inp, op.shard, op.device), grad)
         accum = self.store.grads[op.layer][op.replica]
         for k, g in param_grads.items():
-            _accumulate(accum, k, g)
+            accumulate(accum, k, g)
 
     def _grad_copy(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         op = task.op
         grad = buffers.gouts.pop((op.consumer, op.layer, op.shard, op.src))
-        _accumulate(buffers.grads, (op.layer, op.shard, op.dst),
-                    self.devices[op.dst].copy_from(grad))
+        accumulate(buffers.grads, (op.layer, op.shard, op.dst),
+                   self.devices[op.dst].copy_from(grad))
 
     def _all_reduce(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         """Sum the replicas' gradients with the collective chosen for these devices;
@@ -296,7 +347,8 @@ class Executor:
     def _reduce_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         op = task.op
         buffers.reduced[(op.layer, op.pass_index, task.rank)] = \
-            self._collective(op.layer).reduce_slice(self.store.grads[op.layer], task.rank)
+            self._collective(op.layer).reduce_slice(self.store.grads[op.layer], task.rank,
+                                                    self._received(task, "grad-slice", buffers))
 
     def _update_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         """The update of rank ``task.rank``'s slice of the weights and momentum only,
@@ -311,8 +363,24 @@ class Executor:
 
     def _gather(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         op = task.op
-        self._collective(op.layer).gather_slices(self.store.weights[op.layer], task.rank)
+        self._collective(op.layer).gather_slices(self.store.weights[op.layer], task.rank,
+                                                 self._received(task, "weight-slice", buffers))
         self.store.grads[op.layer][task.rank].clear()  # every rank's reduce has read it
+
+    def _received(self, task: Task, what: str, buffers: _StepBuffers) -> dict:
+        """replica -> the slices other processes sent for this reduce or gather task
+        (one from every replica on another rank, filed by
+        :func:`convnet.runtime.transfers.received_key`)."""
+        op, rank_of = task.op, self.cluster.rank_of
+        return {q: buffers.received.pop((what, op.layer, op.pass_index, task.rank, q))
+                for q, d in enumerate(self.plan.layers[op.layer].devices)
+                if rank_of(d) != rank_of(task.device)}
+
+    def _send(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        self.transfers.send(task, buffers)
+
+    def _recv(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        self.transfers.recv(task, buffers)
 
     def _apply_update(self, op: Update, buffers: _StepBuffers, weights: dict, momentum: dict,
                       grads: dict) -> None:
@@ -332,8 +400,3 @@ class Executor:
                                   buffers.progress, num_cases)
         grads.clear()
 
-
-def _accumulate(store: dict, key, value) -> None:
-    """Sum into ``store[key]`` without writing into ``value``, which a layer may
-    have handed out as a view shared with another gradient."""
-    store[key] = store[key] + value if key in store else value

@@ -58,6 +58,12 @@ class TaskAction(enum.Enum):
     REDUCE_SLICE = ("reduce", "allreduce", True)
     UPDATE_SLICE = ("update-slice", "update", True)
     GATHER = ("gather", "allreduce", True)
+    # Transfers between processes (see convnet.runtime.rank_tasks): an activation or
+    # a gradient, and a slice of a sharded all-reduce (gradients or updated weights).
+    SEND = ("send", "copy", False)
+    RECV = ("recv", "copy", False)
+    SEND_SLICE = ("send-slice", "allreduce", True)
+    RECV_SLICE = ("recv-slice", "allreduce", True)
 
     def __new__(cls, label: str, category: str, weight_state: bool):
         action = object.__new__(cls)
@@ -89,6 +95,7 @@ class Task:
     action: TaskAction
     deps: tuple[int, ...]
     device: int | None = None  # the device of a one-device part; None: the op's own devices
+    transfer: object = None  # SEND/RECV tasks: a convnet.runtime.rank_tasks.Transfer
 
     @property
     def devices(self) -> tuple[int, ...]:
@@ -105,8 +112,9 @@ class Task:
 
     @property
     def barrier(self) -> bool:
-        """Its devices meet inside it: it may only start once nothing earlier is pending."""
-        return len(self.devices) > 1
+        """Its devices meet inside it, or it waits inside it for another process (a
+        receive): it may only start once nothing earlier is pending."""
+        return len(self.devices) > 1 or self.action in (TaskAction.RECV, TaskAction.RECV_SLICE)
 
     @property
     def deferrable(self) -> bool:

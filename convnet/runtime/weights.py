@@ -28,13 +28,19 @@ class WeightStore:
 
     ``collectives`` maps a replica set's devices to its all-reduce; the store
     reads it to assemble momentum that a sharded update spread over the replicas.
+
+    In a multi-process run ``local(device)`` says which devices are this
+    process's: the replicas on the others are ``None`` here, and the state
+    for a checkpoint is put together from every process's
+    :meth:`local_state` by :func:`assemble_state`.
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, layers: dict, seed: int,
-                 collectives: dict):
+                 collectives: dict, local=lambda device: True):
         self.plan = plan
         self.devices = devices
         self.collectives = collectives
+        self.local = local
         self.weights: dict[str, list[dict]] = {}
         self.momentum: dict[str, list[dict]] = {}
         self.grads: dict[str, list[dict]] = {}
@@ -48,43 +54,50 @@ class WeightStore:
                                  f"learning rules for {sorted(self.rules[name])}")
             devs = plan.layers[name].devices
             self.weights[name] = [{k: devices[d].to_device(v) for k, v in host.items()}
-                                  for d in devs]
+                                  if local(d) else None for d in devs]
             self.momentum[name] = [{k: devices[d].xp.zeros_like(v) for k, v in w.items()}
+                                   if w is not None else None
                                    for d, w in zip(devs, self.weights[name])]
-            self.grads[name] = [{} for _ in devs]
+            self.grads[name] = [{} if local(d) else None for d in devs]
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """Weights and momentum of every layer (replica 0, on the host) for checkpoints."""
-        out = {}
-        for name in self.weights:
-            dev = self.devices[self.plan.layers[name].devices[0]]
-            for k, v in self.weights[name][0].items():
-                out[f"weights/{name}/{k}"] = dev.to_host(v)
-            for k in self.momentum[name][0]:
-                out[f"momentum/{name}/{k}"] = self._momentum_on_host(name, k)
-        return out
+        """Weights and momentum of every layer (replica 0, on the host) for checkpoints
+        (of a one-process run; see :func:`assemble_state` for several)."""
+        return assemble_state([self.local_state()])
 
-    def _momentum_on_host(self, name: str, key: str) -> np.ndarray:
-        """The momentum of ``name``'s weights ``key``: replica 0's, or with a sharded
-        update each slice from the replica that owns it."""
-        devs = self.plan.layers[name].devices
-        first = self.devices[devs[0]].to_host(self.momentum[name][0][key])
-        collective = self.collectives.get(devs)
-        if collective is None or not collective.sharded:
-            return first
-        whole = np.array(first)  # to_host may return a view of the device's array
-        flat = whole.reshape(-1)
-        for owner in range(1, len(devs)):
-            lo, hi = collective.bounds(flat.size, owner)
-            part = self.devices[devs[owner]].to_host(self.momentum[name][owner][key])
-            flat[lo:hi] = part.reshape(-1)[lo:hi]
-        return whole
+    def local_state(self) -> tuple[dict[str, np.ndarray], list[tuple[str, int, int, np.ndarray]]]:
+        """This process's share of the state: whole arrays (weights and momentum of the
+        layers whose replica 0 is here) and ``(key, lo, hi, values)`` momentum slices
+        (of the replicas here that own a slice in a sharded update)."""
+        whole, slices = {}, []
+        for name in self.weights:
+            devs = self.plan.layers[name].devices
+            collective = self.collectives.get(devs)
+            sharded = collective is not None and collective.sharded
+            for replica, d in enumerate(devs):
+                if not self.local(d):
+                    continue
+                host = self.devices[d].to_host
+                if replica == 0:
+                    for k, v in self.weights[name][0].items():
+                        whole[f"weights/{name}/{k}"] = np.array(host(v))
+                    for k, v in self.momentum[name][0].items():
+                        whole[f"momentum/{name}/{k}"] = np.array(host(v))
+                elif sharded:
+                    for k, v in self.momentum[name][replica].items():
+                        lo, hi = collective.bounds(v.size, replica)
+                        slices.append((f"momentum/{name}/{k}", lo, hi,
+                                       np.array(host(v.reshape(-1)[lo:hi]))))
+        return whole, slices
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Put checkpointed weights and momentum onto every replica (shapes must match)."""
+        """Put checkpointed weights and momentum onto every replica of this process
+        (shapes must match)."""
         for name in self.weights:
             for group, store in (("weights", self.weights), ("momentum", self.momentum)):
                 for replica, d in enumerate(self.plan.layers[name].devices):
+                    if store[name][replica] is None:
+                        continue
                     for k, v in store[name][replica].items():
                         key = f"{group}/{name}/{k}"
                         if key not in arrays:
@@ -95,3 +108,15 @@ class WeightStore:
                                             f"{tuple(arrays[key].shape)}, the net needs "
                                             f"{tuple(v.shape)}")
                         store[name][replica][k] = self.devices[d].to_device(arrays[key])
+
+
+def assemble_state(shares) -> dict[str, np.ndarray]:
+    """The whole state from every process's :meth:`WeightStore.local_state`: replica 0's
+    arrays, with the momentum of a sharded update taken slice by slice from its owners."""
+    out = {}
+    for whole, _ in shares:
+        out.update(whole)
+    for _, slices in shares:
+        for key, lo, hi, values in slices:
+            out[key].reshape(-1)[lo:hi] = values
+    return out

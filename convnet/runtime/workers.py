@@ -20,7 +20,18 @@ except at a barrier, which all its devices reach in that same way.
 
 If any task raises, the run is aborted: every waiting worker wakes up and
 stops, and :meth:`DeviceWorkers.run` re-raises the first error in the calling
-thread, so one worker's failure never hangs the others.
+thread, so one worker's failure never hangs the others.  In a multi-process
+run (``wait_after_error=False``) it re-raises at once, without waiting for
+workers that may be blocked in a receive from another process: the caller
+then ends every process of the run.
+
+A receive from another process (:mod:`convnet.runtime.rank_tasks`) blocks
+its worker, so, like a barrier task, it only starts when nothing earlier is
+pending on its device.  The argument above then still holds across
+processes: the ranks' task lists are subsequences of one global order in
+which every send precedes its receive, and a worker blocked in a receive has
+finished everything before it, so the earliest unfinished task of that
+order is never stuck behind one.
 """
 
 from __future__ import annotations
@@ -39,8 +50,9 @@ class _Aborted(Exception):
 class DeviceWorkers:
     """Persistent worker threads, one per device, reused across steps."""
 
-    def __init__(self, devices: list):
+    def __init__(self, devices: list, wait_after_error: bool = True):
         self.devices = devices
+        self.wait_after_error = wait_after_error
         self._inboxes = [queue.Queue() for _ in devices]
         self._wake = [threading.Event() for _ in devices]
         self._threads = [threading.Thread(target=self._serve, args=(i,), daemon=True,
@@ -73,6 +85,8 @@ class DeviceWorkers:
             error = self._done.get()
             if error is not None:
                 errors.append(error)
+                if not self.wait_after_error and not isinstance(error, _Aborted):
+                    raise error
         real = [e for e in errors if not isinstance(e, _Aborted)]
         if real:
             raise real[0]

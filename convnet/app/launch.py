@@ -1,0 +1,149 @@
+"""Running the command line as one process of a multi-process (MPI) run.
+
+``mpiexec -n 2 python convnet.py --gpu 0,1 ...`` starts two processes that
+train one plan over 2 x 2 logical devices: logical device ``i`` lives on rank
+``i // len(--gpu)`` and uses ``--gpu[i % len(--gpu)]`` of that rank's
+machine (see :mod:`convnet.runtime.cluster`).  Without a launcher nothing
+changes and MPI is never imported.
+
+What each rank does: all ranks read the config, the data and (with
+``--load-file``) the checkpoint themselves, so these must be on every
+machine; rank 0 alone prints, writes the log and the checkpoint (the others
+send it their share of the state first) and writes features.  The other
+ranks print nothing but their errors.  An error on any rank is printed as
+``error: rank N: ...`` and ends every process of the run (MPI_Abort), so no
+rank waits forever for one that is gone.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import traceback
+
+from convnet.errors import ConvnetError, PlanError, UsageError
+from convnet.plan.planner import make_plan
+from convnet.runtime.cluster import Cluster, connect
+from convnet.runtime.communicator import Communicator
+
+_processes: tuple[Communicator, tuple[str, ...]] | None = None
+
+
+def processes() -> tuple[Communicator, tuple[str, ...]]:
+    """This run's communicator and host names (connected once per process)."""
+    global _processes
+    if _processes is None:
+        _processes = connect()
+    return _processes
+
+
+def cluster_for(gpus) -> Cluster:
+    """The run's processes, each with the devices of ``--gpu``."""
+    comm, hosts = processes()
+    return Cluster(comm, len(tuple(gpus)), hosts)
+
+
+def logical_gpus(gpus) -> tuple[int, ...]:
+    """The physical device of every logical device of the run (``--gpu`` once per rank)."""
+    return tuple(gpus) * processes()[0].size
+
+
+def plan_across_ranks(net, gpus, minibatch: int):
+    """The plan over every rank's devices; an error if a rank would have nothing to do."""
+    cluster = cluster_for(gpus)
+    if cluster.size == 1:
+        return make_plan(net, gpus, minibatch)
+    layout = (f"{cluster.size} processes x --gpu {','.join(map(str, gpus))} give "
+              f"{cluster.num_devices} logical devices")
+    try:
+        plan = make_plan(net, logical_gpus(gpus), minibatch)
+    except PlanError as error:
+        error.message = f"{error.message} ({layout})"
+        raise
+    used = {d for op in plan.ops for d in op.devices}
+    idle = [r for r in range(cluster.size)
+            if not any(cluster.rank_of(d) == r for d in used)]
+    if idle:
+        raise PlanError(f"rank(s) {', '.join(map(str, idle))} would have no work: the config "
+                        f"uses logical devices {', '.join(map(str, sorted(used)))}, and {layout}; "
+                        f"start fewer processes or list fewer devices in --gpu")
+    return plan
+
+
+def is_root() -> bool:
+    """True in the process that prints and writes files (the only one, or rank 0)."""
+    return processes()[0].rank == 0
+
+
+def require_one_process(what: str) -> None:
+    comm, _ = processes()
+    if comm.size > 1:
+        raise UsageError(f"{what} runs in one process; start it without mpiexec")
+
+
+class _RankStderr(io.TextIOBase):
+    """Standard error of one rank: ``error: ...`` lines become ``error: rank N: ...``;
+    with ``errors_only`` (ranks other than 0) every other line is dropped."""
+
+    def __init__(self, target, rank: int, errors_only: bool):
+        self._target = target
+        self._rank = rank
+        self._errors_only = errors_only
+        self._line_start = True
+        self._keep = not errors_only
+
+    def write(self, text: str) -> int:
+        if self._line_start:
+            is_error = text.startswith("error: ")
+            self._keep = is_error or not self._errors_only
+            if is_error:
+                text = f"error: rank {self._rank}: {text[len('error: '):]}"
+        if text:
+            self._line_start = text.endswith("\n")
+        if self._keep:
+            self._target.write(text)
+            self._target.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def isatty(self) -> bool:
+        return self._target.isatty()
+
+
+def run_as_rank(main, argv) -> int:
+    """``main(argv)`` as this process's part of the run; returns its exit code.
+
+    In a multi-process run a non-zero code (or an unexpected exception) ends
+    every process of the run with that code.
+    """
+    try:
+        comm, _ = processes()
+    except ConvnetError as error:
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return error.exit_code
+    if comm.size == 1:
+        return main(argv)
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stderr = _RankStderr(stderr, comm.rank, errors_only=comm.rank != 0)
+    if comm.rank != 0:
+        sys.stdout = open(os.devnull, "w")
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException as error:  # noqa: BLE001 - a bug: say where, then end the run
+        print(f"error: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        traceback.print_exc(file=stderr)
+        code = 1
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+    if code:
+        comm.abort(code)
+    return code
+
+
+__all__ = ["cluster_for", "is_root", "logical_gpus", "plan_across_ranks", "processes",
+           "require_one_process", "run_as_rank"]

@@ -1,0 +1,84 @@
+"""How the processes of a run talk to each other: one small interface, two implementations.
+
+In the manner of ChainerMN's communicators: point-to-point transfers of
+float32 arrays with tags, a few collectives on small Python objects, and
+abort.  :class:`LocalCommunicator` is the one-process case (nothing to talk
+to); :class:`convnet.runtime.mpi_comm.MpiCommunicator` is MPI through mpi4py;
+:func:`convnet.runtime.cluster.connect` picks one.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, NoReturn
+
+
+class Communicator(ABC):
+    """What the executor needs from the processes of a run.
+
+    Point-to-point transfers carry float32 numpy arrays; both sides know the
+    shape (it follows from the plan), so a receive fills a buffer the receiver
+    made.  Messages between two ranks with the same tag arrive in the order
+    they were sent.  The collectives carry small picklable objects (costs,
+    state of the weights for a checkpoint) and are called by every rank.
+    """
+
+    rank: int
+    size: int
+    tag_limit: int
+    """Tags are ``0 .. tag_limit - 1``."""
+
+    @abstractmethod
+    def isend(self, array, dest: int, tag: int) -> Any:
+        """Start sending ``array`` to ``dest``; returns a request for :meth:`wait_all`.
+        The array must stay unchanged until then (the request keeps it alive)."""
+
+    @abstractmethod
+    def recv(self, out, source: int, tag: int) -> None:
+        """Receive into the contiguous float32 array ``out``, blocking until it arrived."""
+
+    @abstractmethod
+    def wait_all(self, requests: list) -> None:
+        """Wait until the sends of ``requests`` have completed."""
+
+    @abstractmethod
+    def allgather(self, obj) -> list:
+        """Every rank's ``obj``, in rank order, on every rank."""
+
+    @abstractmethod
+    def gather(self, obj, root: int = 0) -> list | None:
+        """Every rank's ``obj`` in rank order on ``root``; None elsewhere."""
+
+    @abstractmethod
+    def abort(self, code: int) -> NoReturn:
+        """End every process of the run now, with exit status ``code``."""
+
+
+class LocalCommunicator(Communicator):
+    """The only process of a run: the collectives return what they were given."""
+
+    rank = 0
+    size = 1
+    tag_limit = 1
+
+    def isend(self, array, dest, tag):
+        raise RuntimeError("a one-process run has no other rank to send to")
+
+    def recv(self, out, source, tag):
+        raise RuntimeError("a one-process run has no other rank to receive from")
+
+    def wait_all(self, requests):
+        if requests:
+            raise RuntimeError("a one-process run has no pending sends")
+
+    def allgather(self, obj):
+        return [obj]
+
+    def gather(self, obj, root=0):
+        return [obj]
+
+    def abort(self, code):
+        raise SystemExit(code)
+
+
+__all__ = ["Communicator", "LocalCommunicator"]

@@ -1,0 +1,61 @@
+"""MPI through mpi4py: the :class:`~convnet.runtime.communicator.Communicator` of a multi-process run.
+
+Several worker threads of one process send and receive at the same time, so
+MPI must run at thread level ``MPI_THREAD_MULTIPLE`` (mpi4py asks for it by
+default; an MPI library that grants less is refused here rather than
+corrupting messages later).  Arrays travel as raw float32 buffers
+(``Isend``/``Recv``, no pickling); the collectives on small objects use
+mpi4py's pickling ones.  Importing this module initialises MPI.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from convnet.errors import DeviceError
+from convnet.runtime.communicator import Communicator
+
+
+class MpiCommunicator(Communicator):
+    """``MPI.COMM_WORLD``: every process the launcher started."""
+
+    def __init__(self):
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            raise DeviceError("the MPI library does not support MPI_THREAD_MULTIPLE, which "
+                              "the device worker threads need (use the mpich wheel of the "
+                              "'mpi' extra)")
+        self._comm = MPI.COMM_WORLD
+        self.rank = self._comm.Get_rank()
+        self.size = self._comm.Get_size()
+        self.tag_limit = int(self._comm.Get_attr(MPI.TAG_UB)) + 1
+
+    def isend(self, array, dest, tag):
+        array = np.ascontiguousarray(array, dtype=np.float32)
+        return self._comm.Isend([array, MPI.FLOAT], dest=dest, tag=tag), array
+
+    def recv(self, out, source, tag):
+        self._comm.Recv([out, MPI.FLOAT], source=source, tag=tag)
+
+    def wait_all(self, requests):
+        MPI.Request.Waitall([request for request, _ in requests])
+
+    def allgather(self, obj):
+        return self._comm.allgather(obj)
+
+    def gather(self, obj, root=0):
+        return self._comm.gather(obj, root=root)
+
+    def abort(self, code):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        self._comm.Abort(code)
+        raise SystemExit(code)  # Abort does not return; this keeps the type checker honest
+
+
+__all__ = ["MpiCommunicator"]

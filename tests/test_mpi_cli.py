@@ -1,0 +1,137 @@
+"""The command line under mpiexec: the digits examples, resuming, errors and a killed rank."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from convnet.app.checkpoint import load_checkpoint
+from mpi_helpers import ROOT, env, mpiexec, needs_mpi, run_alone, run_mpi
+
+pytestmark = needs_mpi
+
+CLI = str(ROOT / "convnet.py")
+EXAMPLES = ROOT / "examples"
+
+
+def _arrays(folder: Path) -> dict:
+    arrays, _ = load_checkpoint(folder / "checkpoint.npz")
+    return arrays
+
+
+def _assert_same_state(a: Path, b: Path) -> None:
+    got, want = _arrays(a), _arrays(b)
+    assert sorted(got) == sorted(want)
+    for key in want:
+        assert np.array_equal(got[key], want[key]), key
+
+
+def _digits(config: str) -> list[str]:
+    params = "digits-hybrid-params.cfg" if config == "digits-hybrid.cfg" else "digits-params.cfg"
+    return ["--layer-def", str(EXAMPLES / config), "--layer-params", str(EXAMPLES / params),
+            "--no-progress"]
+
+
+@pytest.mark.parametrize("config", ["digits-data.cfg", "digits-model.cfg", "digits-hybrid.cfg"])
+def test_two_processes_save_what_one_process_saves(tmp_path, config):
+    args = [CLI, *_digits(config), "--epochs", "1"]
+    done = run_mpi(2, args + ["--gpu", "0", "--save-path", "A"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    alone = run_alone(args + ["--gpu", "0,1", "--save-path", "B"], cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    _assert_same_state(tmp_path / "A", tmp_path / "B")
+    assert done.stdout.count("test cost") == alone.stdout.count("test cost") == 1
+    assert done.stderr == ""  # one log, from rank 0; nothing from the others
+
+
+def test_resume_with_another_process_count(tmp_path):
+    args = [CLI, *_digits("digits-hybrid.cfg")]
+    first = run_mpi(2, args + ["--gpu", "0", "--epochs", "1", "--save-path", "A"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    resumed = run_alone([CLI, "--load-file", "A", "--gpu", "0,1", "--epochs", "2",
+                         "--no-progress"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    whole = run_alone(args + ["--gpu", "0,1", "--epochs", "2", "--save-path", "B"],
+                      cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+    _assert_same_state(tmp_path / "A", tmp_path / "B")
+
+
+def test_a_rank_without_work_is_an_error(tmp_path):
+    done = run_mpi(4, [CLI, *_digits("digits-data.cfg"), "--gpu", "0"], cwd=tmp_path)
+    assert done.returncode == 2
+    # every rank finds the error; whichever reports it first ends the others
+    assert re.search(r"error: rank [0-3]: rank\(s\) 2, 3 would have no work", done.stderr)
+    assert "Traceback" not in done.stderr
+
+
+def test_too_few_devices_over_all_ranks_is_an_error(tmp_path):
+    done = run_mpi(2, [CLI, "--layer-def",
+                       str(EXAMPLES / "cuda-convnet2" / "layers-imagenet-4gpu-data.cfg"),
+                       "--layer-params",
+                       str(EXAMPLES / "cuda-convnet2" / "layer-params-imagenet-4gpu-data.cfg"),
+                       "--gpu", "0", "--data-dims", "3x224x224", "--num-classes", "1000",
+                       "--mini", "128", "--print-plan"], cwd=tmp_path)
+    assert done.returncode == 2
+    assert "2 processes x --gpu 0 give 2 logical devices" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_print_plan_shows_the_processes(tmp_path):
+    done = run_mpi(2, [CLI, "--gpu", "0", "--print-plan"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Processes (logical device i on rank i // 1" in done.stdout
+    assert done.stdout.count("Schedule (per pass") == 1  # printed by rank 0 only
+
+
+def _rank_pid(marker: str, rank: int) -> int | None:
+    """The pid of rank ``rank`` of the run whose environment holds ``marker``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"CONVNET_TEST_RUN={marker}".encode() in environ and \
+                f"PMI_RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def test_a_killed_rank_ends_the_run_and_leaves_a_loadable_checkpoint(tmp_path):
+    marker = uuid.uuid4().hex
+    job = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, CLI, "--gpu", "0",
+                            "--epochs", "1000", "--test-freq", "1", "--save-path", "K",
+                            "--no-progress"], cwd=tmp_path, env=env(CONVNET_TEST_RUN=marker),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "K" / "checkpoint.npz").exists():
+            assert job.poll() is None, job.stderr.read()
+            assert time.monotonic() < deadline, "no checkpoint within 60 s"
+            time.sleep(0.05)
+        time.sleep(0.3)  # mid-training, between or inside steps
+        pid = _rank_pid(marker, 1)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        code = job.wait(timeout=30)
+        assert time.monotonic() - killed < 30
+        assert code != 0
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    arrays, meta = load_checkpoint(tmp_path / "K" / "checkpoint.npz")
+    assert any(k.startswith("weights/") for k in arrays) and meta["counters"]["step"] > 0

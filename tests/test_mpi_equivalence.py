@@ -1,0 +1,46 @@
+"""Several processes train what one process trains, bitwise.
+
+Each case runs a scaled reference config for a few steps under ``mpiexec``
+(``tests/mpi_programs/train_steps.py``) and in this process over the same
+logical devices, and compares the final weights and momentum, the step and
+evaluation costs and a layer's features.  The sums of the sharded
+all-reduce run in replica order in both, so every array must be bitwise equal.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpi_helpers import ROOT, needs_mpi, run_mpi
+from mpi_programs import train_steps
+from scaled_configs import scaled_config
+
+PROGRAM = ROOT / "tests" / "mpi_programs" / "train_steps.py"
+
+pytestmark = needs_mpi
+
+
+@pytest.mark.parametrize("name, ranks, gpus", [
+    ("imagenet-2gpu-data", 2, (0,)),          # data-parallel: the all-reduce crosses processes
+    ("imagenet-2gpu-model", 2, (0,)),         # model-parallel: activations and gradients cross
+    ("imagenet-4gpu-data-model", 4, (0,)),    # hybrid, one device per process
+    ("imagenet-4gpu-data-model", 2, (0, 1)),  # hybrid, two devices per process
+])
+def test_processes_train_what_one_process_trains(tmp_path, name, ranks, gpus):
+    scaled_config(name, tmp_path)
+    out = tmp_path / "mpi.npz"
+    done = run_mpi(ranks, [str(PROGRAM), name, ",".join(map(str, gpus)), str(tmp_path),
+                           str(out)], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = dict(np.load(out))
+    want = train_steps.run_alone(name, tmp_path, gpus * ranks)
+    assert sorted(got) == sorted(want)
+    assert json.loads(bytes(got.pop("__costs__"))) == \
+        json.loads(bytes(want.pop("__costs__")))
+    for key, value in want.items():
+        assert np.array_equal(got[key], value), key
+    assert any(k.startswith("momentum/") and np.any(v) for k, v in want.items())
