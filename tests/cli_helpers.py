@@ -21,7 +21,7 @@ SINGLE_PARAMS = EXAMPLES / "digits-params.cfg"
 
 #: Quick training on the digits (the bundled example's net and data).
 DIGITS = ["--no-progress", "--mini", "64"]
-#: The digits net on synthetic 1x8x8 data: no scikit-learn import, so a run starts fast.
+#: The digits net on synthetic 1x8x8 data: no data file to read, so a run starts fast.
 DUMMY = ["--no-progress", "--data-provider", "dummy", "--data-dims", "1x8x8",
          "--num-classes", "10", "--train-range", "1-2", "--test-range", "9", "--mini", "128"]
 

@@ -14,6 +14,7 @@ from convnet.app import training
 from convnet.app.compare import run_compare
 from convnet.app.options import RunOptions, resolve_options
 from convnet.errors import ConvnetError
+from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
 from convnet.plan.report import plan_json, plan_text
 
@@ -37,6 +38,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 def print_plan(opts: RunOptions) -> int:
     """--print-plan (text or JSON), and the --plan-graph picture."""
+    if opts.plan_graph is not None:
+        require_matplotlib("--plan-graph")
     net, plan = training.build_net_and_plan(opts)
     print(plan_json(plan, net) if opts.print_plan == "json" else plan_text(plan, net))
     if opts.plan_graph is not None:
