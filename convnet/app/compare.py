@@ -29,7 +29,6 @@ and the table and the picture are written to ``SAVE_PATH/compare.txt`` and
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
 import tempfile
@@ -40,8 +39,9 @@ from convnet.app import training
 from convnet.app.compare_plot import write_comparison_png
 from convnet.app.compare_table import comparison_table
 from convnet.app.options import RunOptions, resolve_options
-from convnet.app.run_log import CSV_NAME
+from convnet.app.run_log import CSV_NAME, read_log
 from convnet.errors import ConvnetError, UsageError
+from convnet.optional import require_matplotlib
 from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan
 from convnet.plan.report import DeviceTotals, device_totals
 
@@ -222,6 +222,8 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     """
     _check_args(args)
     pairs = config_pairs(args)
+    if args.save_path:
+        require_matplotlib("--compare with --save-path (compare.png)")
     names = run_names([p[0] for p in pairs])
     for layer_def, layer_params in pairs:
         for path in (layer_def, layer_params):
@@ -286,7 +288,8 @@ def _train_and_profile(result: ConfigResult, opts: RunOptions, provider, net, pl
     training.check_save_dir(result.log_path.parent)
     executor = training.make_executor(opts, net, plan)
     try:
-        trainer = training.Trainer(opts, provider, net, plan, executor, result.log_path.parent)
+        trainer = training.Trainer(opts, provider, net, plan, executor, result.log_path.parent,
+                                   announce=False)
         if not keep_checkpoints:
             trainer.checkpoint = None  # the log goes to the scratch folder; no checkpoints
         trainer.train()
@@ -297,19 +300,6 @@ def _train_and_profile(result: ConfigResult, opts: RunOptions, provider, net, pl
         profile(result, executor, provider, opts.mini, profile_steps)
     finally:
         executor.close()
-
-
-def read_log(path: Path) -> list[dict]:
-    """The rows of a run's CSV log, numbers as floats (epoch and batch as ints)."""
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as error:
-        raise ConvnetError(f"cannot read the run log {path}: {error.strerror}") from None
-    out = []
-    for row in rows:
-        out.append({k: (int(v) if k in ("epoch", "batch") else float(v)) for k, v in row.items()})
-    return out
 
 
 def profile(result: ConfigResult, executor, provider, mini: int,
