@@ -206,10 +206,6 @@ def config_options(args: argparse.Namespace,
             for layer_def, layer_params in pairs]
 
 
-def _highest_gpu_index(net) -> int:
-    return max((g for ldef in net for g in (ldef.gpu or ())), default=0)
-
-
 # ===================================================================== running
 def compare(args: argparse.Namespace, out=print, provider=None,
             profile_steps: int = PROFILE_STEPS) -> tuple[list[ConfigResult], Path | None]:
@@ -234,7 +230,7 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     options = config_options(args, pairs)
     provider = provider or training.make_data_provider(options[0])
     if args.gpu is None:  # enough devices for the config that names the most
-        count = 1 + max(_highest_gpu_index(training.load_net_for(o, provider)) for o in options)
+        count = max(training.devices_needed(training.load_net_for(o, provider)) for o in options)
         options = [replace(o, gpu=tuple(range(count))) for o in options]
     planned = [training.build_net_and_plan(o, provider) for o in options]
 

@@ -91,7 +91,15 @@ def load_net_for(opts: RunOptions, provider=None) -> NetConfig:
         return infer_shapes(parsed, dims, classes)
     except ConfigError as error:
         error.message = f"{error.message} (input shapes from {source})"
+        wanted = getattr(error, "config_classes", None)
+        if wanted is not None and (opts.data_provider == "dummy" or source.startswith("--")):
+            error.message += f"; give --num-classes {wanted} to match the config"
         raise
+
+
+def devices_needed(net: NetConfig) -> int:
+    """How many logical devices the config's gpu= lists name (1 + the highest index)."""
+    return 1 + max((g for ldef in net for g in (ldef.gpu or ())), default=0)
 
 
 def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan]:
@@ -100,7 +108,14 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
         return net, make_plan(net, opts.gpu, opts.mini)
     except ConfigError as error:
         saved = opts.resume.saved_options.get("gpu") if opts.resume is not None else None
-        if saved is not None and tuple(saved) != tuple(opts.gpu):
+        needed = devices_needed(net)
+        if needed > len(opts.gpu):
+            spread = ",".join(map(str, range(needed)))
+            shared = ",".join([str(opts.gpu[0])] * needed)
+            error.message = (f"{error.message}; the config uses {needed} logical devices: give "
+                             f"--gpu {spread}, or --gpu {shared} for {needed} logical devices "
+                             f"on device {opts.gpu[0]}")
+        elif saved is not None and tuple(saved) != tuple(opts.gpu):
             error.message = (f"{error.message} (the checkpoint ran on --gpu "
                              f"{','.join(map(str, saved))}; its weights load on any device "
                              "list the config fits, and a device may be listed twice, "

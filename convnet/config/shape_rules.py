@@ -47,9 +47,11 @@ class ShapeState:
         if self.num_classes is None:
             self.num_classes = count
         elif count != self.num_classes:
-            raise self.at(layer, "inputs").error(
+            error = self.at(layer, "inputs").error(
                 f"input '{source}' gives {count} values per case, "
                 f"but there are {self.num_classes} classes")
+            error.config_classes = count  # the class count the config implies, for a hint
+            raise error
         return count
 
     def check_size(self, layer, key: str) -> None:
