@@ -8,21 +8,22 @@ is done, so a missing package is reported at once rather than after training.
 
 from __future__ import annotations
 
-import importlib.util
-
 from convnet.errors import ConvnetError
 
 PLOT_INSTALL = "pip install -e '.[plot]'"
 
 
 def has_matplotlib() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
+    """Whether matplotlib imports (found is not enough: a broken install fails later)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def require_matplotlib(what: str) -> None:
     """Raise a one-line error naming the ``plot`` extra unless matplotlib can be imported."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    if not has_matplotlib():
         raise ConvnetError(f"{what} draws with matplotlib, which is not installed; install "
                            f"the 'plot' extra: {PLOT_INSTALL}") from None

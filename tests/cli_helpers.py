@@ -30,9 +30,10 @@ def command(*args) -> list[str]:
     return [sys.executable, str(CONVNET), *map(str, args)]
 
 
-def run_cli(*args, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_cli(*args, timeout: float = 120, cwd: Path | None = None,
+            env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``python convnet.py ARGS`` to the end; returns the finished process."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout,
                           cwd=cwd or REPO, env=env)
 

@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--num-classes", type=positive_int, default=None, metavar="N",
                       help="number of classes, with --data-dims [resumable] (default: 10 "
                            "for dummy data)")
+    data.add_argument("--dummy-cases", type=positive_int, default=None, metavar="N",
+                      help="cases per batch of the dummy provider, e.g. 128 for a short "
+                           "run of a large net [resumable] (default: 512)")
     data.add_argument("--train-range", type=batch_range, default=None, metavar="RANGE",
                       help="training batch numbers, e.g. 1-5 or 1-3,5 [resumable] "
                            "(default: the provider's, e.g. 1-5 for digits and cifar)")

@@ -56,6 +56,7 @@ class RunOptions:
     data_path: Path | None
     data_dims: str | None
     num_classes: int | None
+    dummy_cases: int | None
     train_range: str | None
     test_range: str | None
     inner_size: int
@@ -85,9 +86,9 @@ class RunOptions:
 
 #: Options a checkpoint remembers; on resume a command-line value wins.
 RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "seed", "data_provider", "data_path",
-             "data_dims", "num_classes", "train_range", "test_range", "inner_size",
-             "color_noise", "scalar_mean", "epochs", "test_freq", "save_path", "logreg_name",
-             "backend")
+             "data_dims", "num_classes", "dummy_cases", "train_range", "test_range",
+             "inner_size", "color_noise", "scalar_mean", "epochs", "test_freq", "save_path",
+             "logreg_name", "backend")
 
 #: Built-in values of resumable options.  epochs, gpu and data_provider depend on
 #: other options and are filled in by :func:`resolve_options`.
@@ -132,6 +133,7 @@ _DECODE_SAVED = {
     "data_provider": provider_name,
     "data_dims": lambda v: data_dims(_saved_name(v)),
     "num_classes": lambda v: positive_int(_as_text(v)),
+    "dummy_cases": lambda v: positive_int(_as_text(v)),
     "train_range": lambda v: batch_range(_saved_name(v)),
     "test_range": lambda v: batch_range(_saved_name(v)),
     "inner_size": lambda v: non_negative_int(_as_text(v)),
@@ -222,6 +224,9 @@ def check_options(opts: RunOptions) -> None:
     if opts.data_provider in ("cifar", "convnet-batches") and opts.data_path is None \
             and needs_data:
         raise UsageError(f"the '{opts.data_provider}' data provider needs --data-path DIR")
+    if opts.dummy_cases is not None and opts.data_provider != "dummy":
+        raise UsageError(f"--dummy-cases sets the size of dummy batches; the "
+                         f"'{opts.data_provider}' data has its own")
     if opts.data_provider in ("digits", "dummy") and opts.data_path is not None:
         raise UsageError(f"the '{opts.data_provider}' data provider reads no files; "
                          "--data-path is for cifar and convnet-batches")

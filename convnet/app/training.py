@@ -58,6 +58,8 @@ def make_data_provider(opts: RunOptions):
         multiview_test=opts.multiview_test, seed=opts.seed,
         data_dims={0: parse_data_dims(opts.data_dims), 1: (1,)} if opts.data_dims else None,
         num_classes=opts.num_classes)
+    if opts.dummy_cases is not None:
+        options.cases_per_batch = opts.dummy_cases
     provider = make_provider(opts.data_provider, options=options)
     if opts.data_provider != "dummy" and opts.data_dims:
         want = parse_data_dims(opts.data_dims)
