@@ -4,6 +4,10 @@
 #   make bench  - create .venv, install with the bench extra (PyTorch), run the training benchmark
 # Each target installs only what it needs; the stamp files record what is installed.
 PYTHON ?= python3
+# The PyTorch the cross-check tests install: the CPU build they were verified against.  An
+# unpinned torch resolves to the newest build, here a 5.6 GB CUDA one that adds nothing to
+# a CPU cross-check; override with e.g. make test TEST_TORCH=torch.
+TEST_TORCH ?= torch==2.13.0
 VENV ?= .venv
 BIN := $(VENV)/bin
 
@@ -17,7 +21,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]' '$(TEST_TORCH)'
 	touch $@
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python

@@ -88,6 +88,9 @@ def _interrupt(tmp_path, *signals: int):
             break
     else:
         raise AssertionError(proc.stderr.read())
+    deadline = time.monotonic() + 30  # the first save follows the line: wait for it
+    while not (folder / "checkpoint.npz").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     time.sleep(0.1)
     for s in signals:
         proc.send_signal(s)
