@@ -358,3 +358,36 @@ def test_imagenet_configs_plan_down_to_52_pixels():
             (1, 1)
         with pytest.raises(Exception, match="larger than"):
             load_net(*files, data_dims={0: (3, 51, 51), 1: (1,)}, num_classes=1000)
+
+
+def test_verdict_names_the_fastest_scheme_and_what_it_pays(digits_comparison):
+    from convnet.app.compare_verdict import baseline, efficiency, idle_share, speedup
+
+    _, results, _, text = digits_comparison
+    table = parse_tables(text)[0]
+    base = baseline(results)
+    assert base.name == "digits-single" and table[0]["speedup"] == "1.00x"
+    for result, row in zip(results, table):
+        assert row["speedup"] == f"{speedup(result, base):.2f}x"
+        assert row["efficiency"] == f"{100 * efficiency(result, base):.0f}%"
+    best = max(results, key=lambda r: r.train_images_per_sec)
+    line = next(l for l in text.splitlines() if l.startswith("fastest: "))
+    assert line.startswith(f"fastest: {best.name} ({best.scheme})")
+    assert f"idle {100 * idle_share(best):.0f}% of a step" in line
+    if best.allreduce_bytes:
+        assert f"all-reduces {fmt_bytes(best.allreduce_bytes)}" in line
+    # an unused device is not idle time of the one-device config
+    assert idle_share(base) < 0.5
+
+
+def test_unequal_configs_are_warned_about():
+    """The hybrid config without updatePeriod updates its fc layers every pass (32 cases),
+    the one-device config every 64: not the same training."""
+    args = build_parser().parse_args([
+        "--compare", str(EXAMPLES / "digits-single.cfg"), str(EXAMPLES / "digits-hybrid.cfg"),
+        "--layer-params", str(EXAMPLES / "digits-params.cfg"), "--gpu", "0,1", "--mini",
+        "64", "--train-range", "1", "--test-range", "6", "--no-progress"])
+    printed = []
+    compare(args, out=printed.append, profile_steps=1)
+    assert any(l.startswith("warning: digits-hybrid updates '") and "updatePeriod" in l
+               for l in "\n".join(printed).splitlines())

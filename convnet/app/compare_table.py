@@ -44,8 +44,8 @@ def fmt_error(error: float) -> str:
 
 
 SCHEME_HEADER = ["config", "scheme", "passes", "devices used", "copied", "all-reduced",
-                 "img/s train", "speedup", "efficiency", "img/s profiled", "wall s", "train cost", "train err", "test cost",
-                 "test err"]
+                 "img/s train", "speedup", "efficiency", "img/s profiled", "wall s",
+                 "train cost", "train err", "test cost", "test err"]
 DEVICE_HEADER = ["config", "device", "param memory", "activations (est.)", "sent", "received",
                  "compute ms", "copy ms", "all-reduce ms", "idle ms", "step ms"]
 

@@ -29,9 +29,11 @@ def efficiency(result, base) -> float | None:
 
 
 def idle_share(result) -> float:
-    """The share of the profiled step its devices spent waiting, averaged over devices."""
-    total = sum(t.busy + t.idle for t in result.times)
-    return sum(t.idle for t in result.times) / total if total else 0.0
+    """The share of the profiled step its devices spent waiting, over the devices it uses
+    (a device the config leaves unused is not waiting for anything)."""
+    used = [t for t in result.times if t.busy > 0]
+    total = sum(t.busy + t.idle for t in used)
+    return sum(t.idle for t in used) / total if total else 0.0
 
 
 def verdict(results, fmt_bytes) -> str:

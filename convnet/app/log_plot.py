@@ -41,7 +41,7 @@ def log_figure(rows: list[dict], title: str):
     for ax, key, label, scale in ((fig.add_subplot(1, 2, 1), "cost", "cost", 1.0),
                                   (fig.add_subplot(1, 2, 2), "error", "error (%)", 100.0)):
         ax.plot(times, [scale * r[key] for r in rows], marker="o", markersize=3,
-                label=f"training (mean over the interval)")
+                label="training (mean over the interval)")
         ax.plot(times, [scale * r[f"test_{key}"] for r in rows], marker="s", markersize=3,
                 label="test")
         ax.set_xlabel("wall time (s)")
