@@ -21,7 +21,7 @@ SINGLE_PARAMS = EXAMPLES / "digits-params.cfg"
 
 #: Quick training on the digits (the bundled example's net and data).
 DIGITS = ["--no-progress", "--mini", "64"]
-#: The digits net on synthetic 1x8x8 data: no scikit-learn import, so a run starts fast.
+#: The digits net on synthetic 1x8x8 data: no data file to read, so a run starts fast.
 DUMMY = ["--no-progress", "--data-provider", "dummy", "--data-dims", "1x8x8",
          "--num-classes", "10", "--train-range", "1-2", "--test-range", "9", "--mini", "128"]
 
@@ -30,9 +30,10 @@ def command(*args) -> list[str]:
     return [sys.executable, str(CONVNET), *map(str, args)]
 
 
-def run_cli(*args, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_cli(*args, timeout: float = 120, cwd: Path | None = None,
+            env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``python convnet.py ARGS`` to the end; returns the finished process."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout,
                           cwd=cwd or REPO, env=env)
 

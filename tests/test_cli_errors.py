@@ -28,7 +28,8 @@ def earlier(tmp_path_factory):
     """A good run's save path, and the bytes of what it saved."""
     folder = tmp_path_factory.mktemp("earlier") / "run"
     ok(run_cli(*DUMMY, "--epochs", "1", "--save-path", folder))
-    saved = {name: (folder / name).read_bytes() for name in ("checkpoint.npz", "log.csv")}
+    saved = {name: (folder / name).read_bytes()
+             for name in ("checkpoint.npz", "log.csv", "log.png")}
     yield folder, saved
 
 

@@ -11,6 +11,8 @@ import signal
 import subprocess
 import time
 
+from convnet.app.run_summary import where_text
+
 from cli_helpers import (DUMMY, assert_same_arrays, checkpoint_arrays, ok, parse_test_line,
                          read_log, run_cli, start_cli)
 
@@ -77,31 +79,52 @@ def test_sigkill_during_training_always_leaves_a_loadable_checkpoint(tmp_path):
     assert [[r[k] for k in keys] for r in rows] == [[r[k] for k in keys] for r in expected]
 
 
-def _interrupt(tmp_path, sig: int):
+def _interrupt(tmp_path, *signals: int):
     folder = tmp_path / "run"
     proc = start_cli(*DUMMY, "--epochs", "100", "--test-freq", "1", "--save-path", folder,
                      env={"PYTHONFAULTHANDLER": "1"})
-    line = proc.stdout.readline()  # the first test line: training is under way
-    assert line.startswith("epoch"), line + proc.stderr.read()
-    _wait(lambda: (folder / "checkpoint.npz").exists(), proc)  # the first save follows the line
+    for line in proc.stdout:  # the banner, then the first test line: training is under way
+        if line.startswith("epoch"):
+            break
+    else:
+        raise AssertionError(proc.stderr.read())
+    deadline = time.monotonic() + 30  # the first save follows the line: wait for it
+    while not (folder / "checkpoint.npz").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     time.sleep(0.1)
-    proc.send_signal(sig)
+    for s in signals:
+        proc.send_signal(s)
     try:
         out, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:  # show where it hangs (faulthandler dumps on SIGABRT)
         proc.send_signal(signal.SIGABRT)
         out, err = proc.communicate()
-        raise AssertionError(f"no exit within 60 s of signal {sig}:\n{err}") from None
+        raise AssertionError(f"no exit within 60 s of signals {signals}:\n{err}") from None
     return proc.returncode, err, folder
 
 
-def test_ctrl_c_exits_cleanly_with_130(tmp_path):
+def test_ctrl_c_saves_at_a_batch_end_and_prints_the_command_that_resumes(tmp_path):
     code, err, folder = _interrupt(tmp_path, signal.SIGINT)
     assert code == 130, err
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1] == "interrupted"
-    test = ok(run_cli("--load-file", folder, "--test-only"))  # the last save loads
+    lines = err.strip().splitlines()
+    assert lines[-1] == "interrupted"
+    assert any(l.startswith("Ctrl-C: stopping after this batch") for l in lines), err
+    # "saved CHECKPOINT (WHERE); to resume: python .../convnet.py --load-file FOLDER"
+    saved, command = lines[-2].split("; to resume: ")
+    assert saved.startswith(("saved ", "last saved: ")), lines[-2]
+    assert command.endswith(f"--load-file {folder}") and "convnet.py" in command
+    counters = checkpoint_arrays(folder / "checkpoint.npz")[1]["counters"]
+    assert saved.endswith(f"({where_text(counters['epoch'], counters['batch_index'], 2)})")
+    test = ok(run_cli("--load-file", folder, "--test-only"))  # the save loads
     assert parse_test_line(test.stdout)[2] == 512
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path):
+    code, err, folder = _interrupt(tmp_path, signal.SIGINT, signal.SIGINT)
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "interrupted"
 
 
 def test_sigterm_exits_cleanly_with_143(tmp_path):

@@ -142,7 +142,7 @@ def test_digits_costs_errors_and_speed_are_the_logs(digits_comparison):
     scheme_table = parse_tables(text)[0]
     for config, result, row in zip(DIGITS, results, scheme_table):
         log = read_csv(save / f"digits-{config}" / "log.csv")
-        assert [int(r["epoch"]) for r in log] == [1, 2]
+        assert [int(r["epoch"]) for r in log] == [1] * 5 + [2] * 5  # a test per batch
         last = log[-1]
         assert row["train cost"] == fmt_cost(float(last["cost"]))
         assert row["train err"] == fmt_error(float(last["error"]))
@@ -197,7 +197,7 @@ def test_digits_time_split_and_timeline_follow_the_plan(digits_comparison):
     # img/s step is the minibatch over the mean profiled step.
     scheme_table = parse_tables(text)[0]
     for result, row in zip(results, scheme_table):
-        assert row["img/s step"] == fmt_rate(64 / result.mean_step_seconds)
+        assert row["img/s profiled"] == fmt_rate(64 / result.mean_step_seconds)
 
 
 def test_digits_picture_is_a_png_of_the_expected_size(digits_comparison):
@@ -211,6 +211,55 @@ def test_digits_picture_is_a_png_of_the_expected_size(digits_comparison):
     assert image.shape[:2] == (height, width)
     assert float(np.asarray(image)[..., :3].std()) > 0.05  # not a blank canvas
     assert (save / "compare.txt").read_text().strip() in text
+
+
+def text_boxes(fig):
+    """(what, window extent) of every visible text and legend of a drawn figure."""
+    from matplotlib.legend import Legend
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legends = [a for a in fig.findobj(Legend)]
+    inside = {id(t) for legend in legends for t in legend.findobj(Text)}
+    boxes = [(f"legend {i}", legend.get_window_extent(renderer))
+             for i, legend in enumerate(legends)]
+    boxes += [(t.get_text(), t.get_window_extent(renderer)) for t in fig.findobj(Text)
+              if t.get_visible() and t.get_text().strip() and id(t) not in inside]
+    return boxes
+
+
+def overlaps(boxes) -> list[tuple[str, str]]:
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:]
+            if box_a.overlaps(box_b)]
+
+
+def test_picture_has_no_overlapping_text_even_with_long_names(digits_comparison):
+    """Titles, tick labels, bar labels and legends never cover one another: checked on the
+    renderer's extents, with the ImageNet configs' long names and five-digit rates."""
+    from dataclasses import replace
+
+    from convnet.app.compare_plot import comparison_figure
+
+    _, results, _, _ = digits_comparison
+    long = [replace(r, name=f"layers-imagenet-2gpu-{r.name}") for r in results]
+    for r in long:  # rates of a larger machine: longer labels on narrow bars
+        r.log_rows = [dict(row, inputs_per_sec=12345.0 + i) for i, row in enumerate(r.log_rows)]
+    assert overlaps(text_boxes(comparison_figure(long))) == []
+    assert overlaps(text_boxes(comparison_figure(results))) == []
+
+
+def test_text_box_check_sees_an_overlap():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set_title("a title")
+    ax.legend(handles=[ax.plot([0], [0], label="x")[0]], loc="lower center",
+              bbox_to_anchor=(0.5, 0.98))
+    assert overlaps(text_boxes(fig))
 
 
 def test_compare_from_the_command_line_without_save_path(capsys, tmp_path, monkeypatch):
@@ -309,3 +358,36 @@ def test_imagenet_configs_plan_down_to_52_pixels():
             (1, 1)
         with pytest.raises(Exception, match="larger than"):
             load_net(*files, data_dims={0: (3, 51, 51), 1: (1,)}, num_classes=1000)
+
+
+def test_verdict_names_the_fastest_scheme_and_what_it_pays(digits_comparison):
+    from convnet.app.compare_verdict import baseline, efficiency, idle_share, speedup
+
+    _, results, _, text = digits_comparison
+    table = parse_tables(text)[0]
+    base = baseline(results)
+    assert base.name == "digits-single" and table[0]["speedup"] == "1.00x"
+    for result, row in zip(results, table):
+        assert row["speedup"] == f"{speedup(result, base):.2f}x"
+        assert row["efficiency"] == f"{100 * efficiency(result, base):.0f}%"
+    best = max(results, key=lambda r: r.train_images_per_sec)
+    line = next(l for l in text.splitlines() if l.startswith("fastest: "))
+    assert line.startswith(f"fastest: {best.name} ({best.scheme})")
+    assert f"idle {100 * idle_share(best):.0f}% of a step" in line
+    if best.allreduce_bytes:
+        assert f"all-reduces {fmt_bytes(best.allreduce_bytes)}" in line
+    # an unused device is not idle time of the one-device config
+    assert idle_share(base) < 0.5
+
+
+def test_unequal_configs_are_warned_about():
+    """The hybrid config without updatePeriod updates its fc layers every pass (32 cases),
+    the one-device config every 64: not the same training."""
+    args = build_parser().parse_args([
+        "--compare", str(EXAMPLES / "digits-single.cfg"), str(EXAMPLES / "digits-hybrid.cfg"),
+        "--layer-params", str(EXAMPLES / "digits-params.cfg"), "--gpu", "0,1", "--mini",
+        "64", "--train-range", "1", "--test-range", "6", "--no-progress"])
+    printed = []
+    compare(args, out=printed.append, profile_steps=1)
+    assert any(l.startswith("warning: digits-hybrid updates '") and "updatePeriod" in l
+               for l in "\n".join(printed).splitlines())

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 
 from convnet.plan.ops import FLOAT_BYTES, AllReduce, Copy, GradCopy, Load
 from convnet.plan.report import (PARAM_COPIES, device_totals, human_bytes, plan_json,
-                                 plan_summary, plan_text)
+                                 plan_summary, plan_text, schedule_rows)
 from convnet.plan.planner import make_plan
 from tests.plan_helpers import fc_net
 from tests.test_planner_properties import _plan, valid_nets
@@ -55,7 +55,10 @@ def test_plan_text_lists_every_layer_pass_and_device():
     for p in range(plan.num_passes):
         assert f"\npass {p}\n" in text
     schedule = text.split("Schedule")[1].split("Totals")[0]
-    assert schedule.count("  device ") == plan.num_passes * plan.num_devices
+    header = "  op  layer  " + "  ".join(f"device {d}" for d in range(plan.num_devices))
+    assert [" ".join(l.split()) for l in schedule.splitlines()].count(" ".join(header.split())
+                                                                        + " moved (B)") \
+        == plan.num_passes
     totals = text.split("Totals per device (per minibatch)\n")[1].splitlines()
     assert totals[0].split()[:2] == ["device", "physical"]
     rows = [line.split() for line in totals[2:2 + plan.num_devices]]
@@ -71,10 +74,32 @@ def test_plan_text_shows_replicas_periods_updates_and_copies():
     row = next(line for line in text.splitlines() if line.startswith("fa "))
     assert "every 1 pass(es), 2 cases" in row and " model " in row
     assert "inherited from 'pa'" in next(l for l in text.splitlines() if l.startswith("out "))
-    assert "copy conv[s0] 0->1 (32 B)" in text
-    assert "gradcopy dfb[s0] from pa 0->1 (32 B)" in text
-    assert "allreduce conv over 0,1,2,3 (80 B)" in text
-    assert "device 2: idle" in text
+    rows = [row for p in range(plan.num_passes) for row in schedule_rows(plan, p)]
+    assert ["copy", "conv", [[], ["s0 from 0"], [], []], 32] in rows
+    assert ["gradcopy", "fb", [[], ["s0 d(pa) from 0"], [], []], 32] in rows
+    assert ["allreduce", "conv", [["*"], ["*"], ["*"], ["*"]], 80] in rows
+    idle = [p for p in range(plan.num_passes)
+            if not any(cells[2] for _, _, cells, _ in schedule_rows(plan, p))]
+    assert idle, "device 2 works in every pass"
+    assert "  copy       conv  " in text and " s0 from 0 " in text
+
+
+def test_schedule_of_the_4gpu_hybrid_config_is_a_table_of_readable_width():
+    """Thousands of characters per line before; now a row per step, a column per device,
+    every line short enough for a terminal, and one byte unit per column."""
+    from convnet.config import infer_shapes, parse_net
+    from tests.cli_helpers import EXAMPLES
+
+    cfg = EXAMPLES / "cuda-convnet2"
+    net = infer_shapes(parse_net(cfg / "layers-imagenet-4gpu-data-model.cfg",
+                                 cfg / "layer-params-imagenet-4gpu-data-model.cfg"),
+                       {0: (3, 224, 224), 1: (1,)}, 1000)
+    text = plan_text(make_plan(net, (0, 1, 2, 3), 512), net)
+    schedule = text.split("\nSchedule")[1].split("\nTotals")[0]
+    assert max(map(len, schedule.splitlines())) <= 120
+    totals = text.split("Totals per device (per minibatch)\n")[1].splitlines()
+    assert "param memory (MiB)" in totals[0] and "sent (MiB)" in totals[0]
+    assert all(" MiB" not in line and " KiB" not in line for line in totals[2:])
 
 
 def test_plan_text_notes_and_unplaced_layers():

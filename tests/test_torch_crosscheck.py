@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch (the 'bench' extra) is not installed; "
+torch = pytest.importorskip("torch", reason="PyTorch (in the 'test' extra) is not installed; "
                                             "the cross-check against it is skipped")
 F = torch.nn.functional
 

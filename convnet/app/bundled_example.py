@@ -1,7 +1,7 @@
 """The example that trains when no network is named: the digits net of ``examples/``.
 
 With no ``--layer-def`` the command line trains this hybrid data/model
-parallel net on scikit-learn's 8x8 digits, long enough on two logical devices
+parallel net on the bundled 8x8 digits, long enough on two logical devices
 to show the scheme at work.
 """
 

@@ -23,20 +23,22 @@ import sys
 from pathlib import Path
 
 from convnet.app import bundled_example
+from convnet.app.invocation import program_name
 from convnet.app.option_values import (BACKEND_NAMES, batch_range, color_noise, data_dims, flag,
                                        gpu_list, layer_name, max_test_err, non_negative_int,
                                        positive_int, provider_name, scalar_mean)
 from convnet.app.signals import Terminated, stop_handlers
 from convnet.errors import ConvnetError, UsageError
 
-EPILOG = """\
-examples:
-  convnet.py                                  train the bundled digits example
-  convnet.py --save-path runs/a --epochs 5    ... and keep checkpoints and a CSV log
-  convnet.py --load-file runs/a --epochs 10   resume that run and train it to 10 epochs
-  convnet.py --load-file runs/a --test-only   evaluate the saved net on the test batches
-  convnet.py --layer-def L.cfg --layer-params P.cfg --gpu 0,1,2,3 --mini 512 \\
-             --data-dims 3x224x224 --num-classes 1000 --print-plan
+#: (arguments, what they do) of the examples at the end of --help.
+EXAMPLES = (
+    ("", "train the bundled digits example"),
+    ("--save-path runs/a --epochs 5", "... and keep checkpoints and a CSV log"),
+    ("--load-file runs/a --epochs 10", "resume that run and train it to 10 epochs"),
+    ("--load-file runs/a --test-only", "evaluate the saved net on the test batches"),
+)
+
+EPILOG_END = """\
 
 A checkpoint (SAVE_PATH/checkpoint.npz) remembers the options marked
 [resumable]; with --load-file they default to the saved values and any given
@@ -45,6 +47,16 @@ on the command line wins.
 exit status: 0 success, 1 data/checkpoint/training error, 2 bad command line
 or config, 130 interrupted (Ctrl-C), 143 terminated.
 """
+
+
+def epilog(prog: str) -> str:
+    """The examples, under the name the program was invoked as, then the notes."""
+    width = max(len(f"{prog} {args}") for args, _ in EXAMPLES) + 3
+    lines = ["examples:"] + [f"  {f'{prog} {args}'.strip():<{width}}{what}"
+                             for args, what in EXAMPLES]
+    lines += [f"  {prog} --layer-def L.cfg --layer-params P.cfg --gpu 0,1,2,3 --mini 512 \\",
+              f"  {' ' * len(prog)} --data-dims 3x224x224 --num-classes 1000 --print-plan"]
+    return "\n".join(lines) + "\n" + EPILOG_END
 
 
 # ------------------------------------------------------------------ the parser
@@ -80,12 +92,13 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     bundled_def = bundled_example.LAYER_DEF.relative_to(bundled_example.EXAMPLES_DIR.parent)
-    p = _Parser(prog="convnet.py", allow_abbrev=False, formatter_class=_HelpFormatter,
+    prog = program_name()
+    p = _Parser(prog=prog, allow_abbrev=False, formatter_class=_HelpFormatter,
                 description=(
                     "Train a cuda-convnet2 style network (layer-def and layer-params INI files) "
                     "on one or several logical devices.\nWith no arguments, trains the bundled "
                     "digits example (hybrid data/model parallel) on two logical devices."),
-                epilog=EPILOG)
+                epilog=epilog(prog))
     net = p.add_argument_group("network")
     net.add_argument("--layer-def", type=Path, default=None, metavar="FILE",
                      help="layer definition file (INI, one section per layer) [resumable] "
@@ -111,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "[resumable] (default: 0)")
     data = p.add_argument_group("data")
     data.add_argument("--data-provider", type=provider_name, default=None, metavar="NAME",
-                      help="digits (scikit-learn's 8x8 digits), cifar (CIFAR-10 python "
+                      help="digits (the bundled 8x8 digits), cifar (CIFAR-10 python "
                            "folder), convnet-batches (cuda-convnet batch folder) or dummy "
                            "(synthetic) [resumable] (default: digits, or dummy when "
                            "--data-dims is given)")
@@ -125,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--num-classes", type=positive_int, default=None, metavar="N",
                       help="number of classes, with --data-dims [resumable] (default: 10 "
                            "for dummy data)")
+    data.add_argument("--dummy-cases", type=positive_int, default=None, metavar="N",
+                      help="cases per batch of the dummy provider, e.g. 128 for a short "
+                           "run of a large net [resumable] (default: 512)")
     data.add_argument("--train-range", type=batch_range, default=None, metavar="RANGE",
                       help="training batch numbers, e.g. 1-5 or 1-3,5 [resumable] "
                            "(default: the provider's, e.g. 1-5 for digits and cifar)")

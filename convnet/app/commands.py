@@ -17,6 +17,7 @@ from convnet.app.compare import run_compare
 from convnet.app.memory_fit import MemoryPool, memory_pools
 from convnet.app.options import RunOptions, resolve_options
 from convnet.errors import ConvnetError, DeviceError
+from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
 from convnet.plan.ranks import ranks_summary, ranks_text
 from convnet.plan.report import plan_summary, plan_text
@@ -44,6 +45,8 @@ def run_command(args: argparse.Namespace) -> int:
 def print_plan(opts: RunOptions) -> int:
     """--print-plan (text or JSON), and the --plan-graph picture.  A plan that does not
     fit in the machine's memory is printed anyway, with a warning (training refuses it)."""
+    if opts.plan_graph is not None:
+        require_matplotlib("--plan-graph")
     net, plan = training.build_net_and_plan(opts)
     pools = plan_memory_pools(opts, plan, net)
     cluster = launch.cluster_for(opts.gpu)

@@ -29,9 +29,9 @@ and the table and the picture are written to ``SAVE_PATH/compare.txt`` and
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
+import sys
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,12 +39,16 @@ from pathlib import Path
 from convnet.app import training
 from convnet.app.compare_plot import write_comparison_png
 from convnet.app.compare_table import comparison_table
+from convnet.app.compare_verdict import equivalence_warnings
 from convnet.app.options import RunOptions, resolve_options
 from convnet.app.run_folder import claim_run_folder
-from convnet.app.run_log import CSV_NAME
+from convnet.app.run_log import CSV_NAME, read_log
+from convnet.app.run_summary import oversubscription_warning
 from convnet.errors import ConvnetError, UsageError
+from convnet.optional import require_matplotlib
 from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan
 from convnet.plan.report import DeviceTotals, device_totals
+from convnet.runtime.backends import choose_backend
 
 #: Profiled training steps after training (after one warm-up step).
 PROFILE_STEPS = 10
@@ -207,10 +211,6 @@ def config_options(args: argparse.Namespace,
             for layer_def, layer_params in pairs]
 
 
-def _highest_gpu_index(net) -> int:
-    return max((g for ldef in net for g in (ldef.gpu or ())), default=0)
-
-
 # ===================================================================== running
 def compare(args: argparse.Namespace, out=print, provider=None,
             profile_steps: int = PROFILE_STEPS) -> tuple[list[ConfigResult], Path | None]:
@@ -223,6 +223,8 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     """
     _check_args(args)
     pairs = config_pairs(args)
+    if args.save_path:
+        require_matplotlib("--compare with --save-path (compare.png)")
     names = run_names([p[0] for p in pairs])
     for layer_def, layer_params in pairs:
         for path in (layer_def, layer_params):
@@ -231,29 +233,32 @@ def compare(args: argparse.Namespace, out=print, provider=None,
 
     # Resolve and plan every config before training any, so a bad one fails fast.
     options = config_options(args, pairs)
+    if args.test_freq is None:  # a point per data batch in the picture, not one per epoch
+        options = [replace(o, test_freq=1) for o in options]
     provider = provider or training.make_data_provider(options[0])
     if args.gpu is None:  # enough devices for the config that names the most
-        count = 1 + max(_highest_gpu_index(training.load_net_for(o, provider)) for o in options)
+        count = max(training.devices_needed(training.load_net_for(o, provider)) for o in options)
         options = [replace(o, gpu=tuple(range(count))) for o in options]
     planned = [training.build_net_and_plan(o, provider) for o in options]
 
     save_root = Path(args.save_path) if args.save_path else None
     scratch = None if save_root else tempfile.TemporaryDirectory(prefix="convnet-compare-")
     root = save_root or Path(scratch.name)
-    results = []
+    options = [replace(o, save_path=root / name) for name, o in zip(names, options)]
+    results = [ConfigResult(name=name, layer_def=o.layer_def, layer_params=o.layer_params,
+                            plan=plan, totals=device_totals(plan, net),
+                            log_path=o.save_path / CSV_NAME)
+               for name, o, (net, plan) in zip(names, options, planned)]
+    warnings = comparison_warnings(results, options[0], provider)
+    for text in warnings:
+        print(f"warning: {text}", file=sys.stderr)
     try:
-        for i, (name, opts, (net, plan)) in enumerate(zip(names, options, planned)):
-            opts = replace(opts, save_path=root / name)
-            out(f"== [{i + 1}/{len(pairs)}] {name}: {plan.scheme}, {plan.num_passes} pass(es) "
-                f"per minibatch of {opts.mini}, --gpu {','.join(map(str, opts.gpu))}")
-            result = ConfigResult(name=name, layer_def=opts.layer_def,
-                                  layer_params=opts.layer_params, plan=plan,
-                                  totals=device_totals(plan, net),
-                                  log_path=opts.save_path / CSV_NAME)
+        for i, (result, opts, (net, plan)) in enumerate(zip(results, options, planned)):
+            out(f"== [{i + 1}/{len(pairs)}] {result.name}: {plan.scheme}, {plan.num_passes} "
+                f"pass(es) per minibatch of {opts.mini}, --gpu {','.join(map(str, opts.gpu))}")
             _train_and_profile(result, opts, provider, net, plan, keep_checkpoints=bool(save_root),
                                profile_steps=profile_steps)
-            results.append(result)
-        table = comparison_table(results)
+        table = comparison_table(results, warnings)
         out("")
         out(table)
         picture = None
@@ -266,6 +271,20 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     finally:
         if scratch is not None:
             scratch.cleanup()
+
+
+def comparison_warnings(results: list[ConfigResult], opts: RunOptions, provider) -> list[str]:
+    """What would make the comparison mislead, known before any training."""
+    warnings = equivalence_warnings(results)
+    devices = max(r.plan.num_devices for r in results)
+    shared = oversubscription_warning(choose_backend(opts.backend), devices)
+    if shared:
+        warnings.append(shared)
+    cases = provider.num_cases(provider.train_batches[0]) if provider.train_batches else 0
+    if cases and opts.mini > cases:
+        warnings.append(f"--mini {opts.mini} is larger than a data batch ({cases} cases): "
+                        f"every step trains on {cases} cases")
+    return warnings
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -287,7 +306,8 @@ def _train_and_profile(result: ConfigResult, opts: RunOptions, provider, net, pl
     with claim_run_folder(result.log_path.parent, overwrite=opts.overwrite) as folder:
         executor = training.make_executor(opts, net, plan)
         try:
-            trainer = training.Trainer(opts, provider, net, plan, executor, folder)
+            trainer = training.Trainer(opts, provider, net, plan, executor, folder,
+                                       announce=False)
             if not keep_checkpoints:
                 trainer.checkpoint = None  # the log goes to the scratch folder; no checkpoints
             trainer.train()
@@ -298,19 +318,6 @@ def _train_and_profile(result: ConfigResult, opts: RunOptions, provider, net, pl
             profile(result, executor, provider, opts.mini, profile_steps)
         finally:
             executor.close()
-
-
-def read_log(path: Path) -> list[dict]:
-    """The rows of a run's CSV log, numbers as floats (epoch and batch as ints)."""
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as error:
-        raise ConvnetError(f"cannot read the run log {path}: {error.strerror}") from None
-    out = []
-    for row in rows:
-        out.append({k: (int(v) if k in ("epoch", "batch") else float(v)) for k, v in row.items()})
-    return out
 
 
 def profile(result: ConfigResult, executor, provider, mini: int,

@@ -2,7 +2,9 @@
 
 One PNG, top to bottom:
 
-* test error against wall time, one line per config (from the run logs);
+* test error against wall time, one line per config (from the run logs;
+  ``--compare`` tests after every data batch unless ``--test-freq`` says
+  otherwise, so each line has a point per batch);
 * images per second, per config: the training run's (log) and the profiled
   steps' (after training);
 * for each config, a Gantt chart of one profiled training step: one row per
@@ -23,6 +25,7 @@ WIDTH_IN = 13.0
 TOP_IN = 3.8
 GANTT_BASE_IN = 0.9
 GANTT_DEVICE_IN = 0.42
+LEGEND_IN = 0.35  # the op-kind legend under the Gantt charts
 
 #: Colour of each op kind in the Gantt charts (blues: compute; orange: copies; red: all-reduce).
 KIND_COLOURS = {"load": "#a6bddb", "forward": "#4c72b0", "backward": "#233d6e",
@@ -37,7 +40,7 @@ def figure_size(results) -> tuple[float, float]:
     """(width, height) in inches of the picture for these results."""
     gantt = sum(GANTT_BASE_IN + GANTT_DEVICE_IN * r.plan.num_devices for r in results)
     # A whole number of quarter inches is exact in binary, so the PNG is exactly size * DPI.
-    return WIDTH_IN, math.ceil((TOP_IN + gantt) * 4) / 4
+    return WIDTH_IN, math.ceil((TOP_IN + gantt + LEGEND_IN) * 4) / 4
 
 
 def figure_pixels(results) -> tuple[int, int]:
@@ -64,7 +67,7 @@ def comparison_figure(results):
         first = first or ax
         _gantt(ax, result, span, last=row == len(results))
     if first is not None:
-        _kind_legend(first, results)
+        _kind_legend(fig, results)
     return fig
 
 
@@ -81,15 +84,17 @@ def write_comparison_png(results, path: Path) -> Path:
 
 
 def _error_curves(ax, results, colours) -> None:
-    for result, colour in zip(results, colours):
+    for number, (result, colour) in enumerate(zip(results, colours), start=1):
         times = [row["cumulative_time"] for row in result.log_rows]
         errors = [100 * row["test_error"] for row in result.log_rows]
         ax.plot(times, errors, marker="o", markersize=3, color=colour,
-                label=f"{result.name} ({result.scheme})")
+                label=f"{number}: {result.name} ({result.scheme})")
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel("test error (%)")
     ax.set_title("Test error against wall time")
     ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.tick_params(axis="x", pad=7)  # keeps "0" of both axes apart in the corner
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
 
@@ -99,20 +104,19 @@ def _throughput_bars(ax, results, colours) -> None:
     width = 0.38
     train = [r.train_images_per_sec for r in results]
     steps = [r.profiled_images_per_sec for r in results]
-    bars = ax.bar([x - width / 2 for x in xs], train, width, color=colours,
-                  label="training run (log, median interval)")
+    bars = ax.bar([x - width / 2 for x in xs], train, width, color=colours)
     bars2 = ax.bar([x + width / 2 for x in xs], steps, width, color=colours, alpha=0.45,
-                   hatch="//", edgecolor="white", label="profiled steps")
-    for group in (bars, bars2):
-        for bar in group:
-            ax.annotate(f"{bar.get_height():.0f}", (bar.get_x() + bar.get_width() / 2,
-                                                    bar.get_height()),
-                        ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(list(xs), [r.name for r in results], rotation=15, ha="right", fontsize=8)
+                   hatch="//", edgecolor="white")
+    for group in (bars, bars2):  # upright numbers: side by side they never overlap
+        ax.bar_label(group, fmt="%.0f", rotation=90, padding=2, fontsize=7)
+    # The numbers of the error panel's legend: names as long as the ImageNet configs'
+    # would overlap one another under narrow bars.
+    ax.set_xticks(list(xs), [f"{i}: {r.scheme}" for i, r in enumerate(results, start=1)],
+                  fontsize=8)
     ax.set_ylabel("images / s")
-    ax.set_title("Throughput")
-    ax.margins(y=0.15)
-    ax.legend(fontsize=7)
+    ax.set_title("Throughput: solid = training run (ranks the schemes),\n"
+                 "hatched = profiled steps (per-op timing on)", fontsize=9)
+    ax.margins(y=0.2)  # room for the upright labels above the bars
 
 
 def _gantt(ax, result, span_ms: float, last: bool) -> None:
@@ -142,11 +146,12 @@ def _gantt(ax, result, span_ms: float, last: bool) -> None:
         ax.tick_params(labelbottom=False)
 
 
-def _kind_legend(ax, results) -> None:
+def _kind_legend(fig, results) -> None:
+    """Under the Gantt charts, outside every axes, so it covers no title or bar."""
     from matplotlib.patches import Patch
 
     kinds = [k for k in KIND_COLOURS if any(t.kind == k for r in results for t in r.timeline)]
     handles = [Patch(color=KIND_COLOURS[k], label=KIND_LABELS[k]) for k in kinds]
     handles.append(Patch(color=WAIT_COLOUR, label="waiting"))
-    ax.legend(handles=handles, ncols=len(handles), fontsize=7, loc="lower right",
-              bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.legend(handles=handles, ncols=len(handles), fontsize=8, loc="outside lower center",
+               frameon=False)

@@ -7,6 +7,7 @@ rows, profiled step times), so a test can recompute each cell.
 
 from __future__ import annotations
 
+from convnet.app.compare_verdict import baseline, efficiency, speedup, verdict
 from convnet.plan.report import human_bytes
 
 
@@ -26,6 +27,14 @@ def fmt_ms(seconds: float) -> str:
     return f"{1000 * seconds:.2f}"
 
 
+def fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def fmt_share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
 def fmt_cost(cost: float) -> str:
     return f"{cost:.4f}"
 
@@ -35,19 +44,21 @@ def fmt_error(error: float) -> str:
 
 
 SCHEME_HEADER = ["config", "scheme", "passes", "devices used", "copied", "all-reduced",
-                 "img/s train", "img/s step", "wall s", "train cost", "train err", "test cost",
-                 "test err"]
+                 "img/s train", "speedup", "efficiency", "img/s profiled", "wall s",
+                 "train cost", "train err", "test cost", "test err"]
 DEVICE_HEADER = ["config", "device", "param memory", "activations (est.)", "sent", "received",
                  "compute ms", "copy ms", "all-reduce ms", "idle ms", "step ms"]
 
 
 def scheme_rows(results) -> list[list[str]]:
     rows = []
+    base = baseline(results)
     for r in results:
         final = r.final
         rows.append([r.name, r.scheme, str(r.num_passes),
                      f"{r.devices_used} of {r.plan.num_devices}", fmt_bytes(r.copy_bytes),
                      fmt_bytes(r.allreduce_bytes), fmt_rate(r.train_images_per_sec),
+                     fmt_ratio(speedup(r, base)), fmt_share(efficiency(r, base)),
                      fmt_rate(r.profiled_images_per_sec), fmt_seconds(r.wall_seconds),
                      fmt_cost(final["cost"]), fmt_error(final["error"]),
                      fmt_cost(final["test_cost"]), fmt_error(final["test_error"])])
@@ -79,14 +90,17 @@ def format_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _numeric(cell: str) -> bool:
-    text = cell.replace("%", "").replace(".", "", 1).replace(" of ", "")
+    if cell == "-":
+        return True
+    text = cell.replace("%", "").replace(".", "", 1).replace(" of ", "").rstrip("x")
     for unit in (" B", " KiB", " MiB", " GiB"):
         text = text.replace(unit, "")
     return text.isdigit() or (text.startswith("-") and text[1:].isdigit())
 
 
-def comparison_table(results) -> str:
-    """The two tables and what their columns mean."""
+def comparison_table(results, warnings: list[str] = ()) -> str:
+    """The verdict, the two tables, what their columns mean, and ``warnings`` (what may
+    make the comparison mislead)."""
     if not results:
         return "(nothing compared)"
     first = results[0]
@@ -94,13 +108,18 @@ def comparison_table(results) -> str:
     lines = [f"Schemes compared (minibatch {first.plan.minibatch}, "
              f"--gpu {','.join(map(str, first.plan.physical_devices))})"]
     lines += format_table(SCHEME_HEADER, scheme_rows(results))
+    lines += ["", verdict(results, fmt_bytes)] + [f"warning: {w}" for w in warnings]
     lines += ["", "Per device (memory and traffic per minibatch from the planner; time per "
                   f"minibatch, mean of {steps} profiled steps)"]
     lines += format_table(DEVICE_HEADER, device_rows(results))
     lines += ["", "copied: activations and gradients copied between devices; all-reduced: "
                   "ring all-reduce traffic, summed over devices.",
               "img/s train: median over the run log's test intervals (training steps only); "
-              "img/s step: minibatch / mean profiled step.",
+              "the ranking, speedup and efficiency use it.",
+              "speedup: img/s train over the one-device config's; efficiency: speedup per "
+              "device used.",
+              "img/s profiled: minibatch / mean profiled step, timed with per-operation "
+              "timing on (slower, one minibatch): for the time split below, not the ranking.",
               "wall s, costs and errors: the run log's last row (train figures are means over "
               "its last test interval).",
               "param memory: weights, gradients and momentum (float32); activations: the "

@@ -60,6 +60,7 @@ class RunOptions:
     data_path: Path | None
     data_dims: str | None
     num_classes: int | None
+    dummy_cases: int | None
     train_range: str | None
     test_range: str | None
     inner_size: int
@@ -90,7 +91,7 @@ class RunOptions:
 
 #: Options a checkpoint remembers; on resume a command-line value wins.
 RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "seed", "data_provider", "data_path",
-             "data_dims", "num_classes", "train_range", "test_range", "inner_size",
+             "data_dims", "num_classes", "dummy_cases", "train_range", "test_range", "inner_size",
              "color_noise", "scalar_mean", "epochs", "test_freq", "logreg_name",
              "backend")
 
@@ -148,6 +149,7 @@ _DECODE_SAVED = {
     "data_provider": _saved_text(provider_name),
     "data_dims": _saved_text(data_dims),
     "num_classes": _saved_int(positive_int),
+    "dummy_cases": _saved_int(positive_int),
     "train_range": _saved_text(batch_range),
     "test_range": _saved_text(batch_range),
     "inner_size": _saved_int(non_negative_int),
@@ -258,6 +260,9 @@ def check_options(opts: RunOptions) -> None:
     if opts.data_provider in ("cifar", "convnet-batches") and opts.data_path is None \
             and needs_data:
         raise UsageError(f"the '{opts.data_provider}' data provider needs --data-path DIR")
+    if opts.dummy_cases is not None and opts.data_provider != "dummy":
+        raise UsageError(f"--dummy-cases sets the size of dummy batches; the "
+                         f"'{opts.data_provider}' data has its own")
     if opts.data_provider in ("digits", "dummy") and opts.data_path is not None:
         raise UsageError(f"the '{opts.data_provider}' data provider reads no files; "
                          "--data-path is for cifar and convnet-batches")

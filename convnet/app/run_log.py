@@ -10,6 +10,11 @@ the columns of :data:`CSV_COLUMNS`, much like the Caffe2 trainer's log:
 ``epoch``, ``batch`` the epoch (from 1) and the number of the data batch just trained
 ``learning_rate``    epsW of the first weight layer at that point of the schedule
 ``test_cost``, ``test_error``  the test result at the end of the interval
+
+Lines end in ``\n`` on every platform.  The progress bar (on stderr) counts
+minibatches, shows the running training cost, and is drawn only when stderr
+is a terminal: under a pipe or in a log file it would be a stream of
+carriage-return fragments.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from convnet.errors import CheckpointError
+from convnet.errors import CheckpointError, ConvnetError
 
 CSV_NAME = "log.csv"
 CSV_COLUMNS = ("time_spent", "cumulative_time", "inputs_per_sec", "cost", "error", "epoch",
@@ -62,8 +67,39 @@ class TrainWindow:
 
 
 def progress_bar(total: int, initial: int, disable: bool):
-    return tqdm(total=total, initial=initial, unit="batch", disable=disable, file=sys.stderr,
-                dynamic_ncols=True, leave=False)
+    """A bar of ``total`` minibatches on stderr; off with ``disable`` or when stderr is not
+    a terminal."""
+    return tqdm(total=total, initial=initial, unit="minibatch", file=sys.stderr,
+                disable=disable or not _is_terminal(sys.stderr), dynamic_ncols=True,
+                leave=False)
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def read_log(path: Path) -> list[dict]:
+    """The rows of a run's CSV log, numbers as floats (epoch and batch as ints)."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as error:
+        raise ConvnetError(f"cannot read the run log {path}: {error.strerror}") from None
+    out = []
+    for row in rows:
+        out.append({k: (int(v) if k in ("epoch", "batch") else float(v)) for k, v in row.items()})
+    return out
+
+
+def _test_of_row(row: list[str]) -> tuple[int, int, float] | None:
+    """(epoch, batch, test error) of a CSV row kept from a resumed run (None if unreadable)."""
+    try:
+        return int(row[5]), int(row[6]), float(row[9])
+    except ValueError:
+        return None
 
 
 class RunLog:
@@ -90,6 +126,7 @@ class RunLog:
         self._csv_path = save_dir / CSV_NAME if save_dir else None
         self._resume_rows: int | None = None
         self._started = False
+        self.tests: list[tuple[int, int, float]] = []  # (epoch, batch, test error) logged
 
     def resume_from(self, rows: int) -> None:
         """This run continues one whose checkpoint had logged ``rows`` CSV rows."""
@@ -127,14 +164,21 @@ class RunLog:
             kept.append(row)
         return kept
 
+    @property
+    def best_test(self) -> tuple[int, int, float] | None:
+        """(epoch, batch, test error) of the lowest test error logged, resumed rows included."""
+        return min(self.tests, key=lambda t: t[2]) if self.tests else None
+
     def _write_row(self, row) -> None:
         try:
             if not self._started:
-                rows = self._start_csv() + [list(row)]
+                kept = self._start_csv()
+                rows = kept + [list(row)]
+                self.tests[:0] = [t for t in map(_test_of_row, kept) if t is not None]
                 temp = self._csv_path.with_name(f".{CSV_NAME}.{os.getpid()}.tmp")
                 try:
                     with open(temp, "w", newline="") as f:
-                        writer = csv.writer(f)
+                        writer = csv.writer(f, lineterminator="\n")
                         writer.writerow(CSV_COLUMNS)
                         writer.writerows(rows)
                     os.replace(temp, self._csv_path)
@@ -145,7 +189,7 @@ class RunLog:
                 self._started = True
             else:
                 with open(self._csv_path, "a", newline="") as f:
-                    csv.writer(f).writerow(row)
+                    csv.writer(f, lineterminator="\n").writerow(row)
                 self.rows += 1
         except OSError as error:
             raise CheckpointError(f"cannot write the log {self._csv_path}: "
@@ -170,6 +214,7 @@ class RunLog:
                 f"error {100 * test.error:5.2f}%  |  {w.images_per_second:7.0f} img/s  "
                 f"lr {learning_rate:.3g}")
         write(line)
+        self.tests.append((epoch, batch_id, test.error))
         if self._csv_path is not None:
             self._write_row((f"{spent:.3f}", f"{self.cumulative_time:.3f}",
                              f"{w.images_per_second:.1f}", f"{w.mean_cost:.6f}",
@@ -184,6 +229,10 @@ class RunLog:
 
     def note(self, text: str) -> None:
         print(text)
+
+    def status(self, text: str) -> None:
+        """A line about the run itself, not its results (stderr, like the bar)."""
+        print(text, file=sys.stderr)
 
     def warn(self, text: str) -> None:
         print(f"warning: {text}", file=sys.stderr)

@@ -5,6 +5,12 @@ Inside :func:`stop_handlers` both signals raise in the main thread
 ``finally`` blocks close devices and data loaders.  An exception raised by a
 signal handler is lost when the signal lands while Python runs a finaliser,
 so the training loop also calls :func:`raise_if_stopped` between steps.
+
+Inside :func:`deferred_interrupt` (a run that saves checkpoints) the first
+Ctrl-C does not raise: it asks the loop to stop at the end of the current
+data batch and save there (:func:`interrupt_requested`), so the checkpoint
+holds a consistent state that a resumed run continues exactly; a second
+Ctrl-C raises at once.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ class Terminated(BaseException):
 
 
 _stop_signal: int | None = None
+_deferring = False  # inside deferred_interrupt()
+_stop_requested = False  # a first Ctrl-C arrived while deferring
 
 
 def _stop_exception(signum: int) -> BaseException:
@@ -31,7 +39,12 @@ def _stop_exception(signum: int) -> BaseException:
 
 def _on_stop_signal(signum, frame):
     """Ctrl-C and SIGTERM: raise in the main thread, and remember it (see raise_if_stopped)."""
-    global _stop_signal
+    global _stop_signal, _stop_requested
+    if signum == signal.SIGINT and _deferring and not _stop_requested:
+        _stop_requested = True
+        print("\nCtrl-C: stopping after this batch to save a checkpoint "
+              "(press Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+        return
     _stop_signal = signum
     raise _stop_exception(signum)
 
@@ -59,6 +72,23 @@ def exit_cleanly_on_early_signals() -> None:
     for signum in STOP_EXITS:
         if signum != signal.SIGINT or signal.getsignal(signum) is signal.default_int_handler:
             signal.signal(signum, _exit_at_once)
+
+
+def interrupt_requested() -> bool:
+    """Whether a first Ctrl-C asked a deferring run to stop at the next batch end."""
+    return _stop_requested
+
+
+@contextmanager
+def deferred_interrupt(enabled: bool = True):
+    """Inside the block (when ``enabled``) a first Ctrl-C only sets
+    :func:`interrupt_requested`; a second one raises as usual."""
+    global _deferring, _stop_requested
+    _deferring, _stop_requested = enabled, False
+    try:
+        yield
+    finally:
+        _deferring, _stop_requested = False, False
 
 
 def _install_signal_handlers() -> dict:

@@ -30,18 +30,24 @@ import numpy as np
 
 from convnet.app import launch
 from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
+from convnet.app.invocation import resume_command, shown_path
+from convnet.app.log_plot import PNG_NAME as LOG_PNG
+from convnet.app.log_plot import write_log_png
 from convnet.app.memory_fit import check_memory
 from convnet.app.options import Resume, RunOptions, options_for_checkpoint
 from convnet.app.resume_state import read_counters, read_state, unused_layers
 from convnet.app.run_folder import claim_run_folder
-from convnet.app.run_log import RunLog, TestResult, progress_bar
-from convnet.app.signals import raise_if_stopped
+from convnet.app.run_log import CSV_NAME, RunLog, TestResult, progress_bar, read_log
+from convnet.app.run_summary import (closing_summary, oversubscription_warning, start_banner,
+                                     where_text)
+from convnet.app.signals import deferred_interrupt, interrupt_requested, raise_if_stopped
 from convnet.config import infer_shapes, parse_net
 from convnet.config.values import parse_data_columns
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher, DataOptions, make_provider, parse_range
 from convnet.errors import (CheckpointError, ConfigError, DataError, NonFiniteDataError,
                             TrainingError)
+from convnet.optional import PLOT_INSTALL, has_matplotlib
 from convnet.plan.ops import Plan
 from convnet.runtime.backends import choose_backend
 from convnet.runtime.cluster import cluster_devices
@@ -57,6 +63,8 @@ def make_data_provider(opts: RunOptions):
         multiview_test=opts.multiview_test, seed=opts.seed,
         data_dims=parse_data_columns(opts.data_dims) if opts.data_dims else None,
         num_classes=opts.num_classes)
+    if opts.dummy_cases is not None:
+        options.cases_per_batch = opts.dummy_cases
     provider = make_provider(opts.data_provider, options=options)
     if opts.data_provider != "dummy" and opts.data_dims:
         want = parse_data_columns(opts.data_dims)[0]
@@ -90,7 +98,15 @@ def load_net_for(opts: RunOptions, provider=None) -> NetConfig:
         return infer_shapes(parsed, dims, classes)
     except ConfigError as error:
         error.message = f"{error.message} (input shapes from {source})"
+        wanted = getattr(error, "config_classes", None)
+        if wanted is not None and (opts.data_provider == "dummy" or source.startswith("--")):
+            error.message += f"; give --num-classes {wanted} to match the config"
         raise
+
+
+def devices_needed(net: NetConfig) -> int:
+    """How many logical devices the config's gpu= lists name (1 + the highest index)."""
+    return 1 + max((g for ldef in net for g in (ldef.gpu or ())), default=0)
 
 
 def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan]:
@@ -99,7 +115,14 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
         return net, launch.plan_across_ranks(net, opts.gpu, opts.mini)
     except ConfigError as error:
         saved = opts.resume.saved_options.get("gpu") if opts.resume is not None else None
-        if saved is not None and tuple(saved) != tuple(opts.gpu):
+        needed = devices_needed(net)
+        if needed > len(opts.gpu):
+            spread = ",".join(map(str, range(needed)))
+            shared = ",".join([str(opts.gpu[0])] * needed)
+            error.message = (f"{error.message}; the config uses {needed} logical devices: give "
+                             f"--gpu {spread}, or --gpu {shared} for {needed} logical devices "
+                             f"on device {opts.gpu[0]}")
+        elif saved is not None and tuple(saved) != tuple(opts.gpu):
             error.message = (f"{error.message} (the checkpoint ran on --gpu "
                              f"{','.join(map(str, saved))}; its weights load on any device "
                              "list the config fits, and a device may be listed twice, "
@@ -153,6 +176,21 @@ def _run_in(opts: RunOptions, save_dir: Path | None) -> int:
         executor.close()
 
 
+class StopAtBatchEnd(KeyboardInterrupt):
+    """A first Ctrl-C, acted on at the end of a data batch (the run is saved there)."""
+
+
+def minibatch_bounds(n: int, mini: int, shards: int) -> list[tuple[int, int]]:
+    """(start, stop) of each minibatch of a batch of ``n`` cases: ``mini`` cases each; a
+    tail too short to give every shard a case joins the minibatch before it."""
+    if n < shards:
+        raise DataError(f"a batch of {n} case(s) is too small for {shards} shards")
+    starts = list(range(0, n, mini))
+    if len(starts) > 1 and n - starts[-1] < shards:
+        starts.pop()
+    return list(zip(starts, starts[1:] + [n]))
+
+
 class Trainer:
     """One training run: the loop, testing, logging and checkpoints.
 
@@ -162,9 +200,10 @@ class Trainer:
     """
 
     def __init__(self, opts: RunOptions, provider, net: NetConfig, plan: Plan, executor: Executor,
-                 save_dir: Path | None = None, root: bool = True):
+                 save_dir: Path | None = None, root: bool = True, announce: bool = True):
         self.opts = opts
         self.root = root
+        self.announce = announce  # the banner and the closing summary (--compare has its own)
         self.provider = provider
         self.net = net
         self.plan = plan
@@ -177,6 +216,8 @@ class Trainer:
         self.save_dir = save_dir
         self.checkpoint = save_dir / CHECKPOINT_NAME if save_dir is not None else None
         self._saved_step: int | None = None  # executor step of the last save of this run
+        self._saved_at: tuple[int, int] | None = None  # its (epoch, batch_index)
+        self._per_batch = 1  # minibatches per data batch, for the progress bar
         self.log = RunLog(save_dir, self.cost_layer, plan, quiet=opts.no_progress)
         if opts.profile:
             executor.timings = []  # the executor records op timings from now on
@@ -222,8 +263,10 @@ class Trainer:
         self.batch_index = counters.batch_index
         self.log.cumulative_time = counters.cumulative_time
         self.log.resume_from(counters.log_rows)
-        self._saved_step = counters.step if self.checkpoint is not None and \
-            Path(where).resolve() == self.checkpoint.resolve() else None
+        same_file = self.checkpoint is not None and \
+            Path(where).resolve() == self.checkpoint.resolve()
+        self._saved_step = counters.step if same_file else None
+        self._saved_at = (counters.epoch, counters.batch_index) if same_file else None
 
     def save(self) -> Path | None:
         if not self.root:
@@ -244,6 +287,7 @@ class Trainer:
                         "data_epoch": self.epoch}}
         save_checkpoint(self.checkpoint, self.executor.state_arrays(), meta)
         self._saved_step = step
+        self._saved_at = (self.epoch, self.batch_index)
         return self.checkpoint
 
     # -------------------------------------------------------------- the loop
@@ -260,34 +304,105 @@ class Trainer:
             self.log.note(f"nothing to train: the checkpoint has trained "
                           f"{done_before / len(batches):g} of {opts.epochs} epoch(s); give "
                           "--epochs N to train further")
-            self._finish(None)
             return 0
+        batch_cases = self.provider.num_cases(batches[0])
+        if self.announce:
+            self._announce(batch_cases)
+        self._per_batch = len(minibatch_bounds(batch_cases, opts.mini, self.plan.num_shards))
         test_freq = opts.test_freq or len(batches)
-        test_error = None
         self.log.restart_clock()
-        with progress_bar(total_batches, min(done_before, total_batches),
-                          disable=opts.no_progress) as bar:
-            while self.epoch <= opts.epochs:
-                todo = batches[self.batch_index:]
-                with BatchPrefetcher(self.provider, todo, train=True, epoch=self.epoch) as loader:
-                    for batch_id, batch in loader:
-                        done = (self.epoch - 1) * len(batches) + self.batch_index
-                        progress = done / total_batches
-                        self._guarded(self._train_batch, batch, progress, batch_id=batch_id)
-                        self.batch_index += 1
-                        bar.update(1)
-                        if (done + 1) % test_freq == 0 or self.batch_index == len(batches):
-                            test_result = self._guarded(self.test, batch_id=batch_id)
-                            test_error = test_result.error
-                            self.log.record(self.epoch, batch_id, test_result,
-                                            self._learning_rate(progress), write=bar.write)
-                            self._maybe_save(test_error, write=bar.write)
-                if self.batch_index >= len(batches):
-                    self.epoch += 1
-                    self.batch_index = 0
-        self._finish(test_error)
+        try:
+            with deferred_interrupt(self.checkpoint is not None), \
+                    progress_bar(total_batches * self._per_batch, done_before * self._per_batch,
+                                 disable=opts.no_progress) as bar:
+                self._train_epochs(batches, total_batches, test_freq, bar)
+        except KeyboardInterrupt as stop:
+            self._report_interrupt(at_batch_end=isinstance(stop, StopAtBatchEnd))
+            raise
+        self._finish()
         self.log.close()
+        if not self.announce:
+            return 0
+        for line in closing_summary(self.log.cumulative_time, (self.log.tests or [None])[-1],
+                                    self.log.best_test, self._files_written(), self.save_dir,
+                                    opts.epochs):
+            self.log.note(line)
         return 0
+
+    def _train_epochs(self, batches: list[int], total_batches: int, test_freq: int, bar) -> None:
+        while self.epoch <= self.opts.epochs:
+            todo = batches[self.batch_index:]
+            with BatchPrefetcher(self.provider, todo, train=True, epoch=self.epoch) as loader:
+                for batch_id, batch in loader:
+                    done = (self.epoch - 1) * len(batches) + self.batch_index
+                    progress = done / total_batches
+                    self._guarded(self._train_batch, batch, progress, bar, batch_id=batch_id)
+                    self.batch_index += 1
+                    if (done + 1) % test_freq == 0 or self.batch_index == len(batches):
+                        test_result = self._guarded(self.test, batch_id=batch_id)
+                        self.log.record(self.epoch, batch_id, test_result,
+                                        self._learning_rate(progress), write=bar.write)
+                        self._maybe_save(test_result.error, write=bar.write)
+                    if interrupt_requested():
+                        raise StopAtBatchEnd()
+            if self.batch_index >= len(batches):
+                self.epoch += 1
+                self.batch_index = 0
+
+    def _announce(self, batch_cases: int) -> None:
+        """The banner, and warnings about what the run will really do."""
+        backend = choose_backend(self.opts.backend)
+        files = [CHECKPOINT_NAME, CSV_NAME] + ([LOG_PNG] if has_matplotlib() else [])
+        for line in start_banner(self.opts.layer_def, self.plan, backend, self.provider,
+                                 batch_cases, self.opts.epochs, self.save_dir, files):
+            self.log.note(line)
+        if self.opts.resume is not None:
+            self.log.note(f"resuming {shown_path(self.opts.resume.checkpoint)} at "
+                          f"{self._where(self.epoch, self.batch_index)}")
+        warning = oversubscription_warning(backend, self.plan.num_devices)
+        if warning:
+            self.log.warn(warning)
+        if self.opts.mini > batch_cases:
+            more = (" or more cases per batch (--dummy-cases)"
+                    if self.provider.name == "dummy" else "")
+            self.log.warn(f"--mini {self.opts.mini} is larger than a data batch "
+                          f"({batch_cases} cases): a minibatch never spans two batches, so "
+                          f"each step trains on {batch_cases} cases; give --mini "
+                          f"{batch_cases} or less{more}")
+        if self.save_dir is not None and not has_matplotlib():
+            self.log.note(f"(no {LOG_PNG}: drawing it needs matplotlib; {PLOT_INSTALL})")
+
+    def _where(self, epoch: int, batch_index: int) -> str:
+        return where_text(epoch, batch_index, len(self.provider.train_batches))
+
+    def _report_interrupt(self, at_batch_end: bool) -> None:
+        """Ctrl-C: save at a batch end when asked to, then name the checkpoint that
+        survived, where it stands, and the command that resumes it."""
+        if self.checkpoint is None:
+            return
+        saved_now = at_batch_end and self._saved_step != self.executor.step_count
+        if saved_now:
+            self.save()
+        if self._saved_at is None:
+            earlier = (f"; {shown_path(self.checkpoint)} is an earlier run's"
+                       if self.checkpoint.exists() else "")
+            self.log.status(f"interrupted before this run's first checkpoint{earlier}")
+            return
+        what = "saved" if saved_now else "last saved:"
+        self.log.status(f"{what} {shown_path(self.checkpoint)} ({self._where(*self._saved_at)});"
+                        f" to resume: {resume_command(self.save_dir)}")
+
+    def _files_written(self) -> list[Path]:
+        """The checkpoint (if saved), the log and its picture (drawn here)."""
+        files = [self.checkpoint] if self._saved_at is not None else []
+        csv_path = self.log.csv_path
+        if csv_path is None or not csv_path.exists():
+            return files
+        files.append(csv_path)
+        if has_matplotlib():
+            title = f"{Path(self.opts.layer_def).name}: {shown_path(csv_path)}"
+            files.append(write_log_png(read_log(csv_path), csv_path.with_name(LOG_PNG), title))
+        return files
 
     def _guarded(self, fn, *args, batch_id: int):
         """Run ``fn``, turning a NaN/inf error into one naming where training stood."""
@@ -301,12 +416,15 @@ class Trainer:
                 text = (f"training diverged in {where}: {error}; lower the learning rates "
                         f"(epsW, epsB) in {self.opts.layer_params}")
             if self._saved_step is not None:
-                text += f"; the last good checkpoint is {self.checkpoint}"
+                text += f"; the last good checkpoint is {shown_path(self.checkpoint)}"
             raise TrainingError(text) from None
 
-    def _train_batch(self, batch: list[np.ndarray], progress: float):
+    def _train_batch(self, batch: list[np.ndarray], progress: float, bar):
         totals = {"cost": 0.0, "error": 0.0, "cases": 0, "seconds": 0.0}
-        for part in self._minibatches(batch):
+        parts = list(self._minibatches(batch))
+        if len(parts) != self._per_batch:  # a batch of another size: correct the bar's total
+            bar.total += len(parts) - self._per_batch
+        for part in parts:
             raise_if_stopped()
             result = self.executor.step(part, progress)
             costs = result.costs.get(self.cost_layer, {})
@@ -316,6 +434,9 @@ class Trainer:
             totals["seconds"] += result.seconds
             if self.opts.profile:
                 self.log.add_profile(self.executor.timings)
+            bar.set_postfix_str(f"cost {totals['cost'] / max(totals['cases'], 1):.4f}",
+                                refresh=False)
+            bar.update(1)
         self.log.accumulate_train(totals)
 
     def _learning_rate(self, progress: float) -> float:
@@ -333,14 +454,12 @@ class Trainer:
             return
         self.save()
 
-    def _finish(self, test_error: float | None) -> None:
+    def _finish(self) -> None:
         """--force-save: make sure the final state is saved, whatever its test error."""
         if self.checkpoint is None:
             return
         if self.opts.force_save and self._saved_step != self.executor.step_count:
             self.save()
-        if self._saved_step is not None:
-            self.log.note(f"checkpoint: {self.checkpoint}")
 
     # --------------------------------------------------------------- testing
     def test(self) -> TestResult:
@@ -390,15 +509,8 @@ class Trainer:
     def _minibatches(self, batch):
         """Cut a batch into --mini sized minibatches; a tail too short to be cut into
         one case per shard joins the minibatch before it (cut as evenly as possible)."""
-        n = len(batch[0])
-        if n < self.plan.num_shards:
-            raise DataError(f"a batch of {n} case(s) is too small for "
-                            f"{self.plan.num_shards} shards")
-        starts = list(range(0, n, self.opts.mini))
-        if len(starts) > 1 and n - starts[-1] < self.plan.num_shards:
-            starts.pop()
-        stops = starts[1:] + [n]
-        for start, stop in zip(starts, stops):
+        for start, stop in minibatch_bounds(len(batch[0]), self.opts.mini,
+                                            self.plan.num_shards):
             yield [column[start:stop] for column in batch]
 
     def _check_feature_layer(self) -> None:
@@ -421,6 +533,9 @@ class Trainer:
         layer = self.opts.write_features
         base = Path(self.opts.save_path) if self.opts.save_path else Path(".")
         folder = Path(self.opts.feature_path or base / f"features-{layer}")
+        if not self.opts.save_path and not self.opts.feature_path:
+            self.log.note(f"features of '{layer}' go to {folder.resolve()} (no --feature-path "
+                          "or --save-path given: the current folder)")
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -436,5 +551,5 @@ class Trainer:
             except OSError as error:
                 raise DataError(f"cannot write features to {target}: {error.strerror}") from None
             self.log.note(f"wrote {feats.shape[0]} x {feats.shape[1]} features of '{layer}' "
-                          f"to {target}")
+                          f"to {shown_path(target)}")
 

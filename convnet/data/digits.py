@@ -1,8 +1,11 @@
-"""The ``digits`` provider: scikit-learn's bundled handwritten digits.
+"""The ``digits`` provider: the small handwritten-digits set, shipped with the package.
 
-1,797 grey 8x8 images of the digits 0-9 (``sklearn.datasets.load_digits``,
-shipped with scikit-learn, so no download).  Pixels 0..16 are scaled to 0..1;
-the per-pixel mean of the training batches is then subtracted.
+1,797 grey 8x8 images of the digits 0-9: the UCI optdigits test set, in the
+copy and row order that scikit-learn ships (``load_digits``).  The 57 KB file
+lives in ``convnet/data/files/`` (see the README there for its source and
+licence), so the bundled example needs neither a download nor scikit-learn
+and its SciPy.  Pixels 0..16 are scaled to 0..1; the per-pixel mean of the
+training batches is then subtracted.
 
 The split is fixed: the cases are shuffled by ``RandomState(0).permutation``
 (numpy's legacy generator, whose stream never changes) and cut into six
@@ -13,7 +16,6 @@ Any batch may be used for either role, as with every provider.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -23,18 +25,15 @@ from convnet.errors import DataError
 
 NUM_BATCHES = 6
 
+#: The data file, shipped inside the package (package data in pyproject.toml).
+DIGITS_FILE = Path(__file__).parent / "files" / "digits.csv.gz"
+
 
 def _digits_file() -> Path:
-    """scikit-learn's bundled ``digits.csv.gz``, found without importing scikit-learn
-    (whose import takes seconds: most of a digits run's start-up)."""
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError("the digits data set ships with scikit-learn, which is not installed "
-                        "(pip install scikit-learn)")
-    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
-    if not path.is_file():
-        raise DataError(f"scikit-learn's digits file is missing: {path}")
-    return path
+    if not DIGITS_FILE.is_file():
+        raise DataError(f"the digits data file is missing from this installation: "
+                        f"{DIGITS_FILE} (reinstall the package)")
+    return DIGITS_FILE
 
 
 def _split() -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -53,7 +52,7 @@ class DigitsProvider(DataProvider):
     def __init__(self, options: DataOptions):
         self._images, self._labels = _split()
         batches = list(range(1, NUM_BATCHES + 1))
-        super().__init__(options, where="digits (scikit-learn)", image_shape=(1, 8, 8),
+        super().__init__(options, where="digits (bundled)", image_shape=(1, 8, 8),
                          label_names=[str(d) for d in range(10)], available=batches,
                          default_train=batches[:-1], default_test=batches[-1:])
 

@@ -11,12 +11,10 @@ each device sends and receives per minibatch through copies and all-reduces
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 from convnet.config.model import NetConfig
-from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load, Plan,
-                          Update)
+from convnet.plan.ops import FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load, Plan
 
 PARAM_COPIES = 3  # weights, gradient accumulator, momentum
 
@@ -100,24 +98,65 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     return [line.rstrip() for line in lines]
 
 
-def _op_text(op) -> str:
-    if isinstance(op, Load):
-        return f"load {op.layer}[s{op.shard}]"
-    if isinstance(op, Forward):
-        return f"fwd {op.layer}[s{op.shard}]"
-    if isinstance(op, Backward):
-        return f"bwd {op.layer}[s{op.shard}]"
-    if isinstance(op, Copy):
-        return f"copy {op.layer}[s{op.shard}] {op.src}->{op.dst} ({human_bytes(op.nbytes)})"
+#: Short name of each op kind in the schedule table.
+_OP_NAMES = {"load": "load", "forward": "fwd", "backward": "bwd", "copy": "copy",
+             "gradcopy": "gradcopy", "allreduce": "allreduce", "update": "update"}
+
+
+def byte_unit(values) -> tuple[str, int]:
+    """One unit for a whole column: the largest that keeps its biggest value >= 1."""
+    biggest = max((abs(v) for v in values), default=0)
+    for unit, size in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+        if biggest >= size:
+            return unit, size
+    return "B", 1
+
+
+def _cell(op) -> str:
+    """What one op does on the device whose column it is in (its layer is in the row)."""
+    shard = f"s{op.shard}" if hasattr(op, "shard") else ""
     if isinstance(op, GradCopy):
-        return (f"gradcopy d{op.layer}[s{op.shard}] from {op.consumer} {op.src}->{op.dst} "
-                f"({human_bytes(op.nbytes)})")
-    if isinstance(op, AllReduce):
-        return (f"allreduce {op.layer} over {','.join(map(str, op.replica_devices))} "
-                f"({human_bytes(op.nbytes)})")
-    if isinstance(op, Update):
-        return f"update {op.layer}"
-    raise TypeError(op)
+        return f"{shard} d({op.consumer}) from {op.src}"
+    if isinstance(op, Copy):
+        return f"{shard} from {op.src}"
+    return shard or "*"
+
+
+def _op_bytes(op) -> int:
+    return getattr(op, "nbytes", 0) if isinstance(op, (Copy, GradCopy, AllReduce)) else 0
+
+
+def schedule_rows(plan: Plan, pass_index: int) -> list[list]:
+    """One row per step of a pass: consecutive ops of one kind and layer on distinct
+    devices share a row (a data-parallel layer's replicas, a fan of copies), with one
+    cell per device; the last field is the bytes the row copies or all-reduces."""
+    rows: list[list] = []
+    used: set[int] = set()
+    for op in (o for o in plan.ops if o.pass_index == pass_index):
+        key = (_OP_NAMES[op.kind], op.layer)
+        if not rows or tuple(rows[-1][:2]) != key or used & set(op.devices):
+            rows.append([*key, [[] for _ in range(plan.num_devices)], 0])
+            used = set()
+        for d in op.devices:
+            rows[-1][2][d].append(_cell(op))
+        used |= set(op.devices)
+        rows[-1][3] += _op_bytes(op)
+    return rows
+
+
+def schedule_text(plan: Plan) -> list[str]:
+    """The schedule as one table per pass: a row per step, a column per device."""
+    lines = []
+    moved = [r[3] for p in range(plan.num_passes) for r in schedule_rows(plan, p)]
+    unit, size = byte_unit(moved)
+    header = ["op", "layer"] + [f"device {d}" for d in range(plan.num_devices)] + \
+        [f"moved ({unit})"]
+    for p in range(plan.num_passes):
+        table = [[name, layer] + [", ".join(c) for c in cells] +
+                 [f"{n / size:.2f}" if n else ""] for name, layer, cells, n in
+                 schedule_rows(plan, p)]
+        lines += [f"pass {p}"] + ["  " + line for line in _table(table, header)]
+    return lines
 
 
 def plan_text(plan: Plan, net: NetConfig) -> str:
@@ -139,22 +178,21 @@ def plan_text(plan: Plan, net: NetConfig) -> str:
                      "" if p.gpu_source == "config" else p.gpu_source])
     lines += ["Layers"] + _table(rows, ["layer", "type", "output", "params", "devices",
                                         "replicas", "runs", "scheme", "update", "placement"])
-    lines += ["", "Schedule (per pass and device, in execution order)"]
-    by_pass = defaultdict(lambda: defaultdict(list))
-    for op in plan.ops:
-        for d in op.devices:
-            by_pass[op.pass_index][d].append(_op_text(op))
-    for p in range(plan.num_passes):
-        lines.append(f"pass {p}")
-        for d in range(plan.num_devices):
-            ops = by_pass[p][d]
-            lines.append(f"  device {d}: " + ("; ".join(ops) if ops else "idle"))
+    lines += ["", "Schedule (per pass, in execution order): a row is one step, a cell what that "
+                  "device does;",
+              "sN = shard N, 'from D' = pulled from device D, d(L) = the gradient that layer "
+              "L computed,",
+              "* = every replica, moved = bytes copied or all-reduced"]
+    lines += schedule_text(plan)
     lines += ["", "Totals per device (per minibatch)"]
-    rows = [[t.device, t.physical, human_bytes(t.param_bytes), human_bytes(t.activation_bytes),
-             human_bytes(t.sent_bytes), human_bytes(t.received_bytes),
-             human_bytes(t.loaded_bytes)] for t in device_totals(plan, net)]
-    lines += _table(rows, ["device", "physical", "param memory", "activation memory (est.)",
-                           "sent", "received", "loaded from host"])
+    totals = device_totals(plan, net)
+    fields = ("param_bytes", "activation_bytes", "sent_bytes", "received_bytes", "loaded_bytes")
+    names = ("param memory", "activation memory (est.)", "sent", "received", "loaded from host")
+    units = [byte_unit([getattr(t, f) for t in totals]) for f in fields]
+    rows = [[t.device, t.physical] + [f"{getattr(t, f) / size:.1f}" for f, (_, size) in
+                                      zip(fields, units)] for t in totals]
+    lines += _table(rows, ["device", "physical"] + [f"{name} ({unit})" for name, (unit, _) in
+                                                    zip(names, units)])
     if plan.notes:
         lines += ["", "Notes"] + [f"  - {n}" for n in plan.notes]
     return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""What a training run says before its first step and after its last.
+
+The banner names the config and its scheme, the backend and how logical
+devices map to physical ones, the minibatch as it will really be cut, the
+data, and where things are saved, so a person knows what is being measured
+before waiting for it.  The closing summary gives the final and best test
+error, the time, every file written and the command that trains further.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from convnet.app.invocation import resume_command, shown_path
+from convnet.data.ranges import format_range
+from convnet.plan.ops import Plan
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def oversubscription_warning(backend: str, num_devices: int) -> str | None:
+    """A warning when logical CPU devices (one worker thread each) outnumber the cores:
+    they then take turns, and timings measure the sharing rather than the scheme."""
+    cores = cpu_cores()
+    if backend != "cpu" or num_devices <= cores:
+        return None
+    return (f"{num_devices} logical CPU devices share {cores} core(s): they take turns, so "
+            f"times and speedups measure that sharing, not the scheme")
+
+
+def device_line(backend: str, plan: Plan) -> str:
+    """``logical -> physical`` for every device, in the backend's words."""
+    kind = "GPU" if backend == "cuda" else "CPU worker"
+    pairs = ", ".join(f"{d} -> {kind} {p}" for d, p in enumerate(plan.physical_devices))
+    cores = f" on {cpu_cores()} core(s)" if backend == "cpu" else ""
+    return f"{backend} backend, logical device -> physical: {pairs}{cores}"
+
+
+def minibatch_line(plan: Plan, batch_cases: int) -> str:
+    """The minibatch as the run cuts it (capped at one data batch)."""
+    mini = min(plan.minibatch, batch_cases)
+    capped = f" (--mini {plan.minibatch} capped at a data batch)" if mini < plan.minibatch else ""
+    shards = (f" = {plan.num_shards} shards of {mini // plan.num_shards}"
+              if plan.num_shards > 1 else "")
+    return (f"minibatch {mini} cases{capped}{shards}, {plan.num_passes} pass(es) per "
+            f"minibatch")
+
+
+def start_banner(layer_def: Path, plan: Plan, backend: str, provider, batch_cases: int,
+                 epochs: int, save_dir: Path | None, files: list[str]) -> list[str]:
+    lines = [f"training {shown_path(layer_def)}: {plan.scheme} scheme; "
+             f"{minibatch_line(plan, batch_cases)}",
+             device_line(backend, plan),
+             f"data: {provider.name}, train batches {format_range(provider.train_batches)} "
+             f"({batch_cases} cases in the first), test {format_range(provider.test_batches)};"
+             f" {epochs} epoch(s)"]
+    if save_dir is not None:
+        lines.append(f"saving to {shown_path(save_dir)}/ ({', '.join(files)})")
+    return lines
+
+
+def where_text(epoch: int, batch_index: int, batches_per_epoch: int) -> str:
+    """Where a saved run stands, e.g. 'end of epoch 3' or 'epoch 4, 2 of 5 batches done'."""
+    if batch_index >= batches_per_epoch:
+        return f"end of epoch {epoch}"
+    if batch_index == 0:
+        return f"end of epoch {epoch - 1}" if epoch > 1 else "start"
+    return f"epoch {epoch}, {batch_index} of {batches_per_epoch} batches done"
+
+
+def closing_summary(seconds: float, final: tuple[int, int, float] | None,
+                    best: tuple[int, int, float] | None, saved: list[Path],
+                    save_dir: Path | None, epochs: int) -> list[str]:
+    lines = []
+    if final is not None:
+        text = f"finished in {seconds:.1f} s: final test error {100 * final[2]:.2f}%"
+        if best is not None and best[2] < final[2]:
+            text += f", best {100 * best[2]:.2f}% (epoch {best[0]}, batch {best[1]})"
+        lines.append(text)
+    if saved:
+        lines.append("saved: " + ", ".join(shown_path(p) for p in saved))
+    if save_dir is not None and saved:
+        lines.append(f"to train further: {resume_command(save_dir, epochs * 2)}")
+    return lines
