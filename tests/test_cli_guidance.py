@@ -25,7 +25,7 @@ def test_too_few_devices_suggests_the_gpu_lists_that_fit():
 
 
 def test_class_count_mismatch_suggests_num_classes():
-    assert_clean_error(run_cli(*SINGLE, "--data-dims", "1x8x8", "--num-classes", "7",
+    assert_clean_error(run_cli(*SINGLE, "--data-dims", "1x8x8", "--num-classes", "12",
                                "--print-plan"), 2, "give --num-classes 10")
 
 

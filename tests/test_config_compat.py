@@ -151,7 +151,7 @@ def test_the_command_line_trains_a_net_with_a_third_data_column(tmp_path):
               "--data-dims", "3x8x8,1,1", "--num-classes", "10", "--no-progress"]
     run = _cli(*common, "--train-range", "1", "--test-range", "9", "--mini", "64")
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
-    assert run.stdout.startswith("epoch   1"), run.stdout
+    assert "\nepoch   1 batch   1" in run.stdout, run.stdout
     plan = _cli(*common, "--print-plan")
     assert plan.returncode == 0 and "coarse" in plan.stdout, plan.stderr
 

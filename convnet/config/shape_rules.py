@@ -60,9 +60,11 @@ class ShapeState:
         source = self.net[layer.inputs[0]]
         if (self.given_classes is not None and source.is_data
                 and source.attrs["dataIdx"] == 1 and self.given_classes > count):
-            raise self.at(layer, "inputs").error(
+            error = self.at(layer, "inputs").error(
                 f"labels '{source.name}' hold {self.given_classes} classes, but input "
                 f"'{layer.inputs[1]}' gives only {count} probabilities per case")
+            error.config_classes = count  # the class count the config implies, for a hint
+            raise error
 
     def check_size(self, layer, key: str) -> None:
         """Refuse activations or weights no engine could hold (cuda-convnet2 sized with ints)."""
