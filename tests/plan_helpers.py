@@ -30,6 +30,7 @@ def fc_net(spec, features: int = 4, num_classes: int = 3) -> NetConfig:
         if type_ == "fc":
             ldef.attrs = {"outputs": features, "initW": [0.1] * len(inputs), "initB": 0.0}
             ldef.params = dict(WEIGHT_PARAMS, momW=[0.9] * len(inputs), wc=[0.0] * len(inputs),
+                               wball=[0.0] * len(inputs),
                                epsW=[Schedule("const", 0.01)] * len(inputs),
                                updatePeriod=update_period)
             ldef.attrs["outputs"] = num_classes if name in feeds_softmax else features

@@ -18,6 +18,9 @@ import pytest
 from convnet.config import LayerDef, parse_data_columns
 from convnet.data import DataOptions, make_provider
 from convnet.errors import ConfigError, ConfigWarning, DataError
+from convnet.plan.planner import make_plan
+from convnet.runtime.devices import make_devices
+from convnet.runtime.executor import Executor
 from convnet.runtime.gradcheck import check_net_gradients
 from kernels.constraints import UNIT_AXIS, ball_projection
 from layers import build_layer
@@ -208,13 +211,49 @@ def test_filter_channels_is_accepted_when_it_is_channels_over_groups(tmp_path):
     assert "randSparse" in err.message and "did you mean" not in str(err)
 
 
-def test_wball_is_refused_until_the_update_applies_it(tmp_path):
-    err = config_error(tmp_path, DATA_LAYERS + CONV + LOGREG_HEAD,
-                       CONV_PARAMS + "wball=0.5\n" + HEAD_PARAMS)
-    assert (err.section, err.key) == ("conv", "wball") and "norm wball" in err.message
+LOCAL = ("[local]\ntype=local\ninputs=data\nfilters=4\nfilterSize=3\nchannels=3\n"
+         "padding=1\n")
+LOCAL_HEAD = LOGREG_HEAD.replace("inputs=conv", "inputs=local")
+
+
+def test_wball_is_read_for_conv_and_fc_and_refused_for_local(tmp_path):
     net = load_text(tmp_path, DATA_LAYERS + CONV + LOGREG_HEAD,
-                    CONV_PARAMS + "wball=0\n" + HEAD_PARAMS)
-    assert net["conv"].params["wball"] == [0.0]
+                    CONV_PARAMS + "wball=0.5\n" + HEAD_PARAMS + "wball=2\n")
+    assert net["conv"].params["wball"] == [0.5] and net["fc"].params["wball"] == [2.0]
+    err = config_error(tmp_path, DATA_LAYERS + LOCAL + LOCAL_HEAD,
+                       "[local]\n" + WEIGHT_PARAMS + "wball=0.5\n" + HEAD_PARAMS)
+    assert (err.section, err.key) == ("local", "wball") and "local layer" in err.message
+
+
+@pytest.mark.parametrize("gpus", [(0,), (0, 1)])
+@pytest.mark.parametrize("parallel", [True, False])
+def test_wball_rescales_every_unit_after_each_update(tmp_path, gpus, parallel):
+    """After a step every conv filter and fc output unit has norm wball, on every
+    replica alike (with two replicas the update is sharded: the rescaling follows the
+    gather); biases and a layer without wball are left alone."""
+    gpu_line = f"gpu={','.join(map(str, gpus))}\n"
+    head = LOGREG_HEAD.replace("inputs=labels,probs\n", "inputs=labels,probs\n" + gpu_line)
+    net = load_text(tmp_path, DATA_LAYERS + CONV.replace("padding=1\n", "padding=1\n" + gpu_line)
+                    + head, CONV_PARAMS + "wball=0.5\n" + HEAD_PARAMS, num_classes=5)
+    plan = make_plan(net, gpus, 8)
+    executor = Executor(net, plan, make_devices(gpus, "cpu"), parallel=parallel)
+    try:
+        rng = np.random.default_rng(0)
+        batch = [rng.standard_normal((8, 3, 8, 8)).astype(np.float32),
+                 rng.integers(0, 5, (8, 1)).astype(np.float32)]
+        before = {k: v.copy() for k, v in executor.store.weights["fc"][0].items()}
+        for _ in range(2):
+            executor.step(batch)
+        replicas = executor.store.weights["conv"]
+        norms = np.sqrt((replicas[0]["W0"].astype(np.float64) ** 2).sum(axis=(1, 2, 3)))
+        np.testing.assert_allclose(norms, 0.5, rtol=1e-5)
+        for other in replicas[1:]:
+            assert all(np.array_equal(other[k], replicas[0][k]) for k in replicas[0])
+        fc = executor.store.weights["fc"][0]
+        assert not np.allclose(np.sqrt((fc["W0"] ** 2).sum(axis=0)), 0.5)  # no wball there
+        assert not np.array_equal(fc["W0"], before["W0"])
+    finally:
+        executor.close()
 
 
 def test_ball_projection_by_hand():

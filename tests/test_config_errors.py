@@ -169,7 +169,7 @@ CASES = {
                               ("[conv1]\n", "[conv1]\nfilters=16\n")),
     "params_for_data": _params("data", "keep", "take no layer-params keys",
                                ("[drop]", "[data]\nkeep=1\n[drop]")),
-    "wball": _params("conv1", "wball", "not supported", ("[conv1]\n", "[conv1]\nwball=0.1\n")),
+    "wball": _params("conv1", "wball", ">= 0", ("[conv1]\n", "[conv1]\nwball=-0.1\n")),
     "update_period": _params("conv1", "updatePeriod", ">= 0",
                              ("[conv1]\n", "[conv1]\nupdatePeriod=-1\n")),
     "schedule_typo": _params("conv1", "epsW", "unknown learning-rate schedule",

@@ -145,12 +145,14 @@ _WEIGHT_PARAMS = (
     Key("momW", _MOMENTUM, per_input=True),
     Key("momB", _MOMENTUM),
     Key("wc", _NONNEGATIVE, default=0.0, per_input=True),
-    # cuda-convnet2 rescaled each filter's weights to norm wball after updates
-    # (kernels.constraints.ball_projection); the optimizer does not apply it yet.
-    Key("wball", Unsupported(Float(), 0.0, "wball (rescaling each filter's weights to norm "
-                             "wball after every update)"), default=0.0, per_input=True),
     Key("updatePeriod", Int(lo=0), default=0),
 )
+#: cuda-convnet2 rescaled each conv filter / fc output unit to norm wball after every
+#: update (kernels.constraints.ball_projection, applied by the executor); its local
+#: layers normalised every module's filters instead, which is not implemented.
+_WBALL = Key("wball", _NONNEGATIVE, default=0.0, per_input=True)
+_WBALL_LOCAL = Key("wball", Unsupported(Float(), 0.0, "wball on a local layer (normalising "
+                                        "each module's filters)"), default=0.0, per_input=True)
 _INIT = (
     Key("initW", _NONNEGATIVE, default=0.01, per_input=True),
     Key("initB", Float(), default=0.0),
@@ -198,8 +200,7 @@ def _table(*types: LayerType) -> dict[str, LayerType]:
 
 
 _FILTER_TYPE = dict(kind=Kind.WEIGHTED, shape=shape.filter_shape, size_key="filters",
-                    max_inputs=None, params=_WEIGHT_PARAMS, aliases=_V1_FILTERS,
-                    finish=_grouped_filters)
+                    max_inputs=None, aliases=_V1_FILTERS, finish=_grouped_filters)
 _NORM_TYPE = dict(kind=Kind.PLAIN, implementation="layers.norms:NormLayer", attrs=_NORM_ATTRS,
                   params=_NORM_PARAMS)
 _COST_TYPE = dict(kind=Kind.COST, neuron="forbidden", params=_COST_PARAMS)
@@ -211,16 +212,17 @@ LAYER_TYPES: dict[str, LayerType] = _table(
               min_inputs=0, max_inputs=0, neuron="forbidden", takes_gpu=False,
               attrs=(Key("dataIdx", Int(lo=0)),)),
     LayerType("conv", implementation="layers.weights:ConvLayer", weights=weights.conv_weights,
-              hints=_FILTER_HINTS,
+              hints=_FILTER_HINTS, params=_WEIGHT_PARAMS + (_WBALL,),
               attrs=_FILTER_ATTRS + (Key("sharedBiases", Bool(), default=True),),
               **_FILTER_TYPE),
     LayerType("local", implementation="layers.weights:LocalLayer", weights=weights.local_weights,
-              attrs=_FILTER_ATTRS,
+              attrs=_FILTER_ATTRS, params=_WEIGHT_PARAMS + (_WBALL_LOCAL,),
               # Local layers always have one bias per output position.
               hints=_FILTER_HINTS + (Key("sharedBiases", Bool(), default=None),),
               **_FILTER_TYPE),
     LayerType("fc", Kind.WEIGHTED, "layers.weights:FCLayer", shape.fc_shape, size_key="outputs",
-              weights=weights.fc_weights, max_inputs=None, params=_WEIGHT_PARAMS + (_FORK_DROPOUT,),
+              weights=weights.fc_weights, max_inputs=None,
+              params=_WEIGHT_PARAMS + (_WBALL, _FORK_DROPOUT),
               attrs=(Key("outputs", _POSITIVE),) + _INIT, aliases={"numOutputs": "outputs"}),
     LayerType("pool", Kind.PLAIN, "layers.pooling:PoolLayer", shape.pool_shape,
               size_key="outputsX", finish=_pool_stride, attrs=(

@@ -41,6 +41,7 @@ from convnet.runtime.tasks import Task, TaskAction, make_tasks
 from convnet.runtime.transfers import Transfers, accumulate
 from convnet.runtime.weights import WeightStore, assemble_state
 from convnet.runtime.workers import DeviceWorkers
+from kernels.constraints import ball_projection
 from layers import build_layer
 from layers.base import Context
 
@@ -120,7 +121,8 @@ class Executor:
                                  self.cluster.is_local)
         self.optimizer = MomentumSGD()
         self.transfers = Transfers(self.cluster.comm, net, devices, self.store, self._collective)
-        self._train_tasks = self._rank_tasks(make_tasks(plan.ops, self._sharded))
+        self._train_tasks = self._rank_tasks(make_tasks(plan.ops, self._sharded,
+                                                        self._constrained))
         self._eval_tasks = self._rank_tasks(make_tasks(
             [op for op in plan.ops if isinstance(op, FORWARD_OPS)], self._sharded))
         self._actions = {  # the method that carries out each task action
@@ -134,6 +136,7 @@ class Executor:
             TaskAction.REDUCE_SLICE: self._reduce_slice,
             TaskAction.UPDATE_SLICE: self._update_slice,
             TaskAction.GATHER: self._gather,
+            TaskAction.CONSTRAIN: self._constrain_task,
             TaskAction.SEND: self._send,
             TaskAction.RECV: self._recv,
             TaskAction.SEND_SLICE: self._send,
@@ -144,6 +147,10 @@ class Executor:
         self.workers = (DeviceWorkers(devices, wait_after_error=self.cluster.size == 1)
                         if parallel else None)
         self.timings: list[OpTiming] | None = None
+
+    def _constrained(self, layer: str) -> bool:
+        """Whether ``layer``'s weights are rescaled after each update (``wball``)."""
+        return any(rule.ball for rule in self.store.rules.get(layer, {}).values())
 
     def _sharded(self, op: AllReduce) -> bool:
         return self.collectives[op.replica_devices].sharded
@@ -343,6 +350,7 @@ class Executor:
         self._apply_update(op, buffers, self.store.weights[op.layer][op.replica],
                            self.store.momentum[op.layer][op.replica],
                            self.store.grads[op.layer][op.replica])
+        self._constrain(op.layer, op.replica)
 
     def _reduce_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         op = task.op
@@ -366,6 +374,20 @@ class Executor:
         self._collective(op.layer).gather_slices(self.store.weights[op.layer], task.rank,
                                                  self._received(task, "weight-slice", buffers))
         self.store.grads[op.layer][task.rank].clear()  # every rank's reduce has read it
+
+    def _constrain_task(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        self._constrain(task.op.layer, task.op.replica)
+
+    def _constrain(self, layer: str, replica: int) -> None:
+        """cuda-convnet2's ``wball``: after an update, every filter or output unit of
+        one replica's weights back to norm ``rule.ball``.  Every replica projects the
+        same weights (after all gathers, with a sharded update) and so stays bitwise
+        equal to the others.  The projection is a new array, so a slice of the old one
+        still being sent to another process is not changed under it."""
+        weights = self.store.weights[layer][replica]
+        for key, rule in self.store.rules[layer].items():
+            if rule.ball:
+                weights[key] = ball_projection(weights[key], rule.ball, rule.unit_axis)
 
     def _received(self, task: Task, what: str, buffers: _StepBuffers) -> dict:
         """replica -> the slices other processes sent for this reduce or gather task

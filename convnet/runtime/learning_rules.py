@@ -16,8 +16,19 @@ from dataclasses import dataclass
 
 from convnet.config.model import LayerDef
 from convnet.config.schedules import Schedule
+from kernels.constraints import UNIT_AXIS
 
 BIAS_KEY = "b"
+
+
+def _ball(ldef: LayerDef, i: int) -> tuple[float, int]:
+    """Input i's ``wball`` radius and the axis of its units.  cuda-convnet2 applied it
+    only to weights that learn (base ``epsW`` > 0); the config refuses it for layer
+    types without a ``UNIT_AXIS``."""
+    radius = ldef.params["wball"][i]
+    if not radius or ldef.params["epsW"][i].base <= 0:
+        return 0.0, 0
+    return radius, UNIT_AXIS[ldef.type]
 
 
 def weight_key(input_index: int) -> str:
@@ -28,11 +39,15 @@ def weight_key(input_index: int) -> str:
 @dataclass(frozen=True)
 class LearningRule:
     """The hyper-parameters of one weight array: learning rate over training
-    progress, momentum and weight decay (L2, scaled by the learning rate)."""
+    progress, momentum and weight decay (L2, scaled by the learning rate), and
+    ``ball``: after each update, rescale every filter / output unit of the array
+    to this norm along ``unit_axis`` (cuda-convnet2's ``wball``; 0: never)."""
 
     eps: Schedule
     momentum: float
     decay: float
+    ball: float = 0.0
+    unit_axis: int = 0
 
 
 def learning_rules(ldef: LayerDef) -> dict[str, LearningRule]:
@@ -40,7 +55,8 @@ def learning_rules(ldef: LayerDef) -> dict[str, LearningRule]:
     if not ldef.has_weights:
         return {}
     params = ldef.params
-    rules = {weight_key(i): LearningRule(params["epsW"][i], params["momW"][i], params["wc"][i])
+    rules = {weight_key(i): LearningRule(params["epsW"][i], params["momW"][i], params["wc"][i],
+                                         *_ball(ldef, i))
              for i in range(len(ldef.inputs))}
     rules[BIAS_KEY] = LearningRule(params["epsB"], params["momB"], 0.0)
     return rules

@@ -58,6 +58,7 @@ class TaskAction(enum.Enum):
     REDUCE_SLICE = ("reduce", "allreduce", True)
     UPDATE_SLICE = ("update-slice", "update", True)
     GATHER = ("gather", "allreduce", True)
+    CONSTRAIN = ("constrain", "update", True)  # wball, once every gather has read the slices
     # Transfers between processes (see convnet.runtime.rank_tasks): an activation or
     # a gradient, and a slice of a sharded all-reduce (gradients or updated weights).
     SEND = ("send", "copy", False)
@@ -129,10 +130,14 @@ class Task:
         return self.op.replica
 
 
-def make_tasks(ops: list[Op], sharded) -> list[Task]:
+def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False) -> list[Task]:
     """Tasks for ``ops`` (a plan's operations, or a subset in plan order).
 
     ``sharded(op)`` says whether an :class:`AllReduce` is split into slices.
+    ``constrained(layer)`` says whether the layer's weights are rescaled after each
+    update (``wball``): a sharded update then ends, on every rank, with a
+    ``CONSTRAIN`` task after all the ranks' gathers, since the rescaling needs whole
+    weight arrays and must not change a slice another rank has yet to gather.
     Dependencies on operations not in ``ops`` are dropped, like the workers do.
     """
     tasks: list[Task] = []
@@ -164,10 +169,15 @@ def make_tasks(ops: list[Op], sharded) -> list[Task]:
             waiting.add(op.index)
             if len(group) == len(reduces[key]):
                 updated = [t for _, t in group]
+                gathers = []
                 for update, _ in group:
-                    gather = add(update, TaskAction.GATHER, updated, update.device)
-                    finished_by[update.index].append(gather)
+                    gathers.append(add(update, TaskAction.GATHER, updated, update.device))
+                    finished_by[update.index].append(gathers[-1])
                     waiting.discard(update.index)
+                if constrained(op.layer):
+                    for update, _ in group:
+                        finished_by[update.index].append(
+                            add(update, TaskAction.CONSTRAIN, gathers, update.device))
         else:
             finished_by[op.index] = [add(op, TaskAction.of_op(op), deps_of(op))]
     return tasks
