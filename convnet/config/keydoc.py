@@ -41,8 +41,9 @@ Files written for these projects load as those projects read them:
   section takes its last value, with a one-line warning naming both lines.
 - Older type names: see *also written* below (`cost.ce` = `cost.crossent`).
 
-`wball` (cuda-convnet2 rescaled each filter's weights to norm `wball` after
-every update) is accepted only as 0: the weight update does not apply it yet.
+`wball`: after every update each conv filter / fc output unit of that input's
+weights is rescaled to norm `wball`, as cuda-convnet2 did (not for local layers,
+whose per-module rescaling is not implemented: there only 0 is accepted).
 """
 
 
