@@ -48,8 +48,8 @@ ALEXNET = (REF / "layers-imagenet-4gpu-data-model.cfg",
 
 
 def _no_gpu_reason() -> str | None:
-    import kernels
-    import kernels.cuda
+    from convnet import kernels
+    import convnet.kernels.cuda
 
     if kernels.cupy_available():
         return None
@@ -272,7 +272,8 @@ def main(argv=None) -> int:
 
     import cupy
 
-    import kernels.cuda
+    from convnet import kernels
+    import convnet.kernels.cuda  # noqa: F401 (kernels.cuda below)
 
     cupy.cuda.Device(args.gpu).use()
     props = cupy.cuda.runtime.getDeviceProperties(args.gpu)

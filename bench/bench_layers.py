@@ -49,7 +49,6 @@ def _timeit(fn, repeat: int, stat: str = "min") -> float:
 
 
 def _engine_case(ldef, layer, params, inputs, ctx):
-    from convnet.config.model import LayerDef  # noqa: F401 - documents the argument type
     need = [layer.input_differentiable(i) and not (ldef.is_cost and i == 0)
             for i in range(len(inputs))]
 
@@ -167,8 +166,8 @@ def main(argv=None) -> int:
     from threadpoolctl import threadpool_limits
 
     from convnet.config import load_net
-    from layers import build_layer
-    from layers.base import Context
+    from convnet.layers import build_layer
+    from convnet.layers.base import Context
 
     torch = None
     if not args.no_torch:

@@ -10,16 +10,16 @@ kernel, a cuDNN call), a replacement is registered with
 :func:`register_kernel` under the kernel's name and the array module's name
 (:func:`array_module_name`); :func:`kernel`-decorated functions dispatch to
 it when their first array argument belongs to that array module.  Layers
-only ever call the generic names, so the CUDA kernels (:mod:`kernels.cuda`)
+only ever call the generic names, so the CUDA kernels (:mod:`convnet.kernels.cuda`)
 are added without touching ``layers/``.
 
 Kernels compute in the dtype of their inputs (float32 in training, float64
 in the gradient check); none of them casts to float32 on its own.
 
-Submodules: :mod:`kernels.conv` (conv and local layers, im2col/GEMM),
-:mod:`kernels.pool`, :mod:`kernels.norm`, :mod:`kernels.neurons`,
-:mod:`kernels.nn` (fc, softmax, costs, element-wise combinations) and
-:mod:`kernels.random` (counter-based uniforms for dropout masks).
+Submodules: :mod:`convnet.kernels.conv` (conv and local layers, im2col/GEMM),
+:mod:`convnet.kernels.pool`, :mod:`convnet.kernels.norm`, :mod:`convnet.kernels.neurons`,
+:mod:`convnet.kernels.nn` (fc, softmax, costs, element-wise combinations) and
+:mod:`convnet.kernels.random` (counter-based uniforms for dropout masks).
 """
 
 from __future__ import annotations

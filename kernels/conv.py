@@ -33,7 +33,7 @@ local weights (P, F, C/groups, fs, fs) with P = modulesX**2 in row-major
 (oy, ox) order; biases (F,) (shared) or (F, M, M).
 
 The ``cache`` returned by the forward kernels is opaque to layers: a
-replacement registered for ``conv_forward`` (:func:`kernels.register_kernel`)
+replacement registered for ``conv_forward`` (:func:`convnet.kernels.register_kernel`)
 must come with one for ``conv_backward``.
 """
 

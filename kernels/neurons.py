@@ -33,7 +33,7 @@ Choices where cuda-convnet2 is not a usable reference:
 Every function computes in the dtype of its input.  Layers reach them through
 :class:`Neuron`, which calls the dispatchable kernels :func:`neuron_forward`
 and :func:`neuron_backward`; the CUDA backend replaces those with fused kernels
-(:mod:`kernels.cuda.neurons`).
+(:mod:`convnet.kernels.cuda.neurons`).
 
 :data:`NEURONS` is the one table of neurons: the config parser takes the names
 and bracket parameters of ``neuron=`` from it, and the CUDA kernel sources are

@@ -1,15 +1,15 @@
 """The layer library: one implementation per cuda-convnet2 layer type.
 
 Each type's descriptor in :mod:`convnet.config.layertypes` names the class
-that computes it (``"layers.weights:ConvLayer"``); :func:`build_layer`
-resolves that name.  The classes live in family modules: :mod:`layers.weights`
-(conv, local, fc), :mod:`layers.pooling`, :mod:`layers.norms`,
-:mod:`layers.neurons`, :mod:`layers.softmax`, :mod:`layers.costs`,
-:mod:`layers.dropout`, :mod:`layers.combine` (pass, concat, eltsum, eltmax,
-sum) and :mod:`layers.data` (identity; the executor loads data itself).
+that computes it (``"convnet.layers.weights:ConvLayer"``); :func:`build_layer`
+resolves that name.  The classes live in family modules: :mod:`convnet.layers.weights`
+(conv, local, fc), :mod:`convnet.layers.pooling`, :mod:`convnet.layers.norms`,
+:mod:`convnet.layers.neurons`, :mod:`convnet.layers.softmax`, :mod:`convnet.layers.costs`,
+:mod:`convnet.layers.dropout`, :mod:`convnet.layers.combine` (pass, concat, eltsum, eltmax,
+sum) and :mod:`convnet.layers.data` (identity; the executor loads data itself).
 
 Every layer's forward/backward includes its inline ``neuron=`` (not for
-costs); the neuron functions are those of :data:`kernels.neurons.NEURONS`.
+costs); the neuron functions are those of :data:`convnet.kernels.neurons.NEURONS`.
 """
 
 from __future__ import annotations

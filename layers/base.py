@@ -12,10 +12,10 @@ the cases of the shard; the optimiser divides by the number of cases.
 
 Layers compute in the dtype of their inputs (float32 in training, float64 in
 the gradient check); ``init_params`` returns float32.  The layer families in
-this package derive from :class:`layers.core.ComputeLayer`, which applies the
+this package derive from :class:`convnet.layers.core.ComputeLayer`, which applies the
 inline ``neuron=`` inside ``forward``/``backward``.  Cost layers also have
 ``metrics(inputs, output) -> dict`` of sums over the shard (``cost``, and
-``error``/``error_topk`` where the type defines them): see :mod:`layers.costs`.
+``error``/``error_topk`` where the type defines them): see :mod:`convnet.layers.costs`.
 """
 
 from __future__ import annotations

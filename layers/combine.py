@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 
-from kernels import array_module
-from kernels import nn as knn
+from convnet.kernels import array_module
+from convnet.kernels import nn as knn
 
 from .core import ComputeLayer, per_input
 

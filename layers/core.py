@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from convnet.config.model import LayerDef
-from kernels import array_module
-from kernels.neurons import Neuron
+from convnet.kernels import array_module
+from convnet.kernels.neurons import Neuron
 
 from .base import Context, Layer
 
 
 def make_neuron(spec) -> Neuron | None:
-    """A :class:`~kernels.neurons.Neuron` from a NeuronSpec (None for no neuron)."""
+    """A :class:`~convnet.kernels.neurons.Neuron` from a NeuronSpec (None for no neuron)."""
     if spec is None:
         return None
     return Neuron(spec.name, spec.args)

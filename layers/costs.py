@@ -18,8 +18,8 @@ Cost layers take no inline neuron (cuda-convnet2 drops it too).
 from __future__ import annotations
 
 from convnet.errors import DataError
-from kernels import array_module
-from kernels import nn as knn
+from convnet.kernels import array_module
+from convnet.kernels import nn as knn
 
 from .core import ComputeLayer
 

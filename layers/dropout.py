@@ -3,7 +3,7 @@
 At train time (``ctx.train`` and the ``enable`` param) each element is kept
 with probability ``keep``; the mask bit of (case c, feature f) is a pure
 function of ``(ctx.seed, ctx.step, layer name, ctx.case_offset + row, f)``
-(:mod:`kernels.random`), so data-parallel runs see the same masks as one
+(:mod:`convnet.kernels.random`), so data-parallel runs see the same masks as one
 device.
 
 * ``dropout``: kept values are scaled by 1/keep; identity at test time or
@@ -15,7 +15,7 @@ device.
 
 from __future__ import annotations
 
-from kernels import random as krandom
+from convnet.kernels import random as krandom
 
 from .core import ComputeLayer
 

@@ -1,12 +1,12 @@
 """The ``neuron`` layer: a neuron function (``LayerDef.neuron``) as a layer of its own.
 
 The inline ``neuron=`` key of other layers is handled by
-:class:`layers.core.ComputeLayer`; the functions live in :mod:`kernels.neurons`.
+:class:`convnet.layers.core.ComputeLayer`; the functions live in :mod:`convnet.kernels.neurons`.
 """
 
 from __future__ import annotations
 
-from kernels.neurons import Neuron
+from convnet.kernels.neurons import Neuron
 
 from .core import ComputeLayer, neuron_switches
 

@@ -1,4 +1,4 @@
-"""Normalisation layers: ``cmrnorm``, ``rnorm`` and ``cnorm`` (see :mod:`kernels.norm`).
+"""Normalisation layers: ``cmrnorm``, ``rnorm`` and ``cnorm`` (see :mod:`convnet.kernels.norm`).
 
 Their ``scale``, ``pow`` and ``minDiv`` come from the layer-params file
 (``LayerDef.params``), ``size`` from the layer definition.
@@ -6,7 +6,7 @@ Their ``scale``, ``pow`` and ``minDiv`` come from the layer-params file
 
 from __future__ import annotations
 
-from kernels import norm as knorm
+from convnet.kernels import norm as knorm
 
 from .core import ComputeLayer
 from .pooling import as_image, image_geometry

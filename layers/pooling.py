@@ -1,4 +1,4 @@
-"""Spatial pooling: ``pool`` with ``pool=max|avg|maxabs`` (see :mod:`kernels.pool`)."""
+"""Spatial pooling: ``pool`` with ``pool=max|avg|maxabs`` (see :mod:`convnet.kernels.pool`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from kernels import array_module
-from kernels import pool as kpool
+from convnet.kernels import array_module
+from convnet.kernels import pool as kpool
 
 from .core import ComputeLayer
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernels import nn as knn
+from convnet.kernels import nn as knn
 
 from .core import ComputeLayer
 

@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from kernels import conv as kconv
-from kernels import nn as knn
+from convnet.kernels import conv as kconv
+from convnet.kernels import nn as knn
 
 from .core import ComputeLayer, per_input
 from .dropout import keep_mask

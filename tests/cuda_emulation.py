@@ -1,6 +1,6 @@
 """Test support: run the CUDA kernel sources on the host, and compile-check them with nvcc.
 
-:class:`EmulatedKernel` compiles one :class:`~kernels.cuda.sources.KernelSpec`
+:class:`EmulatedKernel` compiles one :class:`~convnet.kernels.cuda.sources.KernelSpec`
 with the host C++ compiler into a loop over the flat output index ``i`` (what
 ``cupy.ElementwiseKernel`` runs with one thread per element) and calls it on
 numpy arrays through ctypes.  Because every element of an element-wise
@@ -8,8 +8,8 @@ kernel is independent, the sequential loop computes what the GPU computes,
 up to the accuracy of the device math library (``exp``, ``tanh``, ...); index
 arithmetic, window bounds, operation order and integer wrap-around are the
 same.  :func:`emulated_kernel_set` bundles it with numpy as a
-:class:`~kernels.cuda.kernel_set.KernelSet`, so the override functions of
-:mod:`kernels.cuda` run unchanged on machines without a GPU.
+:class:`~convnet.kernels.cuda.kernel_set.KernelSet`, so the override functions of
+:mod:`convnet.kernels.cuda` run unchanged on machines without a GPU.
 
 :func:`nvcc_source` writes the same body the way CuPy wraps it (a
 ``CUPY_FOR`` grid-stride loop, non-raw arguments as references to element
@@ -32,8 +32,8 @@ import threading
 
 import numpy as np
 
-from kernels.cuda.kernel_set import KernelSet
-from kernels.cuda.sources import KernelSpec, parse_params
+from convnet.kernels.cuda.kernel_set import KernelSet
+from convnet.kernels.cuda.sources import KernelSpec, parse_params
 
 _C_TYPES = {
     "float32": "float", "float64": "double", "int32": "int", "int64": "long long",
@@ -218,7 +218,7 @@ class EmulatedKernel:
 
 
 def emulated_kernel_set() -> KernelSet:
-    """numpy plus host-compiled kernels, for :func:`kernels.cuda.kernel_set.using`."""
+    """numpy plus host-compiled kernels, for :func:`convnet.kernels.cuda.kernel_set.using`."""
     return KernelSet("emulated", np, EmulatedKernel)
 
 

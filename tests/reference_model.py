@@ -14,8 +14,8 @@ import zlib
 
 import numpy as np
 
-from layers import build_layer
-from layers.base import Context
+from convnet.layers import build_layer
+from convnet.layers.base import Context
 
 
 def split_bounds(num_cases: int, parts: int) -> list[tuple[int, int]]:

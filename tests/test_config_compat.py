@@ -22,10 +22,10 @@ from convnet.plan.planner import make_plan
 from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
 from convnet.runtime.gradcheck import check_net_gradients
-from kernels.constraints import UNIT_AXIS, ball_projection
-from layers import build_layer
-from layers.base import Context
-from layers.costs import LogregCost
+from convnet.kernels.constraints import UNIT_AXIS, ball_projection
+from convnet.layers import build_layer
+from convnet.layers.base import Context
+from convnet.layers.costs import LogregCost
 from tests.config_helpers import DATA_LAYERS, WEIGHT_PARAMS, config_error, load_text, write_pair
 
 ROOT = Path(__file__).resolve().parent.parent

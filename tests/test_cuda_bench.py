@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import kernels
+from convnet import kernels
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_cuda.py"
 

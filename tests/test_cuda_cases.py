@@ -15,9 +15,9 @@ from typing import Callable
 import numpy as np
 
 from convnet.config.layertypes import LAYER_TYPES
-from kernels.neurons import NEURONS
-from layers import build_layer
-from layers.base import Context
+from convnet.kernels.neurons import NEURONS
+from convnet.layers import build_layer
+from convnet.layers.base import Context
 
 from .test_layers_helpers import conv_def, fc_def, norm_def, pool_def, simple_def
 

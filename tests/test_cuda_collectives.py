@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-import kernels
+from convnet import kernels
 from convnet.runtime.collectives import (ChunkedAllReduce, NcclAllReduce, SingleRank, chunk_bounds,
                                  choose_all_reduce, make_all_reduce)
 from convnet.runtime.devices import CpuDevice

@@ -21,8 +21,8 @@ import types
 import numpy as np
 import pytest
 
-import kernels
-import kernels.cuda
+from convnet import kernels
+import convnet.kernels.cuda
 from convnet.runtime import cuda_device
 from convnet.runtime.backends import choose_backend
 from convnet.runtime.device import Device
@@ -415,7 +415,7 @@ def test_the_cuda_kernel_package_imports_without_a_gpu_and_registers_nothing():
     before = kernels.registered_kernels()
     for module in ("sources", "kernel_set", "conv", "pool", "norm", "nn", "dropout",
                    "neurons"):
-        importlib.import_module(f"kernels.cuda.{module}")
+        importlib.import_module(f"convnet.kernels.cuda.{module}")
     assert kernels.registered_kernels() == before
     reason = kernels.cuda.unavailable_reason()
     assert "CuPy is not installed" in reason or "finds no CUDA GPU" in reason

@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-import kernels
+from convnet import kernels
 
 pytestmark = pytest.mark.skipif(not kernels.cupy_available(), reason="needs CuPy and a CUDA GPU")
 
@@ -34,7 +34,7 @@ RTOL, ATOL = 2e-4, 2e-5
 
 @pytest.fixture(autouse=True)
 def cuda_kernels():
-    import kernels.cuda
+    import convnet.kernels.cuda
 
     kernels.cuda.install(force=True)
     yield
@@ -70,7 +70,7 @@ def test_every_layer_on_cuda_matches_numpy(name):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_cuda_kernels_match_the_generic_kernels_on_the_gpu(name):
     """The fused kernels against CuPy running the generic numpy-style kernels."""
-    import kernels.cuda
+    import convnet.kernels.cuda
 
     case = CASES[name]
     fused = forward_backward(case, cupy.asarray, cupy.asnumpy)
@@ -94,7 +94,7 @@ def test_float64_layers_on_cuda_match_numpy_closely():
 
 
 def test_dropout_uniforms_are_bitwise_numpys():
-    from kernels import random as krandom
+    from convnet.kernels import random as krandom
 
     key = krandom.stream_key(5, 7, "fc4096a")
     for shape, offset in [((128, 4096), 0), ((32, 4096), 96), ((3, 5, 7), 2 ** 40)]:
@@ -105,7 +105,7 @@ def test_dropout_uniforms_are_bitwise_numpys():
 
 @pytest.mark.parametrize("kind", ["max", "maxabs"])
 def test_max_pooling_is_bitwise_numpys(kind):
-    from kernels import pool as kpool
+    from convnet.kernels import pool as kpool
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((8, 16, 55, 55)).astype(np.float32)

@@ -1,8 +1,8 @@
 """The CUDA kernels, run on the host: their code agrees with the numpy kernels.
 
-Every kernel of :mod:`kernels.cuda` is compiled with the host C++ compiler
+Every kernel of :mod:`convnet.kernels.cuda` is compiled with the host C++ compiler
 and run element by element (:mod:`tests.cuda_emulation`), and the override
-functions run unchanged on numpy arrays (:func:`kernels.cuda.kernel_set.using`).
+functions run unchanged on numpy arrays (:func:`convnet.kernels.cuda.kernel_set.using`).
 This checks, without a GPU, everything but the device itself: index
 arithmetic, window bounds, operation order, the argument lists the layers
 call the overrides with, caches passed from forward to backward, and dropout
@@ -18,14 +18,14 @@ import importlib
 import numpy as np
 import pytest
 
-import kernels
-from kernels import conv as kconv
-from kernels import nn as knn
-from kernels import norm as knorm
-from kernels import pool as kpool
-from kernels import random as krandom
-from kernels.cuda import OVERRIDES, kernel_set
-from kernels.neurons import NEURONS
+from convnet import kernels
+from convnet.kernels import conv as kconv
+from convnet.kernels import nn as knn
+from convnet.kernels import norm as knorm
+from convnet.kernels import pool as kpool
+from convnet.kernels import random as krandom
+from convnet.kernels.cuda import OVERRIDES, kernel_set
+from convnet.kernels.neurons import NEURONS
 
 from .cuda_emulation import compiler_available, emulated_kernel_set
 from .test_cuda_cases import NEURON_SPECS, forward_backward, layer_cases
@@ -44,7 +44,7 @@ def emulated():
 
 
 def _override(name):
-    return getattr(importlib.import_module(f"kernels.cuda.{OVERRIDES[name]}"), name)
+    return getattr(importlib.import_module(f"convnet.kernels.cuda.{OVERRIDES[name]}"), name)
 
 
 @contextlib.contextmanager
@@ -339,7 +339,7 @@ def test_executor_with_cuda_kernels_matches_numpy(tmp_path):
 
 
 def test_every_override_names_a_generic_kernel_or_a_documented_hook():
-    import kernels.neurons as kneurons
+    import convnet.kernels.neurons as kneurons
     modules = [kconv, kpool, knorm, knn, krandom, kneurons]
     generic = {name for m in modules for name in dir(m)
                if hasattr(getattr(m, name), "generic")}

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kernels.cuda import OVERRIDES
-from kernels.cuda.sources import NEURON_EXPRS, SPECS, parse_params
-from kernels.neurons import NEURONS
+from convnet.kernels.cuda import OVERRIDES
+from convnet.kernels.cuda.sources import NEURON_EXPRS, SPECS, parse_params
+from convnet.kernels.neurons import NEURONS
 
 from .cuda_emulation import nvcc_check, nvcc_check_cupy_generated, nvcc_source
 

@@ -14,8 +14,8 @@ from convnet.config import load_net
 from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
 from convnet.plan.planner import make_plan
-from layers import build_layer
-from layers.base import Context
+from convnet.layers import build_layer
+from convnet.layers.base import Context
 from reference_model import ReferenceTrainer
 from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 

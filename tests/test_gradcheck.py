@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import kernels
+from convnet import kernels
 from convnet.config.layertypes import LAYER_TYPES
 from convnet.config.model import LayerDef, NetConfig
 from convnet.runtime.gradcheck import check_net_gradients
-from kernels.neurons import NEURONS
+from convnet.kernels.neurons import NEURONS
 
 from .test_layers_helpers import conv_def, fc_def, neuron, norm_def, pool_def, simple_def
 

@@ -1,7 +1,8 @@
 """Imports flow one way: no module of the project imports, even indirectly, itself.
 
 The graph is built from the source, not by importing it: every ``.py`` file of
-the packages ``convnet``, ``layers`` and ``kernels`` is parsed with :mod:`ast`,
+the package ``convnet`` (with ``convnet.layers`` and ``convnet.kernels``, whose
+folders are ``layers/`` and ``kernels/``) is parsed with :mod:`ast`,
 and every import statement counts, also one inside a function (a deferred
 import still ties the two modules together).  ``from pkg import name`` points
 at the module ``pkg.name`` when there is one, else at ``pkg`` itself;
@@ -16,15 +17,18 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("convnet", "layers", "kernels")
+#: Package name -> its folder (``layers/`` and ``kernels/`` install as sub-packages).
+PACKAGES = {"convnet": "convnet", "convnet.layers": "layers", "convnet.kernels": "kernels"}
 
 
 def module_files(root: Path, packages) -> dict[str, Path]:
-    """Module name -> file, for every ``.py`` file under the given package folders."""
+    """Module name -> file, for every ``.py`` file under the given package folders
+    (``packages``: names, each its own folder, or a name -> folder mapping)."""
+    folders = packages if isinstance(packages, dict) else {p: p for p in packages}
     modules = {}
-    for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
-            parts = list(path.relative_to(root).with_suffix("").parts)
+    for package, folder in folders.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = [package, *path.relative_to(root / folder).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts.pop()
             modules[".".join(parts)] = path

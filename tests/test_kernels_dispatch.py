@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import kernels
-from kernels import conv as kconv
-from kernels import nn as knn
-from kernels import random as krandom
+from convnet import kernels
+from convnet.kernels import conv as kconv
+from convnet.kernels import nn as knn
+from convnet.kernels import random as krandom
 
 
 def test_array_module_is_numpy_for_host_arrays():
@@ -41,8 +41,8 @@ def test_a_kernel_registered_for_an_array_module_replaces_the_generic_one():
 
 def test_layers_call_kernels_through_the_dispatcher():
     """A registered kernel replaces conv without touching layers/ (here: count the calls)."""
-    from layers import build_layer
-    from layers.base import Context
+    from convnet.layers import build_layer
+    from convnet.layers.base import Context
 
     from .test_layers_helpers import conv_def, params_for, random_inputs
 
@@ -137,9 +137,9 @@ def test_conv_scratch_buffers_are_per_thread():
 def test_neurons_dispatch_through_kernels():
     """Inline neurons go through neuron_forward/neuron_backward, which the CUDA
     kernels replace with fused ones."""
-    from kernels import neurons as kneurons
-    from layers import build_layer
-    from layers.base import Context
+    from convnet.kernels import neurons as kneurons
+    from convnet.layers import build_layer
+    from convnet.layers.base import Context
 
     from .test_layers_helpers import fc_def, params_for, random_inputs
 

@@ -8,20 +8,20 @@ import pkgutil
 
 import pytest
 
-import layers
+from convnet import layers
 from convnet.config.layertypes import LAYER_TYPES, Kind, LayerType
 from convnet.config.model import LayerDef
 from convnet.config.shape_rules import same_shape
-from layers import layer_class
-from layers.base import Layer
-from layers.core import ComputeLayer
+from convnet.layers import layer_class
+from convnet.layers.base import Layer
+from convnet.layers.core import ComputeLayer
 
 
 def _layer_classes() -> set[type]:
     """Every public Layer class of the layer library (the bases excepted)."""
     found = set()
     for info in pkgutil.iter_modules(layers.__path__):
-        module = importlib.import_module(f"layers.{info.name}")
+        module = importlib.import_module(f"convnet.layers.{info.name}")
         for name, obj in inspect.getmembers(module, inspect.isclass):
             if (issubclass(obj, Layer) and obj.__module__ == module.__name__
                     and not name.startswith("_") and obj not in (Layer, ComputeLayer)):
@@ -47,13 +47,13 @@ def test_kinds():
 
 def test_a_weight_rule_goes_with_the_weighted_kind():
     with pytest.raises(ValueError, match="weight-shape rule"):
-        LayerType("x", Kind.WEIGHTED, "layers.combine:SumLayer", same_shape)
+        LayerType("x", Kind.WEIGHTED, "convnet.layers.combine:SumLayer", same_shape)
     with pytest.raises(ValueError, match="weight-shape rule"):
-        LayerType("x", Kind.PLAIN, "layers.combine:SumLayer", same_shape, weights=dict)
+        LayerType("x", Kind.PLAIN, "convnet.layers.combine:SumLayer", same_shape, weights=dict)
 
 
 def test_an_implementation_path_must_name_a_layer_class():
-    ltype = LayerType("x", Kind.PLAIN, "layers.core:per_input", same_shape)
+    ltype = LayerType("x", Kind.PLAIN, "convnet.layers.core:per_input", same_shape)
     with pytest.raises(TypeError, match="does not name a Layer class"):
         layer_class(ltype)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layers import build_layer
-from layers.base import Context
+from convnet.layers import build_layer
+from convnet.layers.base import Context
 
 from .test_layers_helpers import simple_def
 

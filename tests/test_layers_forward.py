@@ -10,9 +10,9 @@ import pytest
 
 from convnet.config.layertypes import LAYER_TYPES
 from convnet.config.model import LayerDef
-from kernels import conv as kconv
-from layers import build_layer, layer_class
-from layers.base import Context, Layer
+from convnet.kernels import conv as kconv
+from convnet.layers import build_layer, layer_class
+from convnet.layers.base import Context, Layer
 
 from .test_layers_helpers import (conv_def, fc_def, norm_def, params_for, pool_def, random_inputs,
                                   simple_def)
@@ -162,8 +162,8 @@ def test_pool_matches_reference(pool, size, stride, start, outputs):
 
 def test_pool_output_sizes_follow_the_ceiling_rule():
     # cuda-convnet2: the 224x224 ImageNet net gives 55 -> 27 -> 13 -> 6
-    from kernels.conv import out_size as conv_size
-    from kernels.pool import out_size as pool_size
+    from convnet.kernels.conv import out_size as conv_size
+    from convnet.kernels.pool import out_size as pool_size
     assert conv_size(224, 11, 0, 4) == 55
     assert [pool_size(s, 3, 2, 0) for s in (55, 27, 13)] == [27, 13, 6]
     assert pool_size(24, 3, 2, 0) == 12  # CIFAR: the last window hangs over the edge

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from convnet.config.layertypes import LAYER_TYPES
-from kernels import conv as kconv
-from kernels.neurons import NEURONS
-from layers.base import Context
+from convnet.kernels import conv as kconv
+from convnet.kernels.neurons import NEURONS
+from convnet.layers.base import Context
 
 from .test_layers_helpers import (conv_def, fc_def, fd_check, norm_def, pool_def, random_inputs,
                                   simple_def)
@@ -148,7 +148,7 @@ def test_logreg(topk, coeff):
 
 def test_softmax_then_logreg_through_softmax():
     """The usual pair: the gradient through softmax of -log p[label] is p - onehot."""
-    from layers import build_layer
+    from convnet.layers import build_layer
     ctx = Context()
     sm = build_layer(simple_def("softmax", [(4,)]))
     cost = build_layer(simple_def("cost.logreg", [(1,), (4,)], out_shape=(1,)))

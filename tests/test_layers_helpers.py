@@ -9,10 +9,10 @@ import numpy as np
 
 from convnet.config.model import LayerDef
 from convnet.config.neurons import NeuronSpec
-from kernels.conv import out_size as conv_out_size
-from kernels.pool import out_size as pool_out_size
-from layers import build_layer
-from layers.base import Context
+from convnet.kernels.conv import out_size as conv_out_size
+from convnet.kernels.pool import out_size as pool_out_size
+from convnet.layers import build_layer
+from convnet.layers.base import Context
 
 
 def neuron(spec: str | None) -> NeuronSpec | None:

@@ -10,7 +10,6 @@ all-reduce run in replica order in both, so every array must be bitwise equal.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -15,7 +15,7 @@ from convnet.plan.ranks import rank_totals
 from convnet.runtime.cluster import launched_size
 from convnet.runtime.rank_tasks import tasks_for_rank
 from convnet.runtime.tasks import TaskAction, make_tasks
-from mpi_helpers import ROOT, env
+from mpi_helpers import env
 from plan_helpers import fc_net
 
 # Hybrid: a data-parallel fc (all-reduce), then model-parallel fc pair and a gather.

@@ -7,8 +7,8 @@ import pytest
 from convnet.config.location import Where
 from convnet.config.neurons import NeuronSpec, NeuronValue
 from convnet.errors import ConfigError
-from kernels.cuda.sources import SPECS
-from kernels.neurons import NEURONS, Neuron
+from convnet.kernels.cuda.sources import SPECS
+from convnet.kernels.neurons import NEURONS, Neuron
 
 WHERE = Where("net.cfg", "layer", "neuron")
 

@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch", reason="PyTorch (in the 'test' extra) is no
                                             "the cross-check against it is skipped")
 F = torch.nn.functional
 
-from kernels import conv as kconv  # noqa: E402
-from layers import build_layer  # noqa: E402
-from layers.base import Context  # noqa: E402
+from convnet.kernels import conv as kconv  # noqa: E402
+from convnet.layers import build_layer  # noqa: E402
+from convnet.layers.base import Context  # noqa: E402
 
 from .test_layers_helpers import conv_def, fc_def, norm_def, pool_def, simple_def  # noqa: E402
 

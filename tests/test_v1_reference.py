@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import kernels
+from convnet import kernels
 from convnet.config import load_net
 from convnet.plan.planner import make_plan
 from convnet.runtime.gradcheck import check_net_gradients

@@ -9,7 +9,7 @@ test compares the file with this output.
 from __future__ import annotations
 
 from convnet.config.layertypes import LAYER_TYPES, REQUIRED, TYPE_ALIASES, Key, LayerType
-from kernels.neurons import NEURONS
+from convnet.kernels.neurons import NEURONS
 
 INTRO = """# Config language reference
 

@@ -9,7 +9,7 @@ spellings), its kind (data, weighted, cost or plain), its output-shape rule
 (:mod:`convnet.config.weight_shapes`) and the class that computes it.
 
 The class is named by a ``"module:Class"`` path (e.g.
-``"layers.weights:ConvLayer"``) that :func:`layers.build_layer` resolves: the
+``"convnet.layers.weights:ConvLayer"``) that :func:`convnet.layers.build_layer` resolves: the
 layer library imports this package, so this package names its classes
 without importing them.  Adding a layer type is one entry here, its class in
 ``layers/`` and its kernels.  The parser, the shape-inference walk and the
@@ -201,30 +201,30 @@ def _table(*types: LayerType) -> dict[str, LayerType]:
 
 _FILTER_TYPE = dict(kind=Kind.WEIGHTED, shape=shape.filter_shape, size_key="filters",
                     max_inputs=None, aliases=_V1_FILTERS, finish=_grouped_filters)
-_NORM_TYPE = dict(kind=Kind.PLAIN, implementation="layers.norms:NormLayer", attrs=_NORM_ATTRS,
+_NORM_TYPE = dict(kind=Kind.PLAIN, implementation="convnet.layers.norms:NormLayer", attrs=_NORM_ATTRS,
                   params=_NORM_PARAMS)
 _COST_TYPE = dict(kind=Kind.COST, neuron="forbidden", params=_COST_PARAMS)
 _PAIR = dict(min_inputs=2, max_inputs=2)
 
 LAYER_TYPES: dict[str, LayerType] = _table(
     # Data layers run wherever their readers run.
-    LayerType("data", Kind.DATA, "layers.data:DataLayer", shape.data_shape, size_key="dataIdx",
+    LayerType("data", Kind.DATA, "convnet.layers.data:DataLayer", shape.data_shape, size_key="dataIdx",
               min_inputs=0, max_inputs=0, neuron="forbidden", takes_gpu=False,
               attrs=(Key("dataIdx", Int(lo=0)),)),
-    LayerType("conv", implementation="layers.weights:ConvLayer", weights=weights.conv_weights,
+    LayerType("conv", implementation="convnet.layers.weights:ConvLayer", weights=weights.conv_weights,
               hints=_FILTER_HINTS, params=_WEIGHT_PARAMS + (_WBALL,),
               attrs=_FILTER_ATTRS + (Key("sharedBiases", Bool(), default=True),),
               **_FILTER_TYPE),
-    LayerType("local", implementation="layers.weights:LocalLayer", weights=weights.local_weights,
+    LayerType("local", implementation="convnet.layers.weights:LocalLayer", weights=weights.local_weights,
               attrs=_FILTER_ATTRS, params=_WEIGHT_PARAMS + (_WBALL_LOCAL,),
               # Local layers always have one bias per output position.
               hints=_FILTER_HINTS + (Key("sharedBiases", Bool(), default=None),),
               **_FILTER_TYPE),
-    LayerType("fc", Kind.WEIGHTED, "layers.weights:FCLayer", shape.fc_shape, size_key="outputs",
+    LayerType("fc", Kind.WEIGHTED, "convnet.layers.weights:FCLayer", shape.fc_shape, size_key="outputs",
               weights=weights.fc_weights, max_inputs=None,
               params=_WEIGHT_PARAMS + (_WBALL, _FORK_DROPOUT),
               attrs=(Key("outputs", _POSITIVE),) + _INIT, aliases={"numOutputs": "outputs"}),
-    LayerType("pool", Kind.PLAIN, "layers.pooling:PoolLayer", shape.pool_shape,
+    LayerType("pool", Kind.PLAIN, "convnet.layers.pooling:PoolLayer", shape.pool_shape,
               size_key="outputsX", finish=_pool_stride, attrs=(
                   Key("pool", Choice("max", "avg", "maxabs")),
                   Key("sizeX", _POSITIVE),
@@ -240,33 +240,33 @@ LAYER_TYPES: dict[str, LayerType] = _table(
               **_NORM_TYPE),
     LayerType("cnorm", shape=shape.norm_shape("pixels across"), aliases={"sizeX": "size"},
               **_NORM_TYPE),
-    LayerType("neuron", Kind.PLAIN, "layers.neurons:NeuronLayer", shape.same_shape,
+    LayerType("neuron", Kind.PLAIN, "convnet.layers.neurons:NeuronLayer", shape.same_shape,
               neuron="required"),
-    LayerType("softmax", Kind.PLAIN, "layers.softmax:SoftmaxLayer", shape.same_shape),
-    LayerType("dropout", Kind.PLAIN, "layers.dropout:DropoutLayer", shape.same_shape,
+    LayerType("softmax", Kind.PLAIN, "convnet.layers.softmax:SoftmaxLayer", shape.same_shape),
+    LayerType("dropout", Kind.PLAIN, "convnet.layers.dropout:DropoutLayer", shape.same_shape,
               params=_DROPOUT_PARAMS),
-    LayerType("dropout2", Kind.PLAIN, "layers.dropout:Dropout2Layer", shape.same_shape,
+    LayerType("dropout2", Kind.PLAIN, "convnet.layers.dropout:Dropout2Layer", shape.same_shape,
               params=_DROPOUT_PARAMS),
     # pass is the model-parallel gather: the placement differs from concat, not the math.
-    LayerType("pass", Kind.PLAIN, "layers.combine:ConcatLayer", shape.concat_shape,
+    LayerType("pass", Kind.PLAIN, "convnet.layers.combine:ConcatLayer", shape.concat_shape,
               max_inputs=None),
-    LayerType("concat", Kind.PLAIN, "layers.combine:ConcatLayer", shape.concat_shape,
+    LayerType("concat", Kind.PLAIN, "convnet.layers.combine:ConcatLayer", shape.concat_shape,
               max_inputs=None),
-    LayerType("eltsum", Kind.PLAIN, "layers.combine:EltSumLayer", shape.eltwise_shape,
+    LayerType("eltsum", Kind.PLAIN, "convnet.layers.combine:EltSumLayer", shape.eltwise_shape,
               max_inputs=None, attrs=(
                   Key("coeffs", Float(), default=1.0, per_input=True, also_in_params=True),)),
-    LayerType("eltmax", Kind.PLAIN, "layers.combine:EltMaxLayer", shape.eltwise_shape,
+    LayerType("eltmax", Kind.PLAIN, "convnet.layers.combine:EltMaxLayer", shape.eltwise_shape,
               min_inputs=2, max_inputs=None),
-    LayerType("sum", Kind.PLAIN, "layers.combine:SumLayer", shape.sum_shape,
+    LayerType("sum", Kind.PLAIN, "convnet.layers.combine:SumLayer", shape.sum_shape,
               attrs=(Key("stride", _POSITIVE, default=None),)),
-    LayerType("cost.logreg", implementation="layers.costs:LogregCost", shape=shape.logreg_shape,
+    LayerType("cost.logreg", implementation="convnet.layers.costs:LogregCost", shape=shape.logreg_shape,
               **_PAIR, **_COST_TYPE),
-    LayerType("cost.crossent", implementation="layers.costs:CrossEntCost",
+    LayerType("cost.crossent", implementation="convnet.layers.costs:CrossEntCost",
               shape=shape.crossent_shape, **_PAIR, **_COST_TYPE),
-    LayerType("cost.bce", implementation="layers.costs:BCECost", shape=shape.bce_shape,
+    LayerType("cost.bce", implementation="convnet.layers.costs:BCECost", shape=shape.bce_shape,
               **_PAIR, kind=Kind.COST, neuron="forbidden",
               params=_COST_PARAMS + (Key("posWeight", _NONNEGATIVE, default=1.0),)),
-    LayerType("cost.sum2", implementation="layers.costs:Sum2Cost", shape=shape.cost_shape,
+    LayerType("cost.sum2", implementation="convnet.layers.costs:Sum2Cost", shape=shape.cost_shape,
               **_COST_TYPE),
 )
 

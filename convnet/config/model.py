@@ -48,7 +48,7 @@ config language (camelCase) so that an error about a key can quote it.
               per-case cost, and no layer may read a cost layer
 
 ``LayerDef.neuron`` is None or a NeuronSpec naming an entry of
-:data:`kernels.neurons.NEURONS` (listed in docs/CONFIG.md), with its bracket args
+:data:`convnet.kernels.neurons.NEURONS` (listed in docs/CONFIG.md), with its bracket args
 in order.  Data and cost layers never have one.
 ``LayerDef.gpu`` is always None for data layers.
 

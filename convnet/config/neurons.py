@@ -1,7 +1,7 @@
 """Neuron (activation function) specs: ``relu``, ``tanh[1.7,0.66]``, ...
 
 The names, bracket parameters and their checks come from the one table of
-neurons, :data:`kernels.neurons.NEURONS`; this module only reads the text.
+neurons, :data:`convnet.kernels.neurons.NEURONS`; this module only reads the text.
 ``abstanh[a,b]`` (``a * |tanh(b*x)|``) is the cuda-convnet v1 neuron the
 older dialect still uses.
 """
@@ -14,7 +14,7 @@ from convnet.config.brackets import split_call
 from convnet.config.location import Where, quote
 from convnet.config.suggest import nearest
 from convnet.config.values import Float
-from kernels.neurons import NEURONS
+from convnet.kernels.neurons import NEURONS
 
 _NUMBER = Float()
 

@@ -2,12 +2,12 @@
 
 "Backend" means only this: the device kind (CPU workers or CUDA GPUs).  The
 array module of a device (numpy or CuPy) is ``Device.xp``, and the kernels
-compiled for CuPy are a :class:`kernels.cuda.kernel_set.KernelSet`.
+compiled for CuPy are a :class:`convnet.kernels.cuda.kernel_set.KernelSet`.
 """
 
 from __future__ import annotations
 
-import kernels
+from convnet import kernels
 from convnet.errors import DeviceError
 
 

@@ -204,9 +204,9 @@ class CudaDevice(Device):
         self._helpers: dict[int, object] = {}
         with _registry_lock:
             _registry.add(self)
-        import kernels.cuda
+        from convnet.kernels import cuda as cuda_kernels
 
-        kernels.cuda.install()
+        cuda_kernels.install()
 
     def __repr__(self) -> str:
         return f"cuda:{self.index}(gpu {self.physical})"

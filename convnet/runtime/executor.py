@@ -41,9 +41,9 @@ from convnet.runtime.tasks import Task, TaskAction, make_tasks
 from convnet.runtime.transfers import Transfers, accumulate
 from convnet.runtime.weights import WeightStore, assemble_state
 from convnet.runtime.workers import DeviceWorkers
-from kernels.constraints import ball_projection
-from layers import build_layer
-from layers.base import Context
+from convnet.kernels.constraints import ball_projection
+from convnet.layers import build_layer
+from convnet.layers.base import Context
 
 
 @dataclass

@@ -20,7 +20,7 @@ the whole net forward once in training mode with a fixed :class:`Context`
 Entries where the function has a kink inside the difference interval are
 skipped (after retrying with smaller steps) and counted in the report: a
 perturbation is at a kink when it changes any discrete choice of the forward
-pass (:meth:`layers.base.Layer.switches`: a relu or abs side, a max-pool or
+pass (:meth:`convnet.layers.base.Layer.switches`: a relu or abs side, a max-pool or
 eltmax winner), or when its one-sided differences disagree.  A kink can
 only hide an entry, never pass a wrong gradient: the forward pass alone
 decides it.  For the local checks, exact zeros in a layer's
@@ -43,8 +43,8 @@ from typing import Callable
 import numpy as np
 
 from convnet.config.model import NetConfig
-from layers import build_layer
-from layers.base import Context
+from convnet.layers import build_layer
+from convnet.layers.base import Context
 
 _LABEL_COSTS = ("cost.logreg", "cost.crossent", "cost.bce")
 

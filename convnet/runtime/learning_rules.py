@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from convnet.config.model import LayerDef
 from convnet.config.schedules import Schedule
-from kernels.constraints import UNIT_AXIS
+from convnet.kernels.constraints import UNIT_AXIS
 
 BIAS_KEY = "b"
 

@@ -1,23 +1,23 @@
 """CuPy kernels for ``--backend cuda``, behind the generic kernel interface.
 
 Importing this package or its modules never needs CuPy and registers
-nothing: the kernel sources (:mod:`kernels.cuda.sources`) are plain strings
+nothing: the kernel sources (:mod:`convnet.kernels.cuda.sources`) are plain strings
 and the override functions only touch CuPy when called (through
-:mod:`kernels.cuda.kernel_set`).  :func:`install` registers the overrides with
-:func:`kernels.register_kernel` for the array module ``'cupy'``, so the
+:mod:`convnet.kernels.cuda.kernel_set`).  :func:`install` registers the overrides with
+:func:`convnet.kernels.register_kernel` for the array module ``'cupy'``, so the
 generic kernels dispatch to them for CuPy arrays and numpy calls are
 unaffected; :class:`convnet.runtime.cuda_device.CudaDevice` calls it.  Without CuPy
 or without a GPU, :func:`install` raises :class:`CudaUnavailable` with the reason.
 
 Overrides (module: kernels replaced):
 
-* :mod:`~kernels.cuda.conv`: ``conv_forward``, ``conv_backward``,
+* :mod:`~convnet.kernels.cuda.conv`: ``conv_forward``, ``conv_backward``,
   ``local_forward``, ``local_backward``;
-* :mod:`~kernels.cuda.pool`: ``pool_forward``, ``pool_backward``;
-* :mod:`~kernels.cuda.norm`: ``response_norm_forward``, ``response_norm_backward``;
-* :mod:`~kernels.cuda.nn`: ``logreg_cost``, ``logreg_grad``;
-* :mod:`~kernels.cuda.dropout`: ``uniform_like`` (bit-identical to numpy);
-* :mod:`~kernels.cuda.neurons`: ``neuron_forward``, ``neuron_backward``.
+* :mod:`~convnet.kernels.cuda.pool`: ``pool_forward``, ``pool_backward``;
+* :mod:`~convnet.kernels.cuda.norm`: ``response_norm_forward``, ``response_norm_backward``;
+* :mod:`~convnet.kernels.cuda.nn`: ``logreg_cost``, ``logreg_grad``;
+* :mod:`~convnet.kernels.cuda.dropout`: ``uniform_like`` (bit-identical to numpy);
+* :mod:`~convnet.kernels.cuda.neurons`: ``neuron_forward``, ``neuron_backward``.
 
 Every other generic kernel runs on CuPy unchanged.  Setting the environment
 variable ``CONVNET_CUDA_KERNELS=generic`` makes :func:`install` register
@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import threading
 
-import kernels as _kernels
+from convnet import kernels as _kernels
 
 try:  # only to say whether CuPy imports; the overrides import it lazily
     import cupy as _cupy  # noqa: F401

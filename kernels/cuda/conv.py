@@ -1,6 +1,6 @@
 """CUDA conv and local layers: im2col and col2im as single kernels, GEMMs in cuBLAS.
 
-The generic kernels (:mod:`kernels.conv`) build the columns from a
+The generic kernels (:mod:`convnet.kernels.conv`) build the columns from a
 zero-padded copy of the input and scatter the column gradient back with one
 strided add per filter offset (121 passes for an 11x11 filter).  Here:
 

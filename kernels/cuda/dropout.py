@@ -1,4 +1,4 @@
-"""CUDA dropout uniforms: :func:`kernels.random.uniform_like` as one kernel.
+"""CUDA dropout uniforms: :func:`convnet.kernels.random.uniform_like` as one kernel.
 
 The generic version makes about fifteen passes over a uint64 array
 (arange, the multiply-xorshift rounds of splitmix64, the shift and the
@@ -6,7 +6,7 @@ conversion).  ``cvn_uniform`` computes each element's uniform from its
 counter in registers, with the same wrapping 64-bit arithmetic, so the bits
 (and so the dropout masks) are identical to numpy's: masks do not depend on
 ``--backend`` either, so a run gives the same masks on CPU and GPU devices,
-whatever the device count or shard split (:mod:`kernels.random`).
+whatever the device count or shard split (:mod:`convnet.kernels.random`).
 """
 
 from __future__ import annotations

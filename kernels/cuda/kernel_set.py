@@ -1,8 +1,8 @@
 """The array module and the compiled kernels the CUDA overrides run on.
 
-The override functions of :mod:`kernels.cuda` are written against a
+The override functions of :mod:`convnet.kernels.cuda` are written against a
 :class:`KernelSet`: an array module (``xp``) and a factory that turns a
-:class:`~kernels.cuda.sources.KernelSpec` into a callable kernel.  In
+:class:`~convnet.kernels.cuda.sources.KernelSpec` into a callable kernel.  In
 production it is CuPy with ``cupy.ElementwiseKernel``; the test suite swaps
 in (:func:`using`) numpy with the kernel sources compiled for the host, to
 run the very same override code, index math included, without a GPU.

@@ -1,15 +1,15 @@
 """Fused CUDA neurons: forward and backward of every neuron as one element-wise kernel.
 
-The generic neuron functions (:mod:`kernels.neurons`) are short chains of
+The generic neuron functions (:mod:`convnet.kernels.neurons`) are short chains of
 array operations, e.g. relu's backward ``g * (y > 0)`` is two passes and a
 temporary, logistic's forward four in-place passes.  Each kernel here is one
 pass with the generic functions' operation order.
 
-These replace the dispatchable kernels :func:`kernels.neurons.neuron_forward`
-and :func:`kernels.neurons.neuron_backward` for CuPy arrays, with the same
+These replace the dispatchable kernels :func:`convnet.kernels.neurons.neuron_forward`
+and :func:`convnet.kernels.neurons.neuron_backward` for CuPy arrays, with the same
 signatures: ``out`` is x itself for an in-place forward, and ``x`` is None
 when the neuron does not use its input.  The kernels are compiled for every
-neuron of :data:`kernels.neurons.NEURONS` (:mod:`kernels.cuda.sources`).
+neuron of :data:`convnet.kernels.neurons.NEURONS` (:mod:`convnet.kernels.cuda.sources`).
 """
 
 from __future__ import annotations

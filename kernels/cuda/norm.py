@@ -1,6 +1,6 @@
 """CUDA normalisations: each window sum is a loop inside one kernel.
 
-The generic kernels (:mod:`kernels.norm`) build every window sum from
+The generic kernels (:mod:`convnet.kernels.norm`) build every window sum from
 ``size`` shifted whole-array adds (``size^2`` for the spatial windows, i.e.
 81 passes for cuda-convnet2's size-9 cmrnorm in both directions).  Here each
 output element loops over its own window:
