@@ -26,6 +26,13 @@ def reference_dims(name: str) -> dict[int, tuple[int, ...]]:
 
 
 DATA_LAYERS = "[data]\ntype=data\ndataIdx=0\n\n[labels]\ntype=data\ndataIdx=1\n\n"
+
+
+def logreg_head(source: str, outputs: int = 5) -> str:
+    """Layer-def text of a classifier on ``source``: fc (``outputs`` wide), softmax
+    ``probs`` and a ``cost.logreg`` on ``labels``."""
+    return (f"\n[fc]\ntype=fc\ninputs={source}\noutputs={outputs}\n\n"
+            "[probs]\ntype=softmax\ninputs=fc\n\n[cost]\ntype=cost.logreg\ninputs=labels,probs\n")
 WEIGHT_PARAMS = "epsW=0.01\nepsB=0.02\nmomW=0.9\nmomB=0.9\n"
 
 

@@ -26,25 +26,13 @@ from convnet.kernels.constraints import UNIT_AXIS, ball_projection
 from convnet.layers import build_layer
 from convnet.layers.base import Context
 from convnet.layers.costs import LogregCost
-from tests.config_helpers import DATA_LAYERS, WEIGHT_PARAMS, config_error, load_text, write_pair
+from tests.config_helpers import (DATA_LAYERS, WEIGHT_PARAMS, config_error, load_text,
+                                  logreg_head, write_pair)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONV = "[conv]\ntype=conv\ninputs=data\nfilters=4\nfilterSize=3\nchannels=3\npadding=1\n"
 CONV_PARAMS = "[conv]\n" + WEIGHT_PARAMS
-LOGREG_HEAD = """
-[fc]
-type=fc
-inputs=conv
-outputs=5
-
-[probs]
-type=softmax
-inputs=fc
-
-[cost]
-type=cost.logreg
-inputs=labels,probs
-"""
+LOGREG_HEAD = logreg_head("conv")
 HEAD_PARAMS = "\n[fc]\n" + WEIGHT_PARAMS
 
 
@@ -270,19 +258,7 @@ def test_ball_projection_by_hand():
     assert out.dtype == np.float32
 
 
-FC_DROPOUT = DATA_LAYERS + """[fc]
-type=fc
-inputs=data
-outputs=6
-
-[probs]
-type=softmax
-inputs=fc
-
-[cost]
-type=cost.logreg
-inputs=labels,probs
-"""
+FC_DROPOUT = DATA_LAYERS + logreg_head("data", outputs=6)
 
 
 def test_the_dropout_forks_fc_dropout_key(tmp_path):

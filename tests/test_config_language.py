@@ -8,22 +8,9 @@ import pytest
 
 from convnet.config import NeuronSpec, Schedule, load_net, parse_net
 from convnet.errors import ConfigError
-from tests.config_helpers import DATA_LAYERS, WEIGHT_PARAMS, config_error, load_text, write_pair
+from tests.config_helpers import (DATA_LAYERS, WEIGHT_PARAMS, config_error, load_text,
+                                  logreg_head, write_pair)
 
-FC_HEAD = """
-[fc]
-type=fc
-inputs={source}
-outputs=5
-
-[probs]
-type=softmax
-inputs=fc
-
-[cost]
-type=cost.logreg
-inputs=labels,probs
-"""
 FC_PARAMS = "[fc]\n" + WEIGHT_PARAMS
 
 
@@ -35,7 +22,7 @@ def net_with(tmp_path):
     """
     def build(body: str, params: str = "", source: str | None = None, **kwargs):
         last = source or [line[1:-1] for line in body.splitlines() if line.startswith("[")][-1]
-        return load_text(tmp_path, DATA_LAYERS + body + FC_HEAD.format(source=last),
+        return load_text(tmp_path, DATA_LAYERS + body + logreg_head(last),
                          params + "\n" + FC_PARAMS, **kwargs)
     return build
 
