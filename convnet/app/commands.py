@@ -54,7 +54,7 @@ def print_plan(opts: RunOptions) -> int:
     pools = plan_memory_pools(opts, plan, net)
     cluster = launch.cluster_for(opts.gpu)
     costs = measure_costs(opts, net, plan) if opts.simulate else None
-    sim = simulate(plan, costs.seconds) if costs is not None else None
+    sim = simulate(plan, costs.seconds, costs.resources(plan)) if costs is not None else None
     if opts.print_plan == "json":
         summary = plan_summary(plan, net)
         summary["memory"] = [pool.as_json() for pool in pools]

@@ -13,6 +13,7 @@ from convnet.app import launch, training
 from convnet.app.options import RunOptions
 from convnet.config.model import NetConfig
 from convnet.plan.ops import Plan
+from convnet.runtime.backends import choose_backend
 from convnet.simulate.costs import CostModel, profile_compute
 from convnet.simulate.hardware import DEVICE_KINDS, device_kind
 
@@ -34,4 +35,4 @@ def measure_costs(opts: RunOptions, net: NetConfig, plan: Plan) -> CostModel:
         executor.close()
     kind = device_kind(opts.simulate_devices) if opts.simulate_devices else \
         DEVICE_KINDS["measured"]
-    return CostModel(profile, kind)
+    return CostModel(profile, kind, shared_host=choose_backend(opts.backend) == "cpu")

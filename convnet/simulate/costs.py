@@ -55,6 +55,17 @@ class CostModel:
 
     profile: ComputeProfile
     kind: DeviceKind
+    #: The profiled devices are worker threads of one host (the cpu backend): they
+    #: share the cores the profile's operations already used, so their compute does
+    #: not overlap.
+    shared_host: bool = False
+
+    def resources(self, plan: Plan) -> list[int]:
+        """The compute resource each logical device runs on: one for all of them on a
+        shared host, else one per physical device (--gpu 0,0 shares one)."""
+        if self.shared_host and not self.kind.assumed:
+            return [0] * plan.num_devices
+        return list(plan.physical_devices)
 
     @property
     def link(self) -> Link:

@@ -2,8 +2,11 @@
 
 Each device runs its operations in plan order, one at a time; an operation
 starts once the operations it depends on have ended and every device it runs
-on is free (an all-reduce occupies all of its replicas' devices).  Because the
-plan's list is one valid global order, walking it once gives every start time.
+on is free (an all-reduce occupies all of its replicas' devices).  Logical
+devices on one compute resource (one physical GPU listed twice, or the worker
+threads of the cpu backend, which share the host's cores) run one operation at
+a time between them.  Because the plan's list is one valid global order,
+walking it once gives every start time.
 
 The executor's workers may run a layer's all-reduce and update later than
 plan order, behind backward passes of layers below it; the simulation does
@@ -45,18 +48,21 @@ class Simulation:
         return self.minibatch / self.step_seconds if self.step_seconds > 0 else 0.0
 
 
-def simulate(plan: Plan, seconds) -> Simulation:
-    """Simulate one training step of ``plan``; ``seconds(op, plan)`` is an op's duration."""
-    free = [0.0] * plan.num_devices
+def simulate(plan: Plan, seconds, resources: list[int] | None = None) -> Simulation:
+    """Simulate one training step of ``plan``; ``seconds(op, plan)`` is an op's duration,
+    ``resources[d]`` the compute resource of logical device ``d`` (default: its own)."""
+    resources = list(range(plan.num_devices)) if resources is None else resources
+    free = dict.fromkeys(resources, 0.0)
     end: dict[int, float] = {}
     splits = [DeviceSplit(d) for d in range(plan.num_devices)]
     timeline = []
     for op in plan.ops:
-        start = max([end[d] for d in op.deps] + [free[d] for d in op.devices], default=0.0)
+        start = max([end[d] for d in op.deps] + [free[resources[d]] for d in op.devices],
+                    default=0.0)
         duration = seconds(op, plan)
         end[op.index] = start + duration
         for d in op.devices:
-            free[d] = end[op.index]
+            free[resources[d]] = end[op.index]
             category = CATEGORY[op.kind]
             setattr(splits[d], category, getattr(splits[d], category) + duration)
             timeline.append((d, op.kind, op.layer, start, end[op.index]))
