@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -153,7 +154,6 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=7)
     parser.add_argument("--no-cifar", action="store_true")
     args = parser.parse_args()
-    import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         part1(args.steps, not args.no_cifar, Path(tmp))
     part2(args.steps)
