@@ -29,6 +29,7 @@ from convnet.app.option_values import (BACKEND_NAMES, batch_range, color_noise, 
                                        positive_int, provider_name, scalar_mean)
 from convnet.app.signals import Terminated, stop_handlers
 from convnet.errors import ConvnetError, UsageError
+from convnet.simulate.hardware import DEVICE_KINDS
 
 #: (arguments, what they do) of the examples at the end of --help.
 EXAMPLES = (
@@ -216,6 +217,14 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument("--plan-graph", type=Path, default=None, metavar="PNG",
                        help="with --print-plan: also draw the layer graph, boxes coloured by "
                             "device, into this PNG file")
+    tools.add_argument("--simulate", action="store_true",
+                       help="with --print-plan: profile a few steps on the devices given, then "
+                            "predict the step time, images/s, each device's compute/copy/"
+                            "all-reduce/idle time and peak memory (see docs/SIMULATE.md)")
+    tools.add_argument("--simulate-devices", default=None, metavar="KIND",
+                       help="with --simulate: predict for devices and links of this kind "
+                            f"instead of the profiled ones ({', '.join(DEVICE_KINDS)}); any "
+                            "kind but 'measured' rests on assumed figures (default: measured)")
     tools.add_argument("--compare", type=Path, nargs="+", default=None, metavar="LAYER_DEF",
                        help="train each of these layer-def files on the same data, seed and "
                             "devices, then print a table comparing them; --layer-params gives "

@@ -16,12 +16,15 @@ from convnet.app import launch, training
 from convnet.app.compare import run_compare
 from convnet.app.memory_fit import MemoryPool, memory_pools
 from convnet.app.options import RunOptions, resolve_options
+from convnet.app.simulation import measure_costs
 from convnet.errors import ConvnetError, DeviceError
 from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
 from convnet.plan.ranks import ranks_summary, ranks_text
 from convnet.plan.report import plan_summary, plan_text
 from convnet.runtime.backends import choose_backend
+from convnet.simulate.report import simulation_summary, simulation_text
+from convnet.simulate.schedule import simulate
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -43,16 +46,20 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def print_plan(opts: RunOptions) -> int:
-    """--print-plan (text or JSON), and the --plan-graph picture.  A plan that does not
+    """--print-plan (text or JSON) with --simulate's prediction, and the --plan-graph picture.  A plan that does not
     fit in the machine's memory is printed anyway, with a warning (training refuses it)."""
     if opts.plan_graph is not None:
         require_matplotlib("--plan-graph")
     net, plan = training.build_net_and_plan(opts)
     pools = plan_memory_pools(opts, plan, net)
     cluster = launch.cluster_for(opts.gpu)
+    costs = measure_costs(opts, net, plan) if opts.simulate else None
+    sim = simulate(plan, costs.seconds, costs.resources(plan)) if costs is not None else None
     if opts.print_plan == "json":
         summary = plan_summary(plan, net)
         summary["memory"] = [pool.as_json() for pool in pools]
+        if sim is not None:
+            summary["simulation"] = simulation_summary(sim, costs, plan, net)
         if cluster.size > 1:
             summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
         print(json.dumps(summary, indent=1))
@@ -61,6 +68,8 @@ def print_plan(opts: RunOptions) -> int:
               ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
         print(plan_text(plan, net))
+    if sim is not None and opts.print_plan != "json":
+        print("\n" + simulation_text(sim, costs, plan, net))
     for pool in pools:
         if not pool.fits:
             print(f"warning: {pool.shortfall_text()}: training would be refused",

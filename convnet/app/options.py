@@ -23,6 +23,7 @@ from convnet.app.option_values import (BACKEND_NAMES, MAX_DEVICES, batch_range, 
                                        provider_name, scalar_mean)
 from convnet.errors import CheckpointError, UsageError
 from convnet.filekind import not_a_regular_file
+from convnet.simulate.hardware import device_kind
 
 #: What a config file a checkpoint names may be called.
 CONFIG_SUFFIXES = (".cfg", ".ini", ".conf", ".cnf")
@@ -84,6 +85,8 @@ class RunOptions:
     # tools
     print_plan: str | None  # "text" or "json"
     plan_graph: Path | None
+    simulate: bool
+    simulate_devices: str | None
     check_grads: bool
     # --load-file, read
     resume: Resume | None
@@ -256,6 +259,14 @@ def check_options(opts: RunOptions) -> None:
     if opts.multiview_test and not opts.inner_size:
         raise UsageError("--multiview-test tests on crops: give --inner-size too (e.g. the "
                          "image size for centre and mirror views)")
+    if opts.simulate and not opts.print_plan:
+        raise UsageError("--simulate predicts the step of the printed plan: give --print-plan "
+                         "too")
+    if opts.simulate_devices is not None and not opts.simulate:
+        raise UsageError("--simulate-devices chooses what --simulate predicts for: give "
+                         "--simulate too")
+    if opts.simulate_devices is not None:
+        device_kind(opts.simulate_devices)
     needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims)
     if opts.data_provider in ("cifar", "convnet-batches") and opts.data_path is None \
             and needs_data:

@@ -1,0 +1,58 @@
+"""The simulation as text (after ``--print-plan``) and as JSON (``--print-plan=json``)."""
+
+from __future__ import annotations
+
+from convnet.config.model import NetConfig
+from convnet.plan.ops import Plan
+from convnet.plan.report import byte_unit, device_totals
+from convnet.simulate.costs import CostModel
+from convnet.simulate.schedule import Simulation
+
+SPLIT = ("compute", "copy", "allreduce", "idle")
+
+
+def peak_memory(plan: Plan, net: NetConfig) -> list[int]:
+    """Bytes each device holds at most: parameters plus the activation estimate."""
+    return [t.param_bytes + t.activation_bytes for t in device_totals(plan, net)]
+
+
+def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig) -> dict:
+    link = costs.link
+    return {
+        "device_kind": costs.kind.name,
+        "assumed": costs.kind.assumed,
+        "kind_source": costs.kind.source,
+        "link": {"name": link.name, "bandwidth": link.bandwidth, "latency": link.latency,
+                 "source": link.source},
+        "profile_shard_size": costs.profile.shard_size,
+        "profiled_step_seconds": costs.profile.step_seconds,
+        "step_seconds": sim.step_seconds,
+        "images_per_second": sim.images_per_second,
+        "devices": [{"device": s.device, **{k: getattr(s, k) for k in SPLIT},
+                     "peak_memory_bytes": peak}
+                    for s, peak in zip(sim.devices, peak_memory(plan, net))],
+    }
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f}"
+
+
+def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig) -> str:
+    kind, link = costs.kind, costs.link
+    what = ("compute times as profiled on this machine" if not kind.assumed else
+            f"ASSUMED device kind '{kind.name}': {kind.source}")
+    lines = ["Simulation (one training step)",
+             f"  {what}; transfers over {link.name} ({link.bandwidth / 1e9:g} GB/s, "
+             f"{link.latency * 1e6:g} us; {link.source})",
+             f"  predicted step {_ms(sim.step_seconds)} ms, {sim.images_per_second:,.0f} "
+             f"images/s (minibatch {plan.minibatch})"]
+    peaks = peak_memory(plan, net)
+    unit, size = byte_unit(peaks)
+    rows = [[str(s.device)] + [_ms(getattr(s, k)) for k in SPLIT] + [f"{peak / size:.1f}"]
+            for s, peak in zip(sim.devices, peaks)]
+    header = ["device"] + [f"{k} (ms)" for k in SPLIT] + [f"peak memory ({unit})"]
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    for row in [header] + rows:
+        lines.append("  " + "  ".join(c.rjust(w) for c, w in zip(row, widths)))
+    return "\n".join(lines)
