@@ -134,6 +134,27 @@ def test_the_project_has_no_import_cycle():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+#: The packages from the top of docs/DESIGN.md's map down; each may import only those
+#: after it (the modules directly in ``convnet/``, errors and the like, are the base).
+LAYERING = ("app", "simulate", "data", "runtime", "plan", "layers", "config", "kernels")
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERING) else "base"
+
+
+def test_packages_import_only_the_packages_below_them():
+    upward = sorted({(a, b) for a, targets in import_graph(ROOT).items() for b in targets
+                     if _rank(_package(b)) < _rank(_package(a))})
+    assert not upward, "imports against the layering of docs/DESIGN.md: " + ", ".join(
+        f"{a} -> {b}" for a, b in upward)
+
+
+def _rank(package: str) -> int:
+    return len(LAYERING) if package == "base" else LAYERING.index(package)
+
+
 def test_the_graph_sees_every_kind_of_import(tmp_path):
     files = {
         "pkg/__init__.py": "from pkg.a import A\n",
