@@ -9,10 +9,6 @@ point (also installed as the ``convnet`` console script).
 import sys
 
 if __name__ == "__main__":
-    # First, before the heavy imports: a signal during start-up exits cleanly too.
-    from convnet.app.signals import exit_cleanly_on_early_signals
-
-    exit_cleanly_on_early_signals()
-    from convnet.app.cli import main
+    from convnet.app.launcher import main
 
     sys.exit(main())
