@@ -169,3 +169,23 @@ def test_task_lists_of_local_and_averaging_steps():
 def test_local_sgd_needs_a_positive_period():
     with pytest.raises(ValueError, match="K >= 1"):
         _executor(fc_net(DATA_PARALLEL), local_sgd=0)
+
+
+def test_wball_projects_the_averaged_weights():
+    """The mean of projected weights is shorter than the ball: it is projected again."""
+    net = fc_net(DATA_PARALLEL)
+    net["fc1"].params["wball"] = [0.5]
+    executor = _executor(net, local_sgd=4)
+    try:
+        assert executor._constrained("fc1")
+        assert any(t.action is TaskAction.CONSTRAIN for t in executor._tasks_by_sync[
+            ReplicaSync.AVERAGE])
+        for batch in _fc_batches(4):
+            executor.step(batch)
+        assert _replicas_equal(executor, "fc1")
+        unit_axis = executor.store.rules["fc1"]["W0"].unit_axis
+        w = executor.store.weights["fc1"][0]["W0"]
+        other = tuple(a for a in range(w.ndim) if a != unit_axis % w.ndim)
+        np.testing.assert_allclose(np.sqrt((w * w).sum(axis=other)), 0.5, rtol=1e-6)
+    finally:
+        executor.close()
