@@ -49,6 +49,7 @@ def test_help_explains_every_option():
     ["--logreg-name", "logprob"], ["--write-features", "fc10"], ["--feature-path", "f"],
     ["--force-save", "1"], ["--max-test-err", "0.3"], ["--backend", "cpu"],
     ["--print-plan"], ["--print-plan=json"], ["--test-freq=3", "--gpu=0", "--mini=32"],
+    ["--sync", "sync"], ["--sync", "local:4"],
 ])
 def test_spec_options_are_accepted(argv):
     build_parser().parse_args(argv)
@@ -84,6 +85,10 @@ def test_cuda_convnet2_flag_values():
     (["--print-plan=xml"], "--print-plan"),
     (["--test-only", "maybe"], "--test-only"),
     (["--mini"], "expected one argument"),
+    (["--sync", "local:0"], "--sync: expected sync or local:K"),
+    (["--sync", "local:"], "--sync"),
+    (["--sync", "local:x"], "--sync"),
+    (["--sync", "async"], "--sync"),
 ])
 def test_bad_values_exit_2_with_one_line(capsys, argv, fragment):
     assert_clean_error(call(capsys, *argv), 2, fragment, "(see --help)")
@@ -101,6 +106,16 @@ def test_bad_values_exit_2_with_one_line(capsys, argv, fragment):
 ])
 def test_options_that_do_not_go_together_exit_2(capsys, argv, fragment):
     assert_clean_error(call(capsys, *argv), 2, fragment)
+
+
+def test_print_plan_says_what_local_sgd_changes(capsys):
+    assert main(["--print-plan", "--sync", "local:4"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Sync:")]
+    assert len(lines) == 1
+    assert "average their weights every 4 step(s)" in lines[0]
+    assert "not bitwise reproducible against --sync sync" in lines[0]
+    assert main(["--print-plan"]) == 0
+    assert "Sync:" not in capsys.readouterr().out
 
 
 def test_unknown_option_from_the_real_command():

@@ -211,6 +211,22 @@ def test_augmentation_and_mean_options_change_training(dummy_run, tmp_path):
     assert parse_test_line(proc.stdout)[1] < 0.5
 
 
+def test_local_sgd_trains_saves_and_resumes(dummy_run, tmp_path):
+    """--sync local:K changes the training of the data-parallel layers and is resumed
+    with it."""
+    plain, _ = dummy_run
+    folder = tmp_path / "local"
+    ok(run_cli(*DUMMY, "--epochs", "1", "--sync", "local:3", "--save-path", folder))
+    a, meta = checkpoint_arrays(folder / "checkpoint.npz")
+    assert meta["options"]["sync"] == "local:3"
+    proc = ok(run_cli("--load-file", folder, "--epochs", "2"))
+    assert "final test error" in proc.stdout
+    b, meta = checkpoint_arrays(folder / "checkpoint.npz")
+    assert meta["options"]["sync"] == "local:3" and meta["counters"]["epoch"] == 2
+    synced, _ = checkpoint_arrays(plain / "checkpoint.npz")
+    assert not np.array_equal(b["weights/conv1/W0"], synced["weights/conv1/W0"])
+
+
 def test_logreg_name_and_features_after_training(dummy_run, tmp_path):
     folder, _ = dummy_run
     proc = ok(run_cli("--load-file", folder, "--test-only", "--logreg-name", "logprob"))

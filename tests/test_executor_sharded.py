@@ -81,10 +81,10 @@ def test_sharded_update_is_bitwise_the_full_update(tmp_path, monkeypatch, name, 
     """Weights and (assembled) momentum equal those of every replica doing the whole update."""
     net = _net(tmp_path, name)
     sharded, executor = _train(net, gpus)
-    assert any(t.action is TaskAction.UPDATE_SLICE for t in executor._train_tasks)
+    assert any(t.action is TaskAction.UPDATE_SLICE for t in executor.train_tasks())
     monkeypatch.setattr(ChunkedAllReduce, "sharded", False)
     full, executor = _train(net, gpus)
-    assert not any(t.action is TaskAction.UPDATE_SLICE for t in executor._train_tasks)
+    assert not any(t.action is TaskAction.UPDATE_SLICE for t in executor.train_tasks())
     assert sharded.keys() == full.keys()
     assert any(k.startswith("momentum/") for k in sharded)
     for key in full:

@@ -55,6 +55,18 @@ def test_saved_options_show_through_and_the_command_line_wins(tmp_path):
     assert set(opts.resume.keys) == {"weights/x/W0"}
 
 
+def test_the_sync_mode_is_saved_and_resumed(tmp_path):
+    assert resolve().sync == "sync"
+    saved = options_for_checkpoint(resolve("--sync", "Local:04"))
+    assert saved["sync"] == "local:4"
+    save_checkpoint(tmp_path / CHECKPOINT_NAME, {}, {"options": saved})
+    assert resolve("--load-file", str(tmp_path)).sync == "local:4"
+    assert resolve("--load-file", str(tmp_path), "--sync", "sync").sync == "sync"
+    save_checkpoint(tmp_path / CHECKPOINT_NAME, {}, {"options": {**saved, "sync": "local:0"}})
+    with pytest.raises(CheckpointError, match="saved option 'sync' has the bad value"):
+        resolve("--load-file", str(tmp_path))
+
+
 def test_a_saved_value_is_held_to_the_command_line_rules(tmp_path):
     saved = options_for_checkpoint(resolve())
     save_checkpoint(tmp_path / CHECKPOINT_NAME, {}, {"options": {**saved, "mini": 0}})

@@ -26,7 +26,7 @@ from convnet.app import bundled_example
 from convnet.app.invocation import program_name
 from convnet.app.option_values import (BACKEND_NAMES, batch_range, color_noise, data_dims, flag,
                                        gpu_list, layer_name, max_test_err, non_negative_int,
-                                       positive_int, provider_name, scalar_mean)
+                                       positive_int, provider_name, scalar_mean, sync_mode)
 from convnet.app.signals import Terminated, stop_handlers
 from convnet.errors import ConvnetError, UsageError
 from convnet.simulate.hardware import DEVICE_KINDS
@@ -123,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--seed", type=non_negative_int, default=None, metavar="N",
                      help="seed of the initial weights, dropout masks and data augmentation "
                           "[resumable] (default: 0)")
+    net.add_argument("--sync", type=sync_mode, default=None, metavar="sync|local:K",
+                     help="how the replicas of data-parallel layers stay together: sync "
+                          "sums their gradients every step; local:K lets each replica "
+                          "update from its own shards and averages their weights every K "
+                          "steps (local SGD: less communication, not bitwise the same "
+                          "training as sync; one process only) [resumable] (default: sync)")
     data = p.add_argument_group("data")
     data.add_argument("--data-provider", type=provider_name, default=None, metavar="NAME",
                       help="digits (the bundled 8x8 digits), cifar (CIFAR-10 python "

@@ -15,6 +15,7 @@ import warnings
 from convnet.app import launch, training
 from convnet.app.compare import run_compare
 from convnet.app.memory_fit import MemoryPool, memory_pools
+from convnet.app.option_values import local_sgd_period
 from convnet.app.options import RunOptions, resolve_options
 from convnet.app.simulation import measure_costs
 from convnet.errors import ConvnetError, DeviceError
@@ -57,6 +58,7 @@ def print_plan(opts: RunOptions) -> int:
     sim = simulate(plan, costs.seconds, costs.resources(plan)) if costs is not None else None
     if opts.print_plan == "json":
         summary = plan_summary(plan, net)
+        summary["sync"] = opts.sync
         summary["memory"] = [pool.as_json() for pool in pools]
         if sim is not None:
             summary["simulation"] = simulation_summary(sim, costs, plan, net)
@@ -68,6 +70,8 @@ def print_plan(opts: RunOptions) -> int:
               ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
         print(plan_text(plan, net))
+    if opts.print_plan != "json" and local_sgd_period(opts.sync) is not None:
+        print("\n" + local_sgd_text(local_sgd_period(opts.sync), plan))
     if sim is not None and opts.print_plan != "json":
         print("\n" + simulation_text(sim, costs, plan, net))
     for pool in pools:
@@ -77,6 +81,16 @@ def print_plan(opts: RunOptions) -> int:
     if opts.plan_graph is not None:
         write_plan_graph(plan, net, opts.plan_graph)
     return 0
+
+
+def local_sgd_text(period: int, plan) -> str:
+    """The line --print-plan adds under --sync local:K: which layers it changes, and how."""
+    replicated = [p.name for p in plan.layers.values() if p.replicas > 1 and p.param_count]
+    if not replicated:
+        return f"Sync: local:{period} changes nothing here: no layer with weights is replicated."
+    return (f"Sync: local SGD: the replicated layers ({', '.join(replicated)}) update from "
+            f"their own shards and average their weights every {period} step(s); not "
+            f"bitwise reproducible against --sync sync.")
 
 
 def plan_memory_pools(opts: RunOptions, plan, net) -> list[MemoryPool]:

@@ -131,6 +131,27 @@ def provider_name(text: str) -> str:
                                      f"{', '.join(PROVIDER_NAMES)})")
 
 
+def sync_mode(text: str) -> str:
+    """``--sync``: ``sync`` (all-reduce the gradients every step) or ``local:K`` (local
+    SGD, averaging the weights every K >= 1 steps), in that spelling."""
+    value = str(text).strip().lower()
+    if value == "sync":
+        return value
+    kind, _, period = value.partition(":")
+    try:
+        if kind == "local" and _ascii_int(period) >= 1:
+            return f"local:{_ascii_int(period)}"
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected sync or local:K with K a positive integer "
+                                     f"(e.g. local:4), got '{text}'")
+
+
+def local_sgd_period(sync: str) -> int | None:
+    """The K of a :func:`sync_mode` value ``local:K``; None for ``sync``."""
+    return None if sync == "sync" else int(sync.partition(":")[2])
+
+
 def layer_name(text: str) -> str:
     if not str(text).strip():
         raise argparse.ArgumentTypeError("expected a layer name")

@@ -20,7 +20,7 @@ from convnet.app import bundled_example
 from convnet.app.checkpoint import CheckpointReader, find_checkpoint, short_repr
 from convnet.app.option_values import (BACKEND_NAMES, MAX_DEVICES, batch_range, color_noise,
                                        data_dims, gpu_list, non_negative_int, positive_int,
-                                       provider_name, scalar_mean)
+                                       provider_name, scalar_mean, sync_mode)
 from convnet.errors import CheckpointError, UsageError
 from convnet.filekind import not_a_regular_file
 from convnet.simulate.hardware import device_kind
@@ -56,6 +56,7 @@ class RunOptions:
     backend: str
     mini: int
     seed: int
+    sync: str  # "sync" or "local:K" (see option_values.sync_mode)
     # data
     data_provider: str
     data_path: Path | None
@@ -96,11 +97,12 @@ class RunOptions:
 RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "seed", "data_provider", "data_path",
              "data_dims", "num_classes", "dummy_cases", "train_range", "test_range", "inner_size",
              "color_noise", "scalar_mean", "epochs", "test_freq", "logreg_name",
-             "backend")
+             "backend", "sync")
 
 #: Built-in values of resumable options.  epochs, gpu and data_provider depend on
 #: other options and are filled in by :func:`resolve_options`.
-DEFAULTS = {"mini": 128, "seed": 0, "backend": "auto", "inner_size": 0, "color_noise": 0.0}
+DEFAULTS = {"mini": 128, "seed": 0, "backend": "auto", "inner_size": 0, "color_noise": 0.0,
+            "sync": "sync"}
 
 
 def _saved_int(check):
@@ -161,6 +163,7 @@ _DECODE_SAVED = {
     "epochs": _saved_int(positive_int),
     "test_freq": _saved_int(positive_int),
     "logreg_name": _saved_text(), "backend": _saved_backend,
+    "sync": _saved_text(sync_mode),
 }
 
 

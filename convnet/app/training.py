@@ -34,6 +34,7 @@ from convnet.app.invocation import resume_command, shown_path
 from convnet.app.log_plot import PNG_NAME as LOG_PNG
 from convnet.app.log_plot import write_log_png
 from convnet.app.memory_fit import check_memory
+from convnet.app.option_values import local_sgd_period
 from convnet.app.options import Resume, RunOptions, options_for_checkpoint
 from convnet.app.resume_state import read_counters, read_state, unused_layers
 from convnet.app.run_folder import claim_run_folder
@@ -135,10 +136,13 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor:
     of them in a multi-process run), once the plan is known to fit in memory."""
     backend = choose_backend(opts.backend)
     check_memory(plan, net, backend)
+    local_sgd = local_sgd_period(opts.sync)
+    if local_sgd is not None:
+        launch.require_one_process(f"--sync {opts.sync}")
     cluster = launch.cluster_for(opts.gpu)
     devices = cluster_devices(cluster, opts.gpu, backend)
     return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential,
-                    cluster=cluster)
+                    cluster=cluster, local_sgd=local_sgd)
 
 
 def run(opts: RunOptions) -> int:

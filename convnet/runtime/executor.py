@@ -19,6 +19,14 @@ data crosses processes (:mod:`convnet.runtime.rank_tasks`,
 :mod:`convnet.runtime.transfers`), and combines the costs, features and
 checkpoint state with small collectives, so every rank returns the same
 results as one process running the whole plan.
+
+With ``local_sgd=K`` the replicated layers train by local SGD: each replica
+updates its own weights and momentum from the gradient of its own shards, and
+every K-th step the replicas' weights are replaced by their mean (see
+:class:`~convnet.runtime.tasks.ReplicaSync`).  Momentum is never averaged: each
+replica keeps its own, as in plain local SGD (no outer optimizer step as in
+DiLoCo).  K=1 with momentum 0 is synchronous SGD up to float rounding (the
+mean of the updated weights, not the update with the mean gradient).
 """
 
 from __future__ import annotations
@@ -33,11 +41,11 @@ from convnet.config.model import NetConfig
 from convnet.plan.ops import AllReduce, Copy, Forward, Load, Plan, Update, shard_bounds
 from convnet.runtime.batch_check import check_batch
 from convnet.runtime.cluster import Cluster, single_process
-from convnet.runtime.collectives import make_all_reduce
+from convnet.runtime.collectives import ChunkedAllReduce, make_all_reduce
 from convnet.runtime.non_finite import non_finite_cost_error, non_finite_gradient_error
 from convnet.runtime.optimizer import MomentumSGD
 from convnet.runtime.rank_tasks import tasks_for_rank
-from convnet.runtime.tasks import Task, TaskAction, make_tasks
+from convnet.runtime.tasks import ReplicaSync, Task, TaskAction, make_tasks
 from convnet.runtime.transfers import Transfers, accumulate
 from convnet.runtime.weights import WeightStore, assemble_state
 from convnet.runtime.workers import DeviceWorkers
@@ -98,17 +106,24 @@ class Executor:
     ``cluster`` is this process's place in a multi-process run (``devices``
     then holds :class:`~convnet.runtime.cluster.RemoteDevice` stand-ins for
     the other ranks' devices); by default the run is this process alone.
+    ``local_sgd``, where given, is the K of local SGD (see the module docstring);
+    None is synchronous SGD.
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, seed: int = 0,
                  parallel: bool = True, check_finite: bool = True,
-                 cluster: Cluster | None = None):
+                 cluster: Cluster | None = None, local_sgd: int | None = None):
         if len(devices) != plan.num_devices:
             raise ValueError("one device per logical index of the plan is needed")
+        if local_sgd is not None and local_sgd < 1:
+            raise ValueError(f"local SGD averages every K >= 1 steps, not {local_sgd}")
         self.net = net
         self.plan = plan
         self.devices = devices
         self.cluster = cluster if cluster is not None else single_process(len(devices))
+        if local_sgd is not None and self.cluster.size > 1:
+            raise ValueError("local SGD runs in one process only")
+        self.local_sgd = local_sgd
         self.seed = seed
         self.step_count = 0
         self.check_finite = check_finite
@@ -117,12 +132,20 @@ class Executor:
         self.collectives = {op.replica_devices: make_all_reduce([devices[d] for d in
                                                                  op.replica_devices])
                             for op in plan.ops if isinstance(op, AllReduce)}
+        # Slices of the weights move by a chunked collective even where the gradients are
+        # summed whole (NCCL): the averaging of local SGD and the gathers use the same
+        # bounds.
+        self._chunked = {devs: c if c.sharded else ChunkedAllReduce(c.devices)
+                         for devs, c in self.collectives.items()}
         self.store = WeightStore(net, plan, devices, self.layers, seed, self.collectives,
-                                 self.cluster.is_local)
+                                 self.cluster.is_local,
+                                 momentum_sliced=local_sgd is None)
         self.optimizer = MomentumSGD()
         self.transfers = Transfers(self.cluster.comm, net, devices, self.store, self._collective)
-        self._train_tasks = self._rank_tasks(make_tasks(plan.ops, self._sharded,
-                                                        self._constrained))
+        self._tasks_by_sync = {sync: self._rank_tasks(make_tasks(plan.ops, self._sharded,
+                                                               self._constrained, sync))
+                             for sync in ((ReplicaSync.ALL_REDUCE,) if local_sgd is None
+                                          else (ReplicaSync.LOCAL, ReplicaSync.AVERAGE))}
         self._eval_tasks = self._rank_tasks(make_tasks(
             [op for op in plan.ops if isinstance(op, FORWARD_OPS)], self._sharded))
         self._actions = {  # the method that carries out each task action
@@ -137,6 +160,7 @@ class Executor:
             TaskAction.UPDATE_SLICE: self._update_slice,
             TaskAction.GATHER: self._gather,
             TaskAction.CONSTRAIN: self._constrain_task,
+            TaskAction.AVERAGE_SLICE: self._average_slice,
             TaskAction.SEND: self._send,
             TaskAction.RECV: self._recv,
             TaskAction.SEND_SLICE: self._send,
@@ -168,6 +192,21 @@ class Executor:
         """The all-reduce of ``layer``'s replicas (one per replica set)."""
         return self.collectives[self.plan.layers[layer].devices]
 
+    def _sliced(self, layer: str) -> ChunkedAllReduce:
+        """The collective that moves slices of ``layer``'s weight state."""
+        return self._chunked[self.plan.layers[layer].devices]
+
+    def replica_sync(self) -> ReplicaSync:
+        """What the next training step does with the replicated layers' weights."""
+        if self.local_sgd is None:
+            return ReplicaSync.ALL_REDUCE
+        return (ReplicaSync.AVERAGE if (self.step_count + 1) % self.local_sgd == 0
+                else ReplicaSync.LOCAL)
+
+    def train_tasks(self) -> list[Task]:
+        """The tasks of the next training step (this process's share)."""
+        return self._tasks_by_sync[self.replica_sync()]
+
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Weights and momentum of every layer, on the host, for checkpoints.
 
@@ -185,7 +224,7 @@ class Executor:
     # ------------------------------------------------------------------- steps
     def step(self, batch: list[np.ndarray], progress: float = 0.0) -> StepResult:
         """One training step on a minibatch: forward, backward and the updates due."""
-        result = self._execute(batch, self._train_tasks, train=True, progress=progress)
+        result = self._execute(batch, self.train_tasks(), train=True, progress=progress)
         self.step_count += 1
         return result
 
@@ -355,14 +394,14 @@ class Executor:
     def _reduce_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         op = task.op
         buffers.reduced[(op.layer, op.pass_index, task.rank)] = \
-            self._collective(op.layer).reduce_slice(self.store.grads[op.layer], task.rank,
+            self._sliced(op.layer).reduce_slice(self.store.grads[op.layer], task.rank,
                                                     self._received(task, "grad-slice", buffers))
 
     def _update_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         """The update of rank ``task.rank``'s slice of the weights and momentum only,
         with the summed gradient slice its reduce task left."""
         op, rank = task.op, task.rank
-        bounds = self._collective(op.layer).bounds
+        bounds = self._sliced(op.layer).bounds
         weights, momentum = ({k: a.reshape(-1)[slice(*bounds(a.size, rank))]
                               for k, a in arrays[op.layer][op.replica].items()}
                              for arrays in (self.store.weights, self.store.momentum))
@@ -371,9 +410,21 @@ class Executor:
 
     def _gather(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         op = task.op
-        self._collective(op.layer).gather_slices(self.store.weights[op.layer], task.rank,
-                                                 self._received(task, "weight-slice", buffers))
+        self._sliced(op.layer).gather_slices(self.store.weights[op.layer], task.rank,
+                                             self._received(task, "weight-slice", buffers))
         self.store.grads[op.layer][task.rank].clear()  # every rank's reduce has read it
+
+    def _average_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        """Local SGD's averaging: slice ``task.rank`` of the layer's weights, summed over
+        the replicas in replica order and divided by their number, into that rank's
+        weights (the other ranks read only their own slices of them)."""
+        op, rank = task.op, task.rank
+        chunked = self._sliced(op.layer)
+        weights = self.store.weights[op.layer]
+        for k, total in chunked.reduce_slice(weights, rank).items():
+            flat = weights[rank][k].reshape(-1)
+            lo, hi = chunked.bounds(flat.size, rank)
+            flat[lo:hi] = total / len(weights)
 
     def _constrain_task(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         self._constrain(task.op.layer, task.op.replica)
@@ -407,12 +458,18 @@ class Executor:
     def _apply_update(self, op: Update, buffers: _StepBuffers, weights: dict, momentum: dict,
                       grads: dict) -> None:
         """Update ``weights`` and ``momentum`` (arrays or slices of them) of ``op``'s
-        layer from ``grads``, summed over the cases of the passes since the last update."""
+        layer from ``grads``, summed over the cases of the passes since the last update
+        (under local SGD: of the shards of ``op``'s replica in those passes)."""
         placement = self.plan.layers[op.layer]
         u = placement.update_period
         first = (op.pass_index - u + 1) * self.plan.rmin
         last = (op.pass_index + 1) * self.plan.rmin
-        num_cases = buffers.bounds[last - 1][1] - buffers.bounds[first][0]
+        if self.local_sgd is None:
+            num_cases = buffers.bounds[last - 1][1] - buffers.bounds[first][0]
+        else:
+            num_cases = sum(buffers.bounds[s][1] - buffers.bounds[s][0]
+                            for s in range(first, last)
+                            if self.plan.producer_of(op.layer, s)[0] == op.replica)
         rules = self.store.rules[op.layer]
         xp = self.devices[op.device].xp
         for k, grad in grads.items():

@@ -21,6 +21,15 @@ the other ranks' backward passes of that layer, a ``gather`` for their
 is current on slice r only (see :meth:`convnet.runtime.weights.WeightStore.state_arrays`).
 Collectives that cannot be split (NCCL) stay one task with a barrier.
 
+Local SGD (:class:`ReplicaSync`) changes only the replicated layers' weight
+state: on a ``LOCAL`` step their all-reduce is left out and each replica runs
+its whole update with its own gradient; on an ``AVERAGE`` step the same local
+updates are followed, per rank r, by an ``average`` task (slice r of the
+weights, summed over the replicas in replica order and divided by R, written
+into rank r's weights) and the ``gather`` (and ``constrain``) tasks of a
+sharded update, so every replica again holds the same weights.  Momentum stays
+each replica's own.
+
 Tasks that only touch their own layer's weight state (all-reduce parts and
 updates) are *deferrable*: a worker whose next such task is still waiting
 for another device may run later tasks of other layers first (see
@@ -59,6 +68,7 @@ class TaskAction(enum.Enum):
     UPDATE_SLICE = ("update-slice", "update", True)
     GATHER = ("gather", "allreduce", True)
     CONSTRAIN = ("constrain", "update", True)  # wball, once every gather has read the slices
+    AVERAGE_SLICE = ("average", "allreduce", True)  # local SGD: slice r of the mean weights
     # Transfers between processes (see convnet.runtime.rank_tasks): an activation or
     # a gradient, and a slice of a sharded all-reduce (gradients or updated weights).
     SEND = ("send", "copy", False)
@@ -85,6 +95,14 @@ class TaskAction(enum.Enum):
 _WHOLE_OP_ACTIONS = {Load: TaskAction.LOAD, Copy: TaskAction.COPY, Forward: TaskAction.FORWARD,
                      Backward: TaskAction.BACKWARD, GradCopy: TaskAction.GRAD_COPY,
                      AllReduce: TaskAction.ALL_REDUCE, Update: TaskAction.UPDATE}
+
+
+class ReplicaSync(enum.Enum):
+    """How one training step keeps a replicated layer's replicas together."""
+
+    ALL_REDUCE = "all-reduce"  # synchronous SGD: sum the gradients, then the same update
+    LOCAL = "local"  # local SGD between averages: each replica updates from its own gradient
+    AVERAGE = "average"  # local SGD's K-th step: local updates, then average the weights
 
 
 @dataclass(frozen=True)
@@ -130,7 +148,8 @@ class Task:
         return self.op.replica
 
 
-def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False) -> list[Task]:
+def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False,
+               sync: ReplicaSync = ReplicaSync.ALL_REDUCE) -> list[Task]:
     """Tasks for ``ops`` (a plan's operations, or a subset in plan order).
 
     ``sharded(op)`` says whether an :class:`AllReduce` is split into slices.
@@ -138,6 +157,8 @@ def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False) -> list[
     update (``wball``): a sharded update then ends, on every rank, with a
     ``CONSTRAIN`` task after all the ranks' gathers, since the rescaling needs whole
     weight arrays and must not change a slice another rank has yet to gather.
+    ``sync`` says what happens to a replicated layer's weights (see the module
+    docstring): with anything but ``ALL_REDUCE`` no :class:`AllReduce` runs.
     Dependencies on operations not in ``ops`` are dropped, like the workers do.
     """
     tasks: list[Task] = []
@@ -145,6 +166,7 @@ def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False) -> list[
     reduces: dict[tuple[str, int], list[int]] = {}  # (layer, pass) -> reduce task per rank
     slices: dict[tuple[str, int], list[tuple[Update, int]]] = {}
     waiting: set[int] = set()  # sharded updates whose gather tasks are not made yet
+    replica_counts: dict[tuple[str, int], int] = {}  # local SGD: (layer, pass) -> R
 
     def deps_of(op: Op) -> tuple[int, ...]:
         if any(d in waiting for d in op.deps):  # the planner emits a layer's updates together
@@ -155,9 +177,35 @@ def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False) -> list[
         tasks.append(Task(len(tasks), op, action, tuple(deps), device))
         return len(tasks) - 1
 
+    def gather(group: list[tuple[Update, int]], deps: list[int]) -> None:
+        """Each rank's gather of the others' slices once ``deps`` (every rank's slice
+        task) are done, then its ``wball`` projection once every gather is; these
+        finish the group's updates."""
+        gathers = []
+        for update, _ in group:
+            gathers.append(add(update, TaskAction.GATHER, deps, update.device))
+            finished_by[update.index].append(gathers[-1])
+            waiting.discard(update.index)
+        if constrained(group[0][0].layer):
+            for update, _ in group:
+                finished_by[update.index].append(
+                    add(update, TaskAction.CONSTRAIN, gathers, update.device))
+
     for op in ops:
         key = (op.layer, op.pass_index)
-        if isinstance(op, AllReduce) and sharded(op):
+        if isinstance(op, AllReduce) and sync is not ReplicaSync.ALL_REDUCE:
+            replica_counts[key] = len(op.replica_devices)
+            finished_by[op.index] = []
+        elif isinstance(op, Update) and sync is ReplicaSync.AVERAGE and key in replica_counts:
+            group = slices.setdefault(key, [])
+            group.append((op, add(op, TaskAction.UPDATE, deps_of(op))))
+            finished_by[op.index] = []  # filled by the gather tasks
+            waiting.add(op.index)
+            if len(group) == replica_counts[key]:
+                updated = [t for _, t in group]
+                gather(group, [add(u, TaskAction.AVERAGE_SLICE, updated, u.device)
+                               for u, _ in group])
+        elif isinstance(op, AllReduce) and sharded(op):
             deps = deps_of(op)
             reduces[key] = [add(op, TaskAction.REDUCE_SLICE, deps, d) for d in op.replica_devices]
             finished_by[op.index] = list(reduces[key])
@@ -168,19 +216,10 @@ def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False) -> list[
             finished_by[op.index] = []  # filled by the gather tasks below
             waiting.add(op.index)
             if len(group) == len(reduces[key]):
-                updated = [t for _, t in group]
-                gathers = []
-                for update, _ in group:
-                    gathers.append(add(update, TaskAction.GATHER, updated, update.device))
-                    finished_by[update.index].append(gathers[-1])
-                    waiting.discard(update.index)
-                if constrained(op.layer):
-                    for update, _ in group:
-                        finished_by[update.index].append(
-                            add(update, TaskAction.CONSTRAIN, gathers, update.device))
+                gather(group, [t for _, t in group])
         else:
             finished_by[op.index] = [add(op, TaskAction.of_op(op), deps_of(op))]
     return tasks
 
 
-__all__ = ["Task", "TaskAction", "make_tasks"]
+__all__ = ["ReplicaSync", "Task", "TaskAction", "make_tasks"]

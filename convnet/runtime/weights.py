@@ -5,7 +5,10 @@ generator seeded by the run's seed and the layer name, then copied), and stay
 identical because every replica applies the same all-reduced gradient (or,
 with a sharded update, gathers the slices the others updated with it; the
 momentum of replica r is then current on its own slice only, and
-:meth:`WeightStore.state_arrays` assembles it from the owners).
+:meth:`WeightStore.state_arrays` assembles it from the owners).  Under local
+SGD the replicas drift apart between averaging steps and each keeps whole
+momentum of its own (``momentum_sliced=False``); a checkpoint then holds
+replica 0's weights and momentum, which resuming puts onto every replica.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ class WeightStore:
     per layer: the learning rule of each weight array.
 
     ``collectives`` maps a replica set's devices to its all-reduce; the store
-    reads it to assemble momentum that a sharded update spread over the replicas.
+    reads it to assemble momentum that a sharded update spread over the replicas
+    (unless ``momentum_sliced`` is False: every replica's momentum is whole).
 
     In a multi-process run ``local(device)`` says which devices are this
     process's: the replicas on the others are ``None`` here, and the state
@@ -36,8 +40,9 @@ class WeightStore:
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, layers: dict, seed: int,
-                 collectives: dict, local=lambda device: True):
+                 collectives: dict, local=lambda device: True, momentum_sliced: bool = True):
         self.plan = plan
+        self.momentum_sliced = momentum_sliced
         self.devices = devices
         self.collectives = collectives
         self.local = local
@@ -73,7 +78,7 @@ class WeightStore:
         for name in self.weights:
             devs = self.plan.layers[name].devices
             collective = self.collectives.get(devs)
-            sharded = collective is not None and collective.sharded
+            sharded = self.momentum_sliced and collective is not None and collective.sharded
             for replica, d in enumerate(devs):
                 if not self.local(d):
                     continue
