@@ -196,8 +196,6 @@ def _serve(step, profile=None, extra=None) -> None:
 
 
 def engine_worker(args) -> None:
-    import numpy as np
-
     from convnet.runtime.devices import make_devices
     from convnet.runtime.executor import Executor
     from convnet.plan.planner import make_plan
