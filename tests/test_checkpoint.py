@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import convnet.app.checkpoint as checkpoint
-from convnet.app.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint,
-                                save_checkpoint)
+from convnet.app.checkpoint import load_checkpoint, save_checkpoint
 from convnet.errors import CheckpointError
 
 
@@ -191,15 +190,3 @@ def test_save_removes_stale_temp_files_of_the_same_target(tmp_path):
     other.write_bytes(b"someone else's")
     save_checkpoint(tmp_path / "ckpt.npz", {"w": np.ones(1)}, {})
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.npz.123.abcd.tmp", "ckpt.npz"]
-
-
-def test_latest_checkpoint(tmp_path):
-    assert latest_checkpoint(tmp_path / "missing") is None
-    assert latest_checkpoint(tmp_path) is None
-    for step in (5, 120, 17):
-        save_checkpoint(checkpoint_path(tmp_path, step), {"w": np.ones(1)}, {"step": step})
-    (tmp_path / "ckpt-99999999.npz.bak").write_text("x")
-    (tmp_path / ".ckpt-00000999.npz.1.ab.tmp").write_text("x")
-    assert checkpoint_path(tmp_path, 5).name == "ckpt-00000005.npz"
-    assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 120)
-    assert load_checkpoint(latest_checkpoint(tmp_path))[1] == {"step": 120}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -57,6 +58,8 @@ def test_resume_with_another_process_count(tmp_path):
     args = [CLI, *_digits("digits-hybrid.cfg")]
     first = run_mpi(2, args + ["--gpu", "0", "--epochs", "1", "--save-path", "A"], cwd=tmp_path)
     assert first.returncode == 0, first.stderr
+    # the printed command keeps the process count the saved (per-process) --gpu list needs
+    assert "to train further: mpiexec -n 2 python " in first.stdout
     resumed = run_alone([CLI, "--load-file", "A", "--gpu", "0,1", "--epochs", "2",
                          "--no-progress"], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
@@ -91,6 +94,13 @@ def test_print_plan_shows_the_processes(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Processes (logical device i on rank i // 1" in done.stdout
     assert done.stdout.count("Schedule (per pass") == 1  # printed by rank 0 only
+
+
+def test_the_memory_check_counts_only_each_processs_own_devices(tmp_path):
+    done = run_mpi(2, [CLI, "--gpu", "0", "--print-plan=json"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    memory = json.loads(done.stdout)["memory"]
+    assert [pool["devices"] for pool in memory] == [[0]]  # rank 0's; device 1 is rank 1's
 
 
 def _rank_pid(marker: str, rank: int) -> int | None:

@@ -370,3 +370,37 @@ def test_option_numbers_are_ascii_and_devices_bounded(option, value):
 
     with pytest.raises(UsageError, match=option):
         build_parser().parse_args([option, value])
+
+
+# ------------------------------------------------- found by reviewing the merged features
+
+
+def test_a_dummy_run_resumes_on_other_data_without_its_dummy_cases(tmp_path):
+    """The saved --dummy-cases belongs to the dummy provider: evaluating the checkpoint
+    on the digits is not refused for an option the user never gave."""
+    folder = tmp_path / "dummy"
+    ok(run_cli(*DUMMY, "--dummy-cases", "128", "--epochs", "1", "--save-path", folder))
+    test = ok(run_cli("--load-file", folder, "--test-only", "--data-provider", "digits",
+                      "--train-range", "1-5", "--test-range", "6"))
+    assert "test" in test.stdout
+
+
+def test_compare_refuses_an_earlier_sub_run_before_training_anything(tmp_path):
+    from tests.test_compare import digits_argv
+
+    taken = tmp_path / "cmp" / "digits-data"
+    taken.mkdir(parents=True)
+    (taken / "checkpoint.npz").write_bytes(b"an earlier run's")
+    proc = run_cli(*digits_argv(tmp_path / "cmp", epochs=1))
+    line = assert_clean_error(proc, 2, "holds the checkpoint of an earlier run", "--overwrite")
+    assert "--load-file" not in line  # --compare cannot resume; the hint must not offer it
+    assert not (tmp_path / "cmp" / "digits-single" / "log.csv").exists()  # nothing trained
+
+
+def test_a_feature_folder_that_cannot_be_made_fails_before_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    proc = run_cli(*DUMMY, "--epochs", "1", "--write-features", "fc10",
+                   "--feature-path", blocker / "x")
+    assert_clean_error(proc, 1, "cannot create feature folder")
+    assert "epoch" not in proc.stdout

@@ -34,10 +34,7 @@ Save directories
 ----------------
 A training run keeps one checkpoint in its save path, :data:`CHECKPOINT_NAME`,
 replaced at every save; ``--load-file`` names that file or the save path
-(:func:`find_checkpoint`).  A series of checkpoints in one directory is named
-``ckpt-<step>.npz`` instead, with the step zero-padded to 8 digits
-(:func:`checkpoint_path`), where ``step`` is any count that grows during
-training; :func:`latest_checkpoint` returns the one with the highest step.
+(:func:`find_checkpoint`).
 """
 
 from __future__ import annotations
@@ -45,7 +42,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import secrets
 import zipfile
 from pathlib import Path
@@ -62,7 +58,6 @@ CHECKPOINT_NAME = "checkpoint.npz"
 FORMAT = "convnet-checkpoint"
 VERSION = 1
 HEADER_KEY = "__checkpoint__"
-_NAME = re.compile(r"^ckpt-(\d+)\.npz$")
 _ZIP_MAGIC = b"PK\x03\x04"
 #: The JSON header is counters, options and the array names: far below this.
 MAX_HEADER_BYTES = 16 * 2**20
@@ -78,21 +73,6 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
                                   f"takes a checkpoint file or the save path holding one")
         return inside
     return path
-
-
-def checkpoint_path(save_dir: str | os.PathLike, step: int) -> Path:
-    """Where the checkpoint of ``step`` lives inside ``save_dir``."""
-    return Path(save_dir) / f"ckpt-{int(step):08d}.npz"
-
-
-def latest_checkpoint(save_dir: str | os.PathLike) -> Path | None:
-    """The ``ckpt-<step>.npz`` in ``save_dir`` with the highest step, or None if there is none."""
-    try:
-        names = os.listdir(save_dir)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    steps = [(int(m.group(1)), name) for name in names if (m := _NAME.match(name))]
-    return Path(save_dir) / max(steps)[1] if steps else None
 
 
 def _json_default(value: Any) -> Any:

@@ -97,7 +97,8 @@ def plan_memory_pools(opts: RunOptions, plan, net) -> list[MemoryPool]:
     """The plan's memory per physical memory on the backend a run would use (none when
     that backend is not available here: the plan is still worth printing)."""
     try:
-        return memory_pools(plan, net, choose_backend(opts.backend))
+        return memory_pools(plan, net, choose_backend(opts.backend),
+                            launch.cluster_for(opts.gpu).is_local)
     except DeviceError:
         return []
 

@@ -41,7 +41,7 @@ from convnet.app.compare_plot import write_comparison_png
 from convnet.app.compare_table import comparison_table
 from convnet.app.compare_verdict import equivalence_warnings
 from convnet.app.options import RunOptions, resolve_options
-from convnet.app.run_folder import claim_run_folder
+from convnet.app.run_folder import check_checkpoint_slot, claim_run_folder
 from convnet.app.run_log import CSV_NAME, read_log
 from convnet.app.run_summary import oversubscription_warning
 from convnet.errors import ConvnetError, UsageError
@@ -249,6 +249,9 @@ def compare(args: argparse.Namespace, out=print, provider=None,
                             plan=plan, totals=device_totals(plan, net),
                             log_path=o.save_path / CSV_NAME)
                for name, o, (net, plan) in zip(names, options, planned)]
+    if save_root is not None:  # before any training: no run may fail at its own turn
+        for o in options:
+            check_checkpoint_slot(o.save_path, None, o.overwrite, resumable=False)
     warnings = comparison_warnings(results, options[0], provider)
     for text in warnings:
         print(f"warning: {text}", file=sys.stderr)

@@ -38,7 +38,9 @@ def shown_path(path: Path | str) -> str:
         return str(absolute)
 
 
-def resume_command(save_dir: Path, epochs: int | None = None) -> str:
-    """The command that continues the run saved in ``save_dir``."""
+def resume_command(save_dir: Path, epochs: int | None = None, processes: int = 1) -> str:
+    """The command that continues the run saved in ``save_dir`` (under ``mpiexec`` with
+    as many processes when the run had several: its saved --gpu list is per process)."""
     more = f" --epochs {epochs}" if epochs is not None else ""
-    return f"{command_prefix()} --load-file {shlex.quote(shown_path(save_dir))}{more}"
+    launcher = f"mpiexec -n {processes} " if processes > 1 else ""
+    return f"{launcher}{command_prefix()} --load-file {shlex.quote(shown_path(save_dir))}{more}"

@@ -4,8 +4,9 @@ A net too big for the machine would otherwise start, load its data and die
 at the first large allocation with a traceback.  The plan report already
 estimates each logical device's parameter and activation memory
 (:func:`convnet.plan.report.device_totals`); here those figures are summed
-per physical memory (every CPU device shares the host's RAM; the logical
-devices on one GPU share that GPU) and compared with what is free now.
+per physical memory of this process's machine (its CPU devices share the
+host's RAM; the logical devices on one GPU share that GPU; in a multi-process
+run only the process's own devices count) and compared with what is free now.
 Training refuses a plan that does not fit; ``--print-plan`` only says so.
 """
 
@@ -59,9 +60,11 @@ def host_available() -> int | None:
         return None
 
 
-def memory_pools(plan: Plan, net: NetConfig, backend: str) -> list[MemoryPool]:
-    """The plan's memory per physical memory, for ``backend`` 'cpu' or 'cuda'."""
-    totals = device_totals(plan, net)
+def memory_pools(plan: Plan, net: NetConfig, backend: str,
+                 local=lambda device: True) -> list[MemoryPool]:
+    """The plan's memory per physical memory, for ``backend`` 'cpu' or 'cuda', over
+    the logical devices for which ``local`` is true (this process's)."""
+    totals = [t for t in device_totals(plan, net) if local(t.device)]
     if backend == "cpu":
         return [MemoryPool("host RAM", tuple(t.device for t in totals),
                            sum(t.param_bytes + t.activation_bytes for t in totals),
@@ -69,7 +72,7 @@ def memory_pools(plan: Plan, net: NetConfig, backend: str) -> list[MemoryPool]:
     from convnet.runtime.cuda_device import free_memory
 
     pools = []
-    for physical in sorted(set(plan.physical_devices)):
+    for physical in sorted({t.physical for t in totals}):
         mine = [t for t in totals if t.physical == physical]
         pools.append(MemoryPool(f"GPU {physical}", tuple(t.device for t in mine),
                                 sum(t.param_bytes + t.activation_bytes for t in mine),
@@ -77,9 +80,10 @@ def memory_pools(plan: Plan, net: NetConfig, backend: str) -> list[MemoryPool]:
     return pools
 
 
-def check_memory(plan: Plan, net: NetConfig, backend: str) -> None:
-    """Refuse (exit 1) a plan that needs more memory than the machine has free."""
-    short = [pool for pool in memory_pools(plan, net, backend) if not pool.fits]
+def check_memory(plan: Plan, net: NetConfig, backend: str, local=lambda device: True) -> None:
+    """Refuse (exit 1) a plan whose ``local`` devices need more memory than the machine
+    has free."""
+    short = [pool for pool in memory_pools(plan, net, backend, local) if not pool.fits]
     if short:
         raise DeviceError("not enough memory: " + "; ".join(p.shortfall_text() for p in short)
                           + "; use a smaller --mini or a smaller net")

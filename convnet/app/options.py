@@ -242,6 +242,10 @@ def resolve_options(args: argparse.Namespace,
             and values["data_path"] is not None \
             and resume.saved_options.get("data_path") == values["data_path"]:
         values["data_path"] = None  # the saved run read files; this one does not
+    if values["data_provider"] != "dummy" and resume is not None \
+            and values["dummy_cases"] is not None \
+            and resume.saved_options.get("dummy_cases") == values["dummy_cases"]:
+        values["dummy_cases"] = None  # the saved run's dummy batch size; this data has its own
     opts = RunOptions(**values, resume=resume)
     check_options(opts)
     return opts

@@ -47,7 +47,7 @@ def claim_run_folder(folder: Path, loaded: Path | None = None,
                               f"{error.strerror or error}") from None
     fd = _lock(folder)
     try:
-        _check_checkpoint_slot(folder, loaded, overwrite)
+        check_checkpoint_slot(folder, loaded, overwrite)
         yield folder
     finally:
         _unlock(folder, fd)
@@ -109,7 +109,11 @@ def _unlock(folder: Path, fd: int) -> None:
     os.close(fd)
 
 
-def _check_checkpoint_slot(folder: Path, loaded: Path | None, overwrite: bool) -> None:
+def check_checkpoint_slot(folder: Path, loaded: Path | None, overwrite: bool,
+                          resumable: bool = True) -> None:
+    """Refuse a checkpoint slot that is not a regular file, or that holds an earlier
+    run's checkpoint this run would replace; ``resumable``: whether the message may
+    offer --load-file (``--compare`` cannot resume)."""
     target = folder / CHECKPOINT_NAME
     if not os.path.lexists(target):
         return
@@ -118,9 +122,10 @@ def _check_checkpoint_slot(folder: Path, loaded: Path | None, overwrite: bool) -
         raise CheckpointError(f"cannot save to {target}: it {problem}")
     if overwrite or (loaded is not None and _same_file(target, loaded)):
         return
+    resume = f"to continue that run use --load-file {folder}; " if resumable else ""
     raise UsageError(f"{folder} holds the checkpoint of an earlier run, which this run would "
-                     f"replace: to continue that run use --load-file {folder}; to keep it, "
-                     "give another --save-path; to start over and replace it, add --overwrite")
+                     f"replace: {resume}to keep it, give another --save-path; to start over "
+                     "and replace it, add --overwrite")
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -77,7 +77,7 @@ def where_text(epoch: int, batch_index: int, batches_per_epoch: int) -> str:
 
 def closing_summary(seconds: float, final: tuple[int, int, float] | None,
                     best: tuple[int, int, float] | None, saved: list[Path],
-                    save_dir: Path | None, epochs: int) -> list[str]:
+                    save_dir: Path | None, epochs: int, processes: int = 1) -> list[str]:
     lines = []
     if final is not None:
         text = f"finished in {seconds:.1f} s: final test error {100 * final[2]:.2f}%"
@@ -87,5 +87,5 @@ def closing_summary(seconds: float, final: tuple[int, int, float] | None,
     if saved:
         lines.append("saved: " + ", ".join(shown_path(p) for p in saved))
     if save_dir is not None and saved:
-        lines.append(f"to train further: {resume_command(save_dir, epochs * 2)}")
+        lines.append(f"to train further: {resume_command(save_dir, epochs * 2, processes)}")
     return lines

@@ -135,11 +135,13 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor:
     """The executor on the devices and backend the options name (this process's share
     of them in a multi-process run), once the plan is known to fit in memory."""
     backend = choose_backend(opts.backend)
-    check_memory(plan, net, backend)
+    cluster = launch.cluster_for(opts.gpu)
+    check_memory(plan, net, backend, cluster.is_local)
     local_sgd = local_sgd_period(opts.sync)
     if local_sgd is not None:
-        launch.require_one_process(f"--sync {opts.sync}")
-    cluster = launch.cluster_for(opts.gpu)
+        saved = opts.resume is not None and opts.resume.saved_options.get("sync") == opts.sync
+        launch.require_one_process(f"--sync {opts.sync}" + (
+            " (the checkpoint's; give --sync sync to resume it under mpiexec)" if saved else ""))
     devices = cluster_devices(cluster, opts.gpu, backend)
     return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential,
                     cluster=cluster, local_sgd=local_sgd)
@@ -316,7 +318,11 @@ class Trainer:
         test_freq = opts.test_freq or len(batches)
         self.log.restart_clock()
         try:
-            with deferred_interrupt(self.checkpoint is not None), \
+            # A first Ctrl-C saves at the end of the batch in one process; under mpiexec
+            # the ranks could not agree on which batch, so it stops the run at once (the
+            # last checkpoint stays whole).
+            one_process = launch.processes()[0].size == 1
+            with deferred_interrupt(self.checkpoint is not None and one_process), \
                     progress_bar(total_batches * self._per_batch, done_before * self._per_batch,
                                  disable=opts.no_progress) as bar:
                 self._train_epochs(batches, total_batches, test_freq, bar)
@@ -329,7 +335,7 @@ class Trainer:
             return 0
         for line in closing_summary(self.log.cumulative_time, (self.log.tests or [None])[-1],
                                     self.log.best_test, self._files_written(), self.save_dir,
-                                    opts.epochs):
+                                    opts.epochs, launch.processes()[0].size):
             self.log.note(line)
         return 0
 
@@ -384,7 +390,9 @@ class Trainer:
         survived, where it stands, and the command that resumes it."""
         if self.checkpoint is None:
             return
-        saved_now = at_batch_end and self._saved_step != self.executor.step_count
+        # --max-test-err: a state no test has passed is not saved over a kept checkpoint.
+        saved_now = (at_batch_end and self._saved_step != self.executor.step_count
+                     and self.opts.max_test_err is None)
         if saved_now:
             self.save()
         if self._saved_at is None:
@@ -393,8 +401,9 @@ class Trainer:
             self.log.status(f"interrupted before this run's first checkpoint{earlier}")
             return
         what = "saved" if saved_now else "last saved:"
+        resume = resume_command(self.save_dir, processes=launch.processes()[0].size)
         self.log.status(f"{what} {shown_path(self.checkpoint)} ({self._where(*self._saved_at)});"
-                        f" to resume: {resume_command(self.save_dir)}")
+                        f" to resume: {resume}")
 
     def _files_written(self) -> list[Path]:
         """The checkpoint (if saved), the log and its picture (drawn here)."""
@@ -530,20 +539,25 @@ class Trainer:
         if placement is None or not placement.devices:
             raise ConfigError(f"--write-features: layer '{layer}' is not computed (nothing "
                               f"reads it)", file=self.net.layer_def_file)
+        if self.root:  # now, not after the training: a folder that cannot be made fails early
+            try:
+                self._feature_folder().mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise DataError(f"cannot create feature folder {self._feature_folder()}: "
+                                f"{error.strerror}") from None
+
+    def _feature_folder(self) -> Path:
+        base = Path(self.opts.save_path) if self.opts.save_path else Path(".")
+        return Path(self.opts.feature_path or base / f"features-{self.opts.write_features}")
 
     def write_features(self) -> None:
         """FEATURE_PATH/data_batch_N.npz for every test batch N: ``data`` (cases x
         features, float32, the layer's test-mode output) and ``labels``."""
         layer = self.opts.write_features
-        base = Path(self.opts.save_path) if self.opts.save_path else Path(".")
-        folder = Path(self.opts.feature_path or base / f"features-{layer}")
+        folder = self._feature_folder()
         if not self.opts.save_path and not self.opts.feature_path:
             self.log.note(f"features of '{layer}' go to {folder.resolve()} (no --feature-path "
                           "or --save-path given: the current folder)")
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise DataError(f"cannot create feature folder {folder}: {error.strerror}") from None
         for batch_id in self.provider.test_batches:
             batch = self.provider.get_batch(batch_id, train=False, epoch=0)
             feats = self._features(batch, layer)
