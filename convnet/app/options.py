@@ -270,8 +270,8 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError("--simulate predicts the step of the printed plan: give --print-plan "
                          "too")
     if opts.simulate_devices is not None and not (opts.simulate or opts.auto_place):
-        raise UsageError("--simulate-devices chooses what --simulate predicts for: give "
-                         "--simulate too")
+        raise UsageError("--simulate-devices chooses what --simulate or --auto-place "
+                         "predicts for: give --simulate (with --print-plan) or --auto-place N")
     if opts.simulate_devices is not None:
         device_kind(opts.simulate_devices)
     needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims)
