@@ -228,9 +228,19 @@ def build_parser() -> argparse.ArgumentParser:
                             "predict the step time, images/s, each device's compute/copy/"
                             "all-reduce/idle time and peak memory (see docs/SIMULATE.md)")
     tools.add_argument("--simulate-devices", default=None, metavar="KIND",
-                       help="with --simulate: predict for devices and links of this kind "
+                       help="with --simulate or --auto-place: predict for devices and links of this kind "
                             f"instead of the profiled ones ({', '.join(DEVICE_KINDS)}); any "
                             "kind but 'measured' rests on assumed figures (default: measured)")
+    tools.add_argument("--auto-place", type=positive_int, default=None, metavar="N",
+                       help="rank a few placements of the net on the N devices of --gpu (one "
+                            "device, data-parallel, convolutional part data-parallel) by "
+                            "--simulate's prediction from one short profile, print them and "
+                            "write the best as a layer-def file with gpu= lines (see "
+                            "docs/SIMULATE.md)")
+    tools.add_argument("--auto-place-out", type=Path, default=None, metavar="FILE",
+                       help="with --auto-place: where to write the chosen layer-def file "
+                            "(default: LAYER_DEF's name + -auto-N.cfg in the current folder); "
+                            "an existing file is replaced only with --overwrite")
     tools.add_argument("--compare", type=Path, nargs="+", default=None, metavar="LAYER_DEF",
                        help="train each of these layer-def files on the same data, seed and "
                             "devices, then print a table comparing them; --layer-params gives "

@@ -12,7 +12,7 @@ import json
 import sys
 import warnings
 
-from convnet.app import launch, training
+from convnet.app import auto_place, launch, training
 from convnet.app.compare import run_compare
 from convnet.app.memory_fit import MemoryPool, memory_pools
 from convnet.app.option_values import local_sgd_period
@@ -43,6 +43,8 @@ def run_command(args: argparse.Namespace) -> int:
         return print_plan(opts)
     if opts.check_grads:
         return check_gradients(opts)
+    if opts.auto_place is not None:
+        return auto_place.run(opts)
     return training.run(opts)
 
 

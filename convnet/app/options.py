@@ -88,6 +88,8 @@ class RunOptions:
     plan_graph: Path | None
     simulate: bool
     simulate_devices: str | None
+    auto_place: int | None
+    auto_place_out: Path | None
     check_grads: bool
     # --load-file, read
     resume: Resume | None
@@ -255,9 +257,11 @@ def check_options(opts: RunOptions) -> None:
     """Refuse options that do not go together (exit 2), before any work is done."""
     tools = [name for name, on in (("--print-plan", opts.print_plan),
                                    ("--check-grads", opts.check_grads),
-                                   ("--test-only", opts.test_only)) if on]
+                                   ("--test-only", opts.test_only),
+                                   ("--auto-place", opts.auto_place)) if on]
     if len(tools) > 1:
         raise UsageError(f"{' and '.join(tools)} cannot be combined; give one of them")
+    check_auto_place(opts)
     if opts.test_only and opts.resume is None:
         raise UsageError("--test-only evaluates a saved net: give --load-file CHECKPOINT too")
     if opts.feature_path is not None and not opts.write_features:
@@ -269,9 +273,9 @@ def check_options(opts: RunOptions) -> None:
     if opts.simulate and not opts.print_plan:
         raise UsageError("--simulate predicts the step of the printed plan: give --print-plan "
                          "too")
-    if opts.simulate_devices is not None and not opts.simulate:
-        raise UsageError("--simulate-devices chooses what --simulate predicts for: give "
-                         "--simulate too")
+    if opts.simulate_devices is not None and not (opts.simulate or opts.auto_place):
+        raise UsageError("--simulate-devices chooses what --simulate or --auto-place "
+                         "predicts for: give --simulate (with --print-plan) or --auto-place N")
     if opts.simulate_devices is not None:
         device_kind(opts.simulate_devices)
     needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims)
@@ -284,6 +288,35 @@ def check_options(opts: RunOptions) -> None:
     if opts.data_provider in ("digits", "dummy") and opts.data_path is not None:
         raise UsageError(f"the '{opts.data_provider}' data provider reads no files; "
                          "--data-path is for cifar and convnet-batches")
+
+
+def auto_place_output(opts: RunOptions) -> Path:
+    """The file --auto-place writes: --auto-place-out, else LAYER_DEF's name with
+    -auto-N.cfg in the current folder (never beside the original, which may be read-only)."""
+    return opts.auto_place_out or Path(f"{opts.layer_def.stem}-auto-{opts.auto_place}.cfg")
+
+
+def check_auto_place(opts: RunOptions) -> None:
+    """--auto-place N places the net on the N devices of --gpu and writes a new file;
+    an existing one is kept unless --overwrite says otherwise."""
+    if opts.auto_place_out is not None and opts.auto_place is None:
+        raise UsageError("--auto-place-out names the file --auto-place writes: give "
+                         "--auto-place N too")
+    if opts.auto_place is None:
+        return
+    if opts.auto_place != len(opts.gpu):
+        raise UsageError(f"--auto-place {opts.auto_place} places the net on {opts.auto_place} "
+                         f"devices but --gpu lists {len(opts.gpu)}; give --gpu with "
+                         f"{opts.auto_place} devices, e.g. --gpu "
+                         f"{','.join(map(str, range(opts.auto_place)))}")
+    out = auto_place_output(opts)
+    if out.is_dir():
+        raise UsageError(f"--auto-place-out: {out} is a folder; give a file name")
+    if not out.parent.is_dir():
+        raise UsageError(f"--auto-place-out: the folder {out.parent} does not exist")
+    if out.exists() and not opts.overwrite:
+        raise UsageError(f"--auto-place: {out} exists; give another --auto-place-out FILE, "
+                         f"or --overwrite to replace it")
 
 
 def options_for_checkpoint(opts: RunOptions) -> dict:

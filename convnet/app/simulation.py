@@ -24,9 +24,11 @@ def first_minibatch(opts: RunOptions) -> list:
     return [column[:opts.mini] for column in batch]
 
 
-def measure_costs(opts: RunOptions, net: NetConfig, plan: Plan) -> CostModel:
-    """The cost model of ``plan``'s net from a profile of ``plan`` on ``opts``' devices."""
-    launch.require_one_process("--simulate")
+def measure_costs(opts: RunOptions, net: NetConfig, plan: Plan,
+                  option: str = "--simulate") -> CostModel:
+    """The cost model of ``plan``'s net from a profile of ``plan`` on ``opts``' devices;
+    ``option`` names the option asking, in the error of a multi-process run."""
+    launch.require_one_process(option)
     batch = first_minibatch(opts)
     executor = training.make_executor(replace(opts, sequential=True), net, plan)
     try:

@@ -67,7 +67,7 @@ def read_ini(path) -> IniFile:
         path = os.fsdecode(path)
     except TypeError:
         raise Where(None).error(f"expected a config file path, got {quote(str(path))}") from None
-    return parse_ini(_read_text(path), path)
+    return parse_ini(read_text(path), path)
 
 
 def parse_ini(text: str, path: str) -> IniFile:
@@ -102,7 +102,9 @@ def strip_comment(line: str) -> str:
     return line
 
 
-def _read_text(path: str) -> str:
+def read_text(path: str) -> str:
+    """The text of the config file at ``path``, held to the checks above; every failure is
+    a ConfigError naming the file."""
     here = Where(path)
     try:
         info = os.stat(path)
