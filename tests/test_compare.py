@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from convnet.app.cli import build_parser, main
-from convnet.app.compare import CATEGORY, compare, config_pairs, run_names
+from convnet.app.compare import compare, config_pairs, run_names
+from convnet.plan.time_split import CATEGORY
 from convnet.app.compare_plot import figure_pixels
 from convnet.app.compare_table import (DEVICE_HEADER, SCHEME_HEADER, fmt_bytes, fmt_cost, fmt_error,
                                    fmt_ms, fmt_rate, fmt_seconds)

@@ -48,15 +48,12 @@ from convnet.errors import ConvnetError, UsageError
 from convnet.optional import require_matplotlib
 from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan
 from convnet.plan.report import DeviceTotals, device_totals
+from convnet.plan.time_split import CATEGORIES, CATEGORY, DeviceTime
 from convnet.runtime.backends import choose_backend
 
 #: Profiled training steps after training (after one warm-up step).
 PROFILE_STEPS = 10
 
-#: Op kind -> the time-split category it counts in.
-CATEGORY = {"load": "compute", "forward": "compute", "backward": "compute", "update": "compute",
-            "copy": "copy", "gradcopy": "copy", "allreduce": "allreduce"}
-CATEGORIES = ("compute", "copy", "allreduce", "idle")
 
 #: Options that make no sense with --compare, and why.
 _NOT_WITH_COMPARE = (
@@ -68,21 +65,6 @@ _NOT_WITH_COMPARE = (
     ("check_grads", "--check-grads"),
     ("write_features", "--write-features"),
 )
-
-
-@dataclass
-class DeviceTime:
-    """Mean seconds per profiled step that one device spent on each category."""
-
-    device: int
-    compute: float = 0.0
-    copy: float = 0.0
-    allreduce: float = 0.0
-    idle: float = 0.0
-
-    @property
-    def busy(self) -> float:
-        return self.compute + self.copy + self.allreduce
 
 
 @dataclass
@@ -329,16 +311,7 @@ def profile(result: ConfigResult, executor, provider, mini: int,
     batch = provider.get_batch(provider.train_batches[0], train=True, epoch=1)
     part = [column[:mini] for column in batch]
     result.profile_cases = len(part[0])
-    previous = executor.timings
-    executor.timings = []
-    runs = []
-    try:
-        for i in range(max(int(steps), 1) + 1):
-            step = executor.step(part, progress=1.0)
-            if i:
-                runs.append((step.seconds, list(executor.timings)))
-    finally:
-        executor.timings = previous
+    runs = executor.timed_steps(part, steps)
     result.step_seconds = [seconds for seconds, _ in runs]
     num_devices = result.plan.num_devices
     sums = [DeviceTime(d) for d in range(num_devices)]

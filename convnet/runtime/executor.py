@@ -228,6 +228,21 @@ class Executor:
         self.step_count += 1
         return result
 
+    def timed_steps(self, batch: list[np.ndarray], steps: int) -> list[tuple[float, list]]:
+        """``steps`` training steps of ``batch`` after one warm-up step, each as (its
+        seconds, its :class:`OpTiming` list): the profiles of ``--compare`` and
+        ``--simulate``.  The weights change as in any training step."""
+        previous, self.timings = self.timings, []
+        runs = []
+        try:
+            for i in range(max(int(steps), 1) + 1):
+                result = self.step(batch, progress=1.0)
+                if i:
+                    runs.append((result.seconds, list(self.timings)))
+        finally:
+            self.timings = previous
+        return runs
+
     def evaluate(self, batch: list[np.ndarray]) -> StepResult:
         """Forward only, in test mode (no dropout), no update."""
         return self._execute(batch, self._eval_tasks, train=False, progress=0.0)

@@ -94,14 +94,4 @@ def profile_compute(executor, batch: list, shard_size: int,
     """Run ``steps`` training steps (after one warm-up) of ``batch`` on ``executor`` and
     keep its compute times.  The executor should run its plan sequentially; its weights
     change, so use one made for the purpose."""
-    previous = executor.timings
-    executor.timings = []
-    runs = []
-    try:
-        for i in range(max(int(steps), 1) + 1):
-            step = executor.step(batch, progress=1.0)
-            if i:
-                runs.append((step.seconds, list(executor.timings)))
-    finally:
-        executor.timings = previous
-    return ComputeProfile.from_timings(shard_size, runs)
+    return ComputeProfile.from_timings(shard_size, executor.timed_steps(batch, steps))

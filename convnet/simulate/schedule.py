@@ -19,28 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from convnet.plan.ops import Plan
-
-#: Op kind -> the time-split category it counts in (as in --compare's profile).
-CATEGORY = {"load": "compute", "forward": "compute", "backward": "compute", "update": "compute",
-            "copy": "copy", "gradcopy": "copy", "allreduce": "allreduce"}
-
-
-@dataclass
-class DeviceSplit:
-    """Predicted seconds per step that one device spends on each category."""
-
-    device: int
-    compute: float = 0.0
-    copy: float = 0.0
-    allreduce: float = 0.0
-    idle: float = 0.0
-
+from convnet.plan.time_split import CATEGORY, DeviceTime
 
 @dataclass
 class Simulation:
     step_seconds: float
     minibatch: int
-    devices: list[DeviceSplit] = field(default_factory=list)
+    devices: list[DeviceTime] = field(default_factory=list)
     timeline: list[tuple[int, str, str, float, float]] = field(default_factory=list)
 
     @property
@@ -54,7 +39,7 @@ def simulate(plan: Plan, seconds, resources: list[int] | None = None) -> Simulat
     resources = list(range(plan.num_devices)) if resources is None else resources
     free = dict.fromkeys(resources, 0.0)
     end: dict[int, float] = {}
-    splits = [DeviceSplit(d) for d in range(plan.num_devices)]
+    splits = [DeviceTime(d) for d in range(plan.num_devices)]
     timeline = []
     for op in plan.ops:
         start = max([end[d] for d in op.deps] + [free[resources[d]] for d in op.devices],
