@@ -95,6 +95,10 @@ class RunOptions:
     resume: Resume | None
 
 
+#: Resumable options that only some data providers read: a saved value is dropped
+#: when the resumed run reads other data (it was the saved run's, not the user's).
+PROVIDER_OPTIONS = {"data_path": ("cifar", "convnet-batches"), "dummy_cases": ("dummy",)}
+
 #: Options a checkpoint remembers; on resume a command-line value wins.
 RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "seed", "data_provider", "data_path",
              "data_dims", "num_classes", "dummy_cases", "train_range", "test_range", "inner_size",
@@ -240,14 +244,11 @@ def resolve_options(args: argparse.Namespace,
         values["data_provider"] = "dummy" if values["data_dims"] else "digits"
     if values["epochs"] is None:
         values["epochs"] = bundled_example.EPOCHS if bundled else 1
-    if values["data_provider"] in ("digits", "dummy") and resume is not None \
-            and values["data_path"] is not None \
-            and resume.saved_options.get("data_path") == values["data_path"]:
-        values["data_path"] = None  # the saved run read files; this one does not
-    if values["data_provider"] != "dummy" and resume is not None \
-            and values["dummy_cases"] is not None \
-            and resume.saved_options.get("dummy_cases") == values["dummy_cases"]:
-        values["dummy_cases"] = None  # the saved run's dummy batch size; this data has its own
+    if resume is not None:  # a saved option of another data provider does not apply here
+        for key, providers in PROVIDER_OPTIONS.items():
+            if values["data_provider"] not in providers and values[key] is not None \
+                    and resume.saved_options.get(key) == values[key]:
+                values[key] = None
     opts = RunOptions(**values, resume=resume)
     check_options(opts)
     return opts
