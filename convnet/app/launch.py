@@ -46,7 +46,7 @@ def cluster_for(gpus) -> Cluster:
 
 def logical_gpus(gpus) -> tuple[int, ...]:
     """The physical device of every logical device of the run (``--gpu`` once per rank)."""
-    return tuple(gpus) * processes()[0].size
+    return tuple(gpus) * process_count()
 
 
 def plan_across_ranks(net, gpus, minibatch: int):
@@ -69,6 +69,11 @@ def plan_across_ranks(net, gpus, minibatch: int):
                         f"uses logical devices {', '.join(map(str, sorted(used)))}, and {layout}; "
                         f"start fewer processes or list fewer devices in --gpu")
     return plan
+
+
+def process_count() -> int:
+    """How many processes the run has (1 without an MPI launcher)."""
+    return processes()[0].size
 
 
 def is_root() -> bool:
@@ -145,5 +150,5 @@ def run_as_rank(main, argv) -> int:
     return code
 
 
-__all__ = ["cluster_for", "is_root", "logical_gpus", "plan_across_ranks", "processes",
+__all__ = ["cluster_for", "is_root", "logical_gpus", "plan_across_ranks", "process_count", "processes",
            "require_one_process", "run_as_rank"]

@@ -321,7 +321,7 @@ class Trainer:
             # A first Ctrl-C saves at the end of the batch in one process; under mpiexec
             # the ranks could not agree on which batch, so it stops the run at once (the
             # last checkpoint stays whole).
-            one_process = launch.processes()[0].size == 1
+            one_process = launch.process_count() == 1
             with deferred_interrupt(self.checkpoint is not None and one_process), \
                     progress_bar(total_batches * self._per_batch, done_before * self._per_batch,
                                  disable=opts.no_progress) as bar:
@@ -335,7 +335,7 @@ class Trainer:
             return 0
         for line in closing_summary(self.log.cumulative_time, (self.log.tests or [None])[-1],
                                     self.log.best_test, self._files_written(), self.save_dir,
-                                    opts.epochs, launch.processes()[0].size):
+                                    opts.epochs, launch.process_count()):
             self.log.note(line)
         return 0
 
@@ -401,7 +401,7 @@ class Trainer:
             self.log.status(f"interrupted before this run's first checkpoint{earlier}")
             return
         what = "saved" if saved_now else "last saved:"
-        resume = resume_command(self.save_dir, processes=launch.processes()[0].size)
+        resume = resume_command(self.save_dir, processes=launch.process_count())
         self.log.status(f"{what} {shown_path(self.checkpoint)} ({self._where(*self._saved_at)});"
                         f" to resume: {resume}")
 
