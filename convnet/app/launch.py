@@ -150,5 +150,5 @@ def run_as_rank(main, argv) -> int:
     return code
 
 
-__all__ = ["cluster_for", "is_root", "logical_gpus", "plan_across_ranks", "process_count", "processes",
-           "require_one_process", "run_as_rank"]
+__all__ = ["cluster_for", "is_root", "logical_gpus", "plan_across_ranks", "process_count",
+           "processes", "require_one_process", "run_as_rank"]
