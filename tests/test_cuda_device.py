@@ -361,13 +361,6 @@ def test_a_gpu_index_beyond_the_gpus_is_a_clear_error(fake):
         cuda_device.CudaDevice(0, 2)
 
 
-def test_physical_groups_and_placement_lines():
-    assert cuda_device.physical_groups((0, 0, 1, 0)) == {0: [0, 1, 3], 1: [2]}
-    assert cuda_device.describe_placement((3, 3)) == [
-        "GPU 3: logical devices 0, 1, one CUDA stream each"]
-    assert cuda_device.describe_placement((1, 0)) == ["GPU 0: logical device 1",
-                                                      "GPU 1: logical device 0"]
-
 
 # ------------------------------------------- without a GPU (with or without CuPy)
 

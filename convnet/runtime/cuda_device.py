@@ -94,28 +94,6 @@ def free_memory(physical: int) -> int:
     return int(free)
 
 
-# ------------------------------------------------------------ logical -> physical
-
-def physical_groups(gpus) -> dict[int, list[int]]:
-    """Physical GPU -> the logical devices placed on it, in ``--gpu`` order."""
-    groups: dict[int, list[int]] = {}
-    for logical, physical in enumerate(gpus):
-        groups.setdefault(int(physical), []).append(logical)
-    return groups
-
-
-def describe_placement(gpus) -> list[str]:
-    """One line per physical GPU: which logical devices (streams) run on it."""
-    lines = []
-    for physical, logicals in sorted(physical_groups(gpus).items()):
-        if len(logicals) == 1:
-            lines.append(f"GPU {physical}: logical device {logicals[0]}")
-        else:
-            lines.append(f"GPU {physical}: logical devices {', '.join(map(str, logicals))}, "
-                         f"one CUDA stream each")
-    return lines
-
-
 # --------------------------------------------------------------------- registry
 
 _registry_lock = threading.Lock()
@@ -340,5 +318,4 @@ class CudaDevice(Device):
             return len(self._pending)
 
 
-__all__ = ["CudaDevice", "DeviceModule", "physical_groups", "describe_placement", "devices_on",
-           "enable_peer_access"]
+__all__ = ["CudaDevice", "DeviceModule", "devices_on", "enable_peer_access"]
