@@ -223,11 +223,25 @@ def text_boxes(fig):
     renderer = fig.canvas.get_renderer()
     legends = [a for a in fig.findobj(Legend)]
     inside = {id(t) for legend in legends for t in legend.findobj(Text)}
+    inside |= {id(label) for label in _undrawn_tick_labels(fig)}
     boxes = [(f"legend {i}", legend.get_window_extent(renderer))
              for i, legend in enumerate(legends)]
     boxes += [(t.get_text(), t.get_window_extent(renderer)) for t in fig.findobj(Text)
               if t.get_visible() and t.get_text().strip() and id(t) not in inside]
     return boxes
+
+
+def _undrawn_tick_labels(fig):
+    """Labels of ticks beyond an axis's view limits: matplotlib keeps them as visible Text
+    objects (with made-up extents) but does not draw them."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            slack = 1e-9 * max(1.0, high - low)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not low - slack <= tick.get_loc() <= high + slack:
+                    yield tick.label1
+                    yield tick.label2
 
 
 def overlaps(boxes) -> list[tuple[str, str]]:
