@@ -219,9 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--sequential", action="store_true",
                        help="run the plan on one thread in plan order (the reference walk; "
                             "same results, slower)")
-    # Test-only (docs/DESIGN.md, "Asynchronous SGD"): not in --help.
     train.add_argument("--slow-device", type=slow_device, default=None, metavar="D:F",
-                       help=argparse.SUPPRESS)
+                       help="for tests and benchmarks only: make logical device D F times "
+                            "slower (after each of its tasks it sleeps F-1 times what the "
+                            "task took), to see how --sync copes with a straggler")
     train.add_argument("--no-progress", action="store_true",
                        help="no progress bar (the per-test lines are still printed)")
     tools = p.add_argument_group("tools (print or check, then exit)")

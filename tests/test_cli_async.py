@@ -1,0 +1,41 @@
+"""``--sync async:S`` and ``--slow-device`` through the real command line."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from cli_helpers import DUMMY, EXAMPLES, assert_clean_error, checkpoint_arrays, ok, run_cli
+
+DATA_NET = ["--layer-def", EXAMPLES / "digits-data.cfg", "--layer-params",
+            EXAMPLES / "digits-params.cfg", "--gpu", "0,1"]
+
+
+def test_async_trains_saves_and_resumes(tmp_path):
+    folder = tmp_path / "async"
+    proc = ok(run_cli(*DUMMY, *DATA_NET, "--epochs", "1", "--sync", "async:2",
+                      "--slow-device", "1:2", "--save-path", folder, timeout=60))
+    assert "final test error" in proc.stdout
+    _, meta = checkpoint_arrays(folder / "checkpoint.npz")
+    assert meta["options"]["sync"] == "async:2"
+    assert "slow_device" not in meta["options"]  # test-only, never resumed
+    proc = ok(run_cli("--load-file", folder, "--epochs", "2", timeout=60))
+    weights, meta = checkpoint_arrays(folder / "checkpoint.npz")
+    assert meta["options"]["sync"] == "async:2" and meta["counters"]["epoch"] == 2
+    assert all(np.isfinite(v).all() for v in weights.values())
+
+
+def test_async_refuses_a_hybrid_net():
+    proc = run_cli(*DUMMY, "--epochs", "1", "--sync", "async", timeout=60)
+    assert_clean_error(proc, 2, "--sync async:4 runs the replicas of a data-parallel net apart",
+                       "planned as hybrid", "--sync local:K")
+
+
+def test_a_diverging_async_run_ends_with_the_training_error(tmp_path):
+    params = (EXAMPLES / "digits-params.cfg").read_text()
+    wild = tmp_path / "wild-params.cfg"
+    wild.write_text(re.sub(r"^epsW=.*$", "epsW=1e6", params, flags=re.M))
+    net = [a if a != EXAMPLES / "digits-params.cfg" else wild for a in DATA_NET]
+    proc = run_cli(*DUMMY, *net, "--epochs", "3", "--sync", "async:1", timeout=60)
+    assert_clean_error(proc, 1, "training diverged in epoch", "lower the learning rates")
