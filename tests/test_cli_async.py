@@ -39,3 +39,9 @@ def test_a_diverging_async_run_ends_with_the_training_error(tmp_path):
     net = [a if a != EXAMPLES / "digits-params.cfg" else wild for a in DATA_NET]
     proc = run_cli(*DUMMY, *net, "--epochs", "3", "--sync", "async:1", timeout=60)
     assert_clean_error(proc, 1, "training diverged in epoch", "lower the learning rates")
+
+
+def test_compare_refuses_async_which_has_no_lockstep_steps_to_profile():
+    proc = run_cli("--compare", EXAMPLES / "digits-data.cfg", "--layer-params",
+                   EXAMPLES / "digits-params.cfg", "--sync", "async", timeout=60)
+    assert_clean_error(proc, 2, "--compare profiles lockstep steps", "bench/bench_sync.py")

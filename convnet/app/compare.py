@@ -179,6 +179,9 @@ def _check_args(args: argparse.Namespace) -> None:
     for key, text in _NOT_WITH_COMPARE:
         if getattr(args, key):
             raise UsageError(f"--compare cannot be combined with {text}")
+    if (args.sync or "").startswith("async:"):
+        raise UsageError(f"--compare profiles lockstep steps, which --sync {args.sync} does not "
+                         "have; compare the --sync modes with bench/bench_sync.py")
 
 
 def config_options(args: argparse.Namespace,
