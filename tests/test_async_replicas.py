@@ -134,6 +134,9 @@ def test_replicas_agree_once_drained_and_the_run_keeps_learning():
         assert 60 <= sum(apart.record.shards) <= 62
         apart.drain()
         assert last < first
+        whole = apart.replicas[0].evaluate(batches[1]).costs["cost"]
+        for k, v in apart.evaluate(batches[1]).costs["cost"].items():  # over 8 pieces
+            assert v == pytest.approx(whole[k], rel=1e-5), k
         a, b = (r.store.weights for r in apart.replicas)
         for name in ("fc1", "fc2"):
             for k in a[name][0]:

@@ -28,8 +28,9 @@ The order in which updates arrive depends on timing, so runs are not bitwise
 reproducible (with one replica it is synchronous SGD exactly).  The run's
 state is read after a *drain*: every queued shard trained and every replica
 holding every update, when the replicas agree up to float rounding;
-evaluation then splits its minibatch over the replicas, and checkpoints hold
-replica 0's weights and momentum.
+evaluation then cuts its minibatch into pieces that the replicas take from a
+shared list (a faster replica evaluates more), and checkpoints hold replica
+0's weights and momentum.
 
 Only nets whose every layer is replicated on the same devices qualify
 (:func:`async_replica_devices`): a hybrid net keeps its lockstep schedule.
@@ -56,6 +57,7 @@ from convnet.runtime.batch_check import check_batch
 from convnet.runtime.executor import Executor, StepResult
 
 _POLL_SECONDS = 0.05
+EVAL_PIECES = 4  # pieces per replica that an evaluation's minibatch is cut into
 
 
 def async_replica_devices(plan: Plan) -> tuple[int, ...] | None:
@@ -199,13 +201,29 @@ class AsyncReplicas:
         self._on_every_replica(self._add_received)
 
     def evaluate(self, batch: list[np.ndarray]) -> StepResult:
-        """Forward only on the drained replicas, each on its share of the minibatch."""
+        """Forward only on the drained replicas.  The minibatch is cut into pieces that
+        the replicas take from a shared list, so a faster replica evaluates more of
+        them; the results are combined in piece order."""
         self.drain()
         num_cases = check_batch(self.net, self.plan, batch)
-        parts = [[c[lo:hi] for c in batch]
-                 for lo, hi in shard_bounds(num_cases, len(self.replicas))]
-        results = self._on_every_replica(lambda r: self.replicas[r].evaluate(parts[r]))
-        return _combined(results)
+        count = len(self.replicas)
+        # One replica evaluates the minibatch whole: exactly the lockstep evaluation.
+        cuts = shard_bounds(num_cases, min(num_cases, count * EVAL_PIECES) if count > 1 else 1)
+        pieces = collections.deque((i, [c[lo:hi] for c in batch])
+                                   for i, (lo, hi) in enumerate(cuts))
+
+        def evaluate_pieces(r: int) -> list[tuple[int, StepResult]]:
+            done = []
+            while True:
+                with self._cv:
+                    if not pieces:
+                        return done
+                    i, part = pieces.popleft()
+                done.append((i, self.replicas[r].evaluate(part)))
+
+        results = [done for per_replica in self._on_every_replica(evaluate_pieces)
+                   for done in per_replica]
+        return _combined([result for _, result in sorted(results, key=lambda d: d[0])])
 
     def features(self, batch: list[np.ndarray], layer: str) -> np.ndarray:
         self.drain()
