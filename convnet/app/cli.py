@@ -132,8 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "data-parallel net apart, each applying its own updates at once "
                           "and the others' as they arrive, never more than S steps ahead "
                           f"of the slowest (default S: {DEFAULT_STALENESS}). local and async "
-                          "move less and wait less, are not the same training as sync, and "
-                          "run in one process only; async is not bitwise reproducible "
+                          "move less and wait less and are not the same training as sync; "
+                          "async runs in one process only and is not bitwise reproducible "
                           "[resumable] (default: sync)")
     data = p.add_argument_group("data")
     data.add_argument("--data-provider", type=provider_name, default=None, metavar="NAME",

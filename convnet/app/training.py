@@ -140,7 +140,7 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor | As
     cluster = launch.cluster_for(opts.gpu)
     check_memory(plan, net, backend, cluster.is_local)
     local_sgd, staleness = local_sgd_period(opts.sync), async_staleness(opts.sync)
-    if local_sgd is not None or staleness is not None:
+    if staleness is not None:
         saved = opts.resume is not None and opts.resume.saved_options.get("sync") == opts.sync
         launch.require_one_process(f"--sync {opts.sync}" + (
             " (the checkpoint's; give --sync sync to resume it under mpiexec)" if saved else ""))

@@ -126,8 +126,6 @@ class Executor:
         self.plan = plan
         self.devices = devices
         self.cluster = cluster if cluster is not None else single_process(len(devices))
-        if local_sgd is not None and self.cluster.size > 1:
-            raise ValueError("local SGD runs in one process only")
         self.local_sgd = local_sgd
         self.slowdown = dict(slowdown or {})
         self.seed = seed
@@ -444,7 +442,8 @@ class Executor:
         op, rank = task.op, task.rank
         chunked = self._sliced(op.layer)
         weights = self.store.weights[op.layer]
-        for k, total in chunked.reduce_slice(weights, rank).items():
+        received = self._received(task, "avg-slice", buffers)
+        for k, total in chunked.reduce_slice(weights, rank, received).items():
             flat = weights[rank][k].reshape(-1)
             lo, hi = chunked.bounds(flat.size, rank)
             flat[lo:hi] = total / len(weights)
