@@ -135,7 +135,7 @@ def test_replicas_agree_once_drained_and_the_run_keeps_learning():
         apart.drain()
         assert last < first
         whole = apart.replicas[0].evaluate(batches[1]).costs["cost"]
-        for k, v in apart.evaluate(batches[1]).costs["cost"].items():  # over 8 pieces
+        for k, v in apart.evaluate(batches[1]).costs["cost"].items():  # over 4 pieces
             assert v == pytest.approx(whole[k], rel=1e-5), k
         a, b = (r.store.weights for r in apart.replicas)
         for name in ("fc1", "fc2"):
@@ -199,7 +199,6 @@ def test_no_replica_runs_more_than_s_steps_ahead(staleness, slow, factor):
     assert len([e for e in log.events if e[0] == "start"]) == 48
     assert log.largest_lead() <= staleness
     assert apart.record.max_lead <= staleness
-    assert all(t - oldest <= staleness for _, t, oldest in apart.record.leads)
     fast = 1 - slow
     if staleness:  # S = 0 is lockstep: the fast replica may not start the next step early
         assert apart.record.shards[fast] > apart.record.shards[slow]

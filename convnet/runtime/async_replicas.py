@@ -57,7 +57,7 @@ from convnet.runtime.batch_check import check_batch
 from convnet.runtime.executor import Executor, StepResult
 
 _POLL_SECONDS = 0.05
-EVAL_PIECES = 4  # pieces per replica that an evaluation's minibatch is cut into
+EVAL_PIECES = 2  # pieces per replica that an evaluation's minibatch is cut into
 
 
 def async_replica_devices(plan: Plan) -> tuple[int, ...] | None:
@@ -110,7 +110,6 @@ class StalenessRecord:
     max_lead: int = 0
     waits: int = 0
     shards: list = dataclasses.field(default_factory=list)
-    leads: list = dataclasses.field(default_factory=list)  # (replica, step, oldest in work)
 
 
 class ReplicaFailed(ConvnetError):
@@ -318,7 +317,6 @@ class AsyncReplicas:
                         self._in_work[r] = step
                         record = self.record
                         record.max_lead = max(record.max_lead, step - oldest)
-                        record.leads.append((r, step, oldest))
                         record.shards[r] += 1
                         self._cv.notify_all()  # room in the queue
                         return shard
