@@ -110,7 +110,8 @@ def _run(args: list[str], folder: Path) -> dict:
     log = folder / "log.csv"
     if log.exists():
         with open(log, newline="") as f:
-            rows = [(float(r["cumulative_time"]), float(r["test_error"])) for r in csv.DictReader(f)]
+            rows = [(float(r["cumulative_time"]), float(r["test_error"]))
+                    for r in csv.DictReader(f)]
     final = rows[-1][1] if rows and not diverged else float("nan")
     return {"rows": rows, "final_error": final, "wall": rows[-1][0] if rows else seconds,
             "process_seconds": seconds, "diverged": diverged,

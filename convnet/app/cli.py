@@ -24,10 +24,10 @@ from pathlib import Path
 
 from convnet.app import bundled_example
 from convnet.app.invocation import program_name
-from convnet.app.option_values import (BACKEND_NAMES, DEFAULT_STALENESS, batch_range, color_noise, data_dims, flag,
-                                       gpu_list, layer_name, max_test_err, non_negative_int,
-                                       positive_int, provider_name, scalar_mean, slow_device,
-                                       sync_mode)
+from convnet.app.option_values import (BACKEND_NAMES, DEFAULT_STALENESS, batch_range,
+                                       color_noise, data_dims, flag, gpu_list, layer_name,
+                                       max_test_err, non_negative_int, positive_int,
+                                       provider_name, scalar_mean, slow_device, sync_mode)
 from convnet.app.signals import Terminated, stop_handlers
 from convnet.errors import ConvnetError, UsageError
 from convnet.simulate.hardware import DEVICE_KINDS

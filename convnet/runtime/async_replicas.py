@@ -94,13 +94,6 @@ class _Shard:
     progress: float
 
 
-@dataclass(frozen=True)
-class _Increment:
-    step: int
-    source: int  # the replica that made it
-    arrays: dict  # layer -> weight array name -> the increment (on the source's device)
-
-
 @dataclass
 class StalenessRecord:
     """What the bound did: the largest lead taken (steps between a started shard and the
@@ -130,7 +123,8 @@ class AsyncReplicas:
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, staleness: int,
-                 seed: int = 0, check_finite: bool = True, slowdown: dict[int, float] | None = None):
+                 seed: int = 0, check_finite: bool = True,
+                 slowdown: dict[int, float] | None = None):
         replica_devices = async_replica_devices(plan)
         if replica_devices is None:
             raise ValueError("asynchronous training needs every layer replicated on the same "
@@ -160,7 +154,9 @@ class AsyncReplicas:
         self._queue: collections.deque[_Shard] = collections.deque()
         self._queue_limit = 2 * count
         self._in_work: list[int | None] = [None] * count  # step of each replica's shard
-        self._inboxes: list[list[_Increment]] = [[] for _ in range(count)]
+        # Per replica, the increments sent to it: layer -> array name -> array (on the
+        # sender's device), in arrival order.
+        self._inboxes: list[list[dict]] = [[] for _ in range(count)]
         self._jobs: list[collections.deque] = [collections.deque() for _ in range(count)]
         self._finished: list[tuple[int, StepResult]] = []  # (shard index, its result)
         self._error: BaseException | None = None
@@ -343,7 +339,7 @@ class AsyncReplicas:
         with self._cv:
             for q, inbox in enumerate(self._inboxes):
                 if q != r and increments is not None:
-                    inbox.append(_Increment(shard.step, r, increments))
+                    inbox.append(increments)
             self._in_work[r] = None
             self._finished.append((shard.step * count + shard.index, result))
             self._cv.notify_all()
@@ -357,8 +353,8 @@ class AsyncReplicas:
         replica = self.replicas[r]
         device = replica.devices[0]
         weights = replica.store.weights
-        for increment in received:
-            for name, arrays in increment.arrays.items():
+        for increments in received:
+            for name, arrays in increments.items():
                 for k, inc in arrays.items():
                     weights[name][0][k] += device.copy_from(inc)
         for name, rules in replica.store.rules.items():
