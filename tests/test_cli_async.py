@@ -45,3 +45,25 @@ def test_compare_refuses_async_which_has_no_lockstep_steps_to_profile():
     proc = run_cli("--compare", EXAMPLES / "digits-data.cfg", "--layer-params",
                    EXAMPLES / "digits-params.cfg", "--sync", "async", timeout=60)
     assert_clean_error(proc, 2, "--compare profiles lockstep steps", "bench/bench_sync.py")
+
+
+def test_compare_trains_a_config_once_per_sync_mode(tmp_path):
+    """--compare with several --sync modes: one run (and one log) per mode, named after
+    it, side by side in the table; local SGD differs from sync in what it learned."""
+    save = tmp_path / "cmp"
+    proc = ok(run_cli("--compare", EXAMPLES / "digits-data.cfg", "--layer-params",
+                      EXAMPLES / "digits-params.cfg", "--gpu", "0,1", "--epochs", "1",
+                      "--no-progress", "--sync", "sync", "local:2", "--save-path", save,
+                      timeout=120))
+    assert "== [1/2] digits-data-sync:" in proc.stdout
+    assert "== [2/2] digits-data-local2:" in proc.stdout
+    table = (save / "compare.txt").read_text()
+    assert "digits-data-sync" in table and "digits-data-local2" in table
+    _, synced = checkpoint_arrays(save / "digits-data-sync" / "checkpoint.npz")
+    _, local = checkpoint_arrays(save / "digits-data-local2" / "checkpoint.npz")
+    assert synced["options"]["sync"] == "sync" and local["options"]["sync"] == "local:2"
+
+
+def test_several_sync_modes_only_go_with_compare():
+    proc = run_cli(*DUMMY, "--sync", "sync", "local:2", timeout=60)
+    assert_clean_error(proc, 2, "--sync takes one mode, not 2", "only with --compare")

@@ -130,9 +130,9 @@ def test_print_plan_says_what_local_sgd_changes(capsys):
 
 def test_spellings_of_sync_modes():
     parse = build_parser().parse_args
-    assert parse(["--sync", "async"]).sync == f"async:{DEFAULT_STALENESS}"
-    assert parse(["--sync", " ASYNC:02 "]).sync == "async:2"
-    assert parse(["--sync", "Local:3"]).sync == "local:3"
+    assert parse(["--sync", "async"]).sync == [f"async:{DEFAULT_STALENESS}"]
+    assert parse(["--sync", " ASYNC:02 "]).sync == ["async:2"]
+    assert parse(["--sync", "Local:3", "sync"]).sync == ["local:3", "sync"]  # --compare
     assert parse(["--slow-device", "1:2.5"]).slow_device == (1, 2.5)
 
 

@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--seed", type=non_negative_int, default=None, metavar="N",
                      help="seed of the initial weights, dropout masks and data augmentation "
                           "[resumable] (default: 0)")
-    net.add_argument("--sync", type=sync_mode, default=None, metavar="sync|local:K|async[:S]",
+    net.add_argument("--sync", type=sync_mode, default=None, nargs="+",
+                     metavar="sync|local:K|async[:S]",
                      help="how the replicas of data-parallel layers stay together: sync "
                           "sums their gradients every step; local:K lets each replica "
                           "update from its own shards and averages their weights every K "
@@ -133,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "and the others' as they arrive, never more than S steps ahead "
                           f"of the slowest (default S: {DEFAULT_STALENESS}). local and async "
                           "move less and wait less and are not the same training as sync; "
-                          "async runs in one process only and is not bitwise reproducible "
-                          "[resumable] (default: sync)")
+                          "async runs in one process only and is not bitwise reproducible; "
+                          "with --compare, several modes (e.g. --sync sync local:4) train "
+                          "every config once per mode [resumable] (default: sync)")
     data = p.add_argument_group("data")
     data.add_argument("--data-provider", type=provider_name, default=None, metavar="NAME",
                       help="digits (the bundled 8x8 digits), cifar (CIFAR-10 python "

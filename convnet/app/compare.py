@@ -165,23 +165,29 @@ def config_pairs(args: argparse.Namespace) -> list[tuple[Path, Path]]:
     return list(zip(configs, params))
 
 
-def run_names(configs: list[Path]) -> list[str]:
-    """A short unique name per config: the file name without .cfg (and #2, #3 on repeats)."""
+def run_names(configs: list[Path], modes: list[str] | None = None) -> list[str]:
+    """A short unique name per run: the config's file name without .cfg (and #2, #3 on
+    repeats), with the ``--sync`` mode after it (``-local4``) when several are compared;
+    in the order of :func:`config_options`."""
     names, seen = [], {}
     for path in configs:
         stem = Path(path).stem
         seen[stem] = seen.get(stem, 0) + 1
         names.append(stem if seen[stem] == 1 else f"{stem}#{seen[stem]}")
-    return names
+    if modes is None or len(modes) < 2:
+        return names
+    return [f"{name}-{mode.replace(':', '')}" for name in names for mode in modes]
 
 
 def _check_args(args: argparse.Namespace) -> None:
     for key, text in _NOT_WITH_COMPARE:
         if getattr(args, key):
             raise UsageError(f"--compare cannot be combined with {text}")
-    if (args.sync or "").startswith("async:"):
-        raise UsageError(f"--compare profiles lockstep steps, which --sync {args.sync} does not "
-                         "have; compare the --sync modes with bench/bench_sync.py")
+    for mode in args.sync or ():
+        if mode.startswith("async:"):
+            raise UsageError(f"--compare profiles lockstep steps, which --sync {mode} does not "
+                             "have; compare it with the other --sync modes with "
+                             "bench/bench_sync.py")
 
 
 def config_options(args: argparse.Namespace,
@@ -189,11 +195,14 @@ def config_options(args: argparse.Namespace,
     """The options of every config: the command line's, with the config's own files.
 
     With no ``--gpu`` every config gets device 0 here; :func:`compare` widens the
-    list afterwards to fit the config that names the most devices.
+    list afterwards to fit the config that names the most devices.  With several
+    ``--sync`` modes every config comes once per mode, the modes in the order given.
     """
-    first = resolve_options(args, pairs[0])
-    return [replace(first, layer_def=Path(layer_def), layer_params=Path(layer_params))
-            for layer_def, layer_params in pairs]
+    modes = args.sync or [None]
+    first = resolve_options(argparse.Namespace(**{**vars(args), "sync": modes[:1]}), pairs[0])
+    return [replace(first, layer_def=Path(layer_def), layer_params=Path(layer_params),
+                    sync=mode or first.sync)
+            for layer_def, layer_params in pairs for mode in modes]
 
 
 # ===================================================================== running
@@ -210,7 +219,7 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     pairs = config_pairs(args)
     if args.save_path:
         require_matplotlib("--compare with --save-path (compare.png)")
-    names = run_names([p[0] for p in pairs])
+    names = run_names([p[0] for p in pairs], args.sync)
     for layer_def, layer_params in pairs:
         for path in (layer_def, layer_params):
             if not Path(path).is_file():
@@ -242,7 +251,7 @@ def compare(args: argparse.Namespace, out=print, provider=None,
         print(f"warning: {text}", file=sys.stderr)
     try:
         for i, (result, opts, (net, plan)) in enumerate(zip(results, options, planned)):
-            out(f"== [{i + 1}/{len(pairs)}] {result.name}: {plan.scheme}, {plan.num_passes} "
+            out(f"== [{i + 1}/{len(results)}] {result.name}: {plan.scheme}, {plan.num_passes} "
                 f"pass(es) per minibatch of {opts.mini}, --gpu {','.join(map(str, opts.gpu))}")
             _train_and_profile(result, opts, provider, net, plan, keep_checkpoints=bool(save_root),
                                profile_steps=profile_steps)

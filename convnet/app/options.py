@@ -215,6 +215,11 @@ def resolve_options(args: argparse.Namespace,
     line's config files (``--compare`` names several).
     """
     values = {f.name: getattr(args, f.name) for f in fields(RunOptions) if f.name != "resume"}
+    if isinstance(values["sync"], list):  # --sync takes several modes for --compare
+        if len(values["sync"]) > 1:
+            raise UsageError(f"--sync takes one mode, not {len(values['sync'])} (several, e.g. "
+                             "--sync sync local:4, only with --compare)")
+        values["sync"] = values["sync"][0]
     if config is not None:
         values["layer_def"], values["layer_params"] = map(Path, config)
     resume = read_resume(args.load_file) if args.load_file is not None else None
