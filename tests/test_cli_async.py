@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 
 from cli_helpers import DUMMY, EXAMPLES, assert_clean_error, checkpoint_arrays, ok, run_cli
+from test_compare import parse_tables
 
 DATA_NET = ["--layer-def", EXAMPLES / "digits-data.cfg", "--layer-params",
             EXAMPLES / "digits-params.cfg", "--gpu", "0,1"]
@@ -62,6 +64,10 @@ def test_compare_trains_a_config_once_per_sync_mode(tmp_path):
     _, synced = checkpoint_arrays(save / "digits-data-sync" / "checkpoint.npz")
     _, local = checkpoint_arrays(save / "digits-data-local2" / "checkpoint.npz")
     assert synced["options"]["sync"] == "sync" and local["options"]["sync"] == "local:2"
+    reduced = {row["config"]: row["all-reduced"].split() for row in parse_tables(table)[0]}
+    assert reduced["digits-data-local2"][1] == reduced["digits-data-sync"][1]  # the unit
+    assert float(reduced["digits-data-local2"][0]) == pytest.approx(
+        float(reduced["digits-data-sync"][0]) / 2, rel=0.01)  # the average every 2nd step
 
 
 def test_several_sync_modes_only_go_with_compare():

@@ -41,6 +41,7 @@ from convnet.app.compare_plot import write_comparison_png
 from convnet.app.compare_table import comparison_table
 from convnet.app.compare_verdict import equivalence_warnings
 from convnet.app.options import RunOptions, resolve_options
+from convnet.app.option_values import local_sgd_period
 from convnet.app.run_folder import check_checkpoint_slot, claim_run_folder
 from convnet.app.run_log import CSV_NAME, read_log
 from convnet.app.run_summary import oversubscription_warning
@@ -77,6 +78,7 @@ class ConfigResult:
     plan: Plan
     totals: list[DeviceTotals]
     log_path: Path
+    sync: str = "sync"  # the run's --sync mode
     log_rows: list[dict] = field(default_factory=list)
     profile_cases: int = 0
     step_seconds: list[float] = field(default_factory=list)
@@ -105,13 +107,15 @@ class ConfigResult:
     @property
     def allreduce_bytes(self) -> int:
         """Bytes each device sends in ring all-reduces, summed over devices, per minibatch
-        (the planner's figure: 2(R-1)/R of the gradient per device)."""
+        (the planner's figure: 2(R-1)/R of the gradient per device); under ``local:K``
+        the weight average every K-th step moves as much, so 1/K of it per minibatch."""
         total = 0
         for op in self.plan.ops:
             if isinstance(op, AllReduce):
                 r = len(op.replica_devices)
                 total += r * (2 * (r - 1) * op.nbytes // r)
-        return total
+        period = local_sgd_period(self.sync)
+        return total // period if period else total
 
     @property
     def moved_bytes(self) -> int:
@@ -241,7 +245,7 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     options = [replace(o, save_path=root / name) for name, o in zip(names, options)]
     results = [ConfigResult(name=name, layer_def=o.layer_def, layer_params=o.layer_params,
                             plan=plan, totals=device_totals(plan, net),
-                            log_path=o.save_path / CSV_NAME)
+                            log_path=o.save_path / CSV_NAME, sync=o.sync)
                for name, o, (net, plan) in zip(names, options, planned)]
     if save_root is not None:  # before any training: no run may fail at its own turn
         for o in options:
