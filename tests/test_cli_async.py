@@ -1,4 +1,5 @@
-"""``--sync async:S`` and ``--slow-device`` through the real command line."""
+"""``--sync`` through the real command line: async, several modes under --compare, and
+``--slow-device``."""
 
 from __future__ import annotations
 
