@@ -3,12 +3,14 @@ combinations (one line on stderr, exit 2), checked in-process where nothing trai
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from cli_helpers import assert_clean_error, ok, run_cli
 from convnet.app.cli import build_parser, main
+from convnet.app.option_values import DEFAULT_STALENESS
 
 CUDA_CONVNET2_OPTIONS = ("--layer-def --layer-params --gpu --mini --epochs --data-provider --data-path "
                 "--train-range --test-range --test-freq --save-path --load-file --test-only "
@@ -49,7 +51,7 @@ def test_help_explains_every_option():
     ["--logreg-name", "logprob"], ["--write-features", "fc10"], ["--feature-path", "f"],
     ["--force-save", "1"], ["--max-test-err", "0.3"], ["--backend", "cpu"],
     ["--print-plan"], ["--print-plan=json"], ["--test-freq=3", "--gpu=0", "--mini=32"],
-    ["--sync", "sync"], ["--sync", "local:4"],
+    ["--sync", "sync"], ["--sync", "local:4"], ["--sync", "async"], ["--sync", "async:0"],
 ])
 def test_spec_options_are_accepted(argv):
     build_parser().parse_args(argv)
@@ -85,10 +87,16 @@ def test_cuda_convnet2_flag_values():
     (["--print-plan=xml"], "--print-plan"),
     (["--test-only", "maybe"], "--test-only"),
     (["--mini"], "expected one argument"),
-    (["--sync", "local:0"], "--sync: expected sync or local:K"),
+    (["--sync", "local:0"], "--sync: expected sync, local:K"),
     (["--sync", "local:"], "--sync"),
     (["--sync", "local:x"], "--sync"),
-    (["--sync", "async"], "--sync"),
+    (["--sync", "async:-1"], "async[:S] with S a staleness bound >= 0"),
+    (["--sync", "async:x"], "--sync"),
+    (["--sync", "asynch"], "--sync"),
+    (["--slow-device", "1"], "--slow-device: expected D:F"),
+    (["--slow-device", "1:0.5"], "--slow-device"),
+    (["--slow-device", "1:nan"], "--slow-device"),
+    (["--slow-device", "x:2"], "--slow-device"),
 ])
 def test_bad_values_exit_2_with_one_line(capsys, argv, fragment):
     assert_clean_error(call(capsys, *argv), 2, fragment, "(see --help)")
@@ -103,6 +111,8 @@ def test_bad_values_exit_2_with_one_line(capsys, argv, fragment):
     (["--data-path", "/tmp"], "--data-provider"),
     (["--data-provider", "cifar"], "needs --data-path"),
     (["--data-provider", "digits", "--data-path", "/tmp"], "reads no files"),
+    (["--slow-device", "2:3"], "--gpu lists 2 device(s)"),
+    (["--sync", "async", "--profile"], "--profile times the operations of lockstep steps"),
 ])
 def test_options_that_do_not_go_together_exit_2(capsys, argv, fragment):
     assert_clean_error(call(capsys, *argv), 2, fragment)
@@ -116,6 +126,32 @@ def test_print_plan_says_what_local_sgd_changes(capsys):
     assert "not bitwise reproducible against --sync sync" in lines[0]
     assert main(["--print-plan"]) == 0
     assert "Sync:" not in capsys.readouterr().out
+
+
+def test_spellings_of_sync_modes():
+    parse = build_parser().parse_args
+    assert parse(["--sync", "async"]).sync == [f"async:{DEFAULT_STALENESS}"]
+    assert parse(["--sync", " ASYNC:02 "]).sync == ["async:2"]
+    assert parse(["--sync", "Local:3", "sync"]).sync == ["local:3", "sync"]  # --compare
+    assert parse(["--slow-device", "1:2.5"]).slow_device == (1, 2.5)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_print_plan_says_async_is_not_bitwise_reproducible(capsys, fmt):
+    data_net = ["--layer-def", "examples/digits-data.cfg", "--layer-params",
+                "examples/digits-params.cfg", "--gpu", "0,1", "--sync", "async:2"]
+    assert main([f"--print-plan={fmt}", *data_net]) == 0
+    out = capsys.readouterr().out
+    if fmt == "json":
+        summary = json.loads(out)
+        assert summary["sync"] == "async:2"
+        assert "NOT bitwise reproducible" in summary["sync_note"]
+    else:
+        lines = [line for line in out.splitlines() if line.startswith("Sync:")]
+        assert len(lines) == 1 and "NOT bitwise reproducible" in lines[0]
+        assert "at most 2 step(s) ahead of the slowest" in lines[0]
+    assert main(["--print-plan", "--sync", "async"]) == 0  # the hybrid bundled example
+    assert "training refuses this hybrid plan" in capsys.readouterr().out
 
 
 def test_unknown_option_from_the_real_command():

@@ -69,6 +69,23 @@ def test_resume_with_another_process_count(tmp_path):
     _assert_same_state(tmp_path / "A", tmp_path / "B")
 
 
+def test_local_sgd_in_two_processes_saves_what_one_process_saves(tmp_path):
+    args = [CLI, *_digits("digits-hybrid.cfg"), "--epochs", "1", "--sync", "local:2"]
+    done = run_mpi(2, args + ["--gpu", "0", "--save-path", "A"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    alone = run_alone(args + ["--gpu", "0,1", "--save-path", "B"], cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    _assert_same_state(tmp_path / "A", tmp_path / "B")
+
+
+def test_async_under_mpiexec_is_refused(tmp_path):
+    done = run_mpi(2, [CLI, *_digits("digits-data.cfg"), "--gpu", "0", "--sync", "async"],
+                   cwd=tmp_path)
+    assert done.returncode == 2
+    assert re.search(r"error: rank [01]: --sync async:4 runs in one process", done.stderr)
+    assert "Traceback" not in done.stderr
+
+
 def test_a_rank_without_work_is_an_error(tmp_path):
     done = run_mpi(4, [CLI, *_digits("digits-data.cfg"), "--gpu", "0"], cwd=tmp_path)
     assert done.returncode == 2

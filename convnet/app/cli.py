@@ -24,9 +24,10 @@ from pathlib import Path
 
 from convnet.app import bundled_example
 from convnet.app.invocation import program_name
-from convnet.app.option_values import (BACKEND_NAMES, batch_range, color_noise, data_dims, flag,
-                                       gpu_list, layer_name, max_test_err, non_negative_int,
-                                       positive_int, provider_name, scalar_mean, sync_mode)
+from convnet.app.option_values import (BACKEND_NAMES, DEFAULT_STALENESS, batch_range,
+                                       color_noise, data_dims, flag, gpu_list, layer_name,
+                                       max_test_err, non_negative_int, positive_int,
+                                       provider_name, scalar_mean, slow_device, sync_mode)
 from convnet.app.signals import Terminated, stop_handlers
 from convnet.errors import ConvnetError, UsageError
 from convnet.simulate.hardware import DEVICE_KINDS
@@ -123,12 +124,19 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--seed", type=non_negative_int, default=None, metavar="N",
                      help="seed of the initial weights, dropout masks and data augmentation "
                           "[resumable] (default: 0)")
-    net.add_argument("--sync", type=sync_mode, default=None, metavar="sync|local:K",
+    net.add_argument("--sync", type=sync_mode, default=None, nargs="+",
+                     metavar="sync|local:K|async[:S]",
                      help="how the replicas of data-parallel layers stay together: sync "
                           "sums their gradients every step; local:K lets each replica "
                           "update from its own shards and averages their weights every K "
-                          "steps (local SGD: less communication, not bitwise the same "
-                          "training as sync; one process only) [resumable] (default: sync)")
+                          "steps (local SGD); async[:S] runs the replicas of a "
+                          "data-parallel net apart, each applying its own updates at once "
+                          "and the others' as they arrive, never more than S steps ahead "
+                          f"of the slowest (default S: {DEFAULT_STALENESS}). local and async "
+                          "move less and wait less and are not the same training as sync; "
+                          "async runs in one process only and is not bitwise reproducible; "
+                          "with --compare, several modes (e.g. --sync sync local:4) train "
+                          "every config once per mode [resumable] (default: sync)")
     data = p.add_argument_group("data")
     data.add_argument("--data-provider", type=provider_name, default=None, metavar="NAME",
                       help="digits (the bundled 8x8 digits), cifar (CIFAR-10 python "
@@ -213,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--sequential", action="store_true",
                        help="run the plan on one thread in plan order (the reference walk; "
                             "same results, slower)")
+    train.add_argument("--slow-device", type=slow_device, default=None, metavar="D:F",
+                       help="for tests and benchmarks only: make logical device D F times "
+                            "slower (after each of its tasks it sleeps F-1 times what the "
+                            "task took), to see how --sync copes with a straggler")
     train.add_argument("--no-progress", action="store_true",
                        help="no progress bar (the per-test lines are still printed)")
     tools = p.add_argument_group("tools (print or check, then exit)")

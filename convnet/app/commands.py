@@ -15,7 +15,7 @@ import warnings
 from convnet.app import auto_place, launch, training
 from convnet.app.compare import run_compare
 from convnet.app.memory_fit import MemoryPool, memory_pools
-from convnet.app.option_values import local_sgd_period
+from convnet.app.option_values import async_staleness, local_sgd_period
 from convnet.app.options import RunOptions, resolve_options
 from convnet.app.simulation import measure_costs
 from convnet.errors import ConvnetError, DeviceError
@@ -23,6 +23,7 @@ from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
 from convnet.plan.ranks import ranks_summary, ranks_text
 from convnet.plan.report import plan_summary, plan_text
+from convnet.runtime.async_replicas import async_replica_devices
 from convnet.runtime.backends import choose_backend
 from convnet.simulate.report import simulation_summary, simulation_text
 from convnet.simulate.schedule import simulate
@@ -61,6 +62,8 @@ def print_plan(opts: RunOptions) -> int:
     if opts.print_plan == "json":
         summary = plan_summary(plan, net)
         summary["sync"] = opts.sync
+        if sync_text(opts.sync, plan) is not None:
+            summary["sync_note"] = sync_text(opts.sync, plan)
         summary["memory"] = [pool.as_json() for pool in pools]
         if sim is not None:
             summary["simulation"] = simulation_summary(sim, costs, plan, net)
@@ -72,8 +75,8 @@ def print_plan(opts: RunOptions) -> int:
               ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
         print(plan_text(plan, net))
-    if opts.print_plan != "json" and local_sgd_period(opts.sync) is not None:
-        print("\n" + local_sgd_text(local_sgd_period(opts.sync), plan))
+    if opts.print_plan != "json" and sync_text(opts.sync, plan) is not None:
+        print("\n" + sync_text(opts.sync, plan))
     if sim is not None and opts.print_plan != "json":
         print("\n" + simulation_text(sim, costs, plan, net))
     for pool in pools:
@@ -85,14 +88,26 @@ def print_plan(opts: RunOptions) -> int:
     return 0
 
 
-def local_sgd_text(period: int, plan) -> str:
-    """The line --print-plan adds under --sync local:K: which layers it changes, and how."""
+def sync_text(sync: str, plan) -> str | None:
+    """The line --print-plan adds under --sync local:K or async:S: which layers it
+    changes, and how; None under --sync sync."""
+    if sync == "sync":
+        return None
     replicated = [p.name for p in plan.layers.values() if p.replicas > 1 and p.param_count]
     if not replicated:
-        return f"Sync: local:{period} changes nothing here: no layer with weights is replicated."
-    return (f"Sync: local SGD: the replicated layers ({', '.join(replicated)}) update from "
-            f"their own shards and average their weights every {period} step(s); not "
-            f"bitwise reproducible against --sync sync.")
+        return f"Sync: {sync} changes nothing here: no layer with weights is replicated."
+    period, staleness = local_sgd_period(sync), async_staleness(sync)
+    if period is not None:
+        return (f"Sync: local SGD: the replicated layers ({', '.join(replicated)}) update from "
+                f"their own shards and average their weights every {period} step(s); not "
+                f"bitwise reproducible against --sync sync.")
+    if async_replica_devices(plan) is None:
+        return (f"Sync: async:{staleness} needs a data-parallel net (every layer replicated on "
+                f"the same devices); training refuses this {plan.scheme} plan.")
+    return (f"Sync: asynchronous: the {plan.num_shards} replicas train apart on shards of a "
+            f"shared queue, each applying its own update at once and the others' as they "
+            f"arrive, at most {staleness} step(s) ahead of the slowest; NOT bitwise "
+            f"reproducible (the order of the updates depends on timing).")
 
 
 def plan_memory_pools(opts: RunOptions, plan, net) -> list[MemoryPool]:

@@ -41,6 +41,7 @@ from convnet.app.compare_plot import write_comparison_png
 from convnet.app.compare_table import comparison_table
 from convnet.app.compare_verdict import equivalence_warnings
 from convnet.app.options import RunOptions, resolve_options
+from convnet.app.option_values import local_sgd_period
 from convnet.app.run_folder import check_checkpoint_slot, claim_run_folder
 from convnet.app.run_log import CSV_NAME, read_log
 from convnet.app.run_summary import oversubscription_warning
@@ -77,6 +78,7 @@ class ConfigResult:
     plan: Plan
     totals: list[DeviceTotals]
     log_path: Path
+    sync: str = "sync"  # the run's --sync mode
     log_rows: list[dict] = field(default_factory=list)
     profile_cases: int = 0
     step_seconds: list[float] = field(default_factory=list)
@@ -105,13 +107,15 @@ class ConfigResult:
     @property
     def allreduce_bytes(self) -> int:
         """Bytes each device sends in ring all-reduces, summed over devices, per minibatch
-        (the planner's figure: 2(R-1)/R of the gradient per device)."""
+        (the planner's figure: 2(R-1)/R of the gradient per device); under ``local:K``
+        the weight average every K-th step moves as much, so 1/K of it per minibatch."""
         total = 0
         for op in self.plan.ops:
             if isinstance(op, AllReduce):
                 r = len(op.replica_devices)
                 total += r * (2 * (r - 1) * op.nbytes // r)
-        return total
+        period = local_sgd_period(self.sync)
+        return total // period if period else total
 
     @property
     def moved_bytes(self) -> int:
@@ -165,20 +169,29 @@ def config_pairs(args: argparse.Namespace) -> list[tuple[Path, Path]]:
     return list(zip(configs, params))
 
 
-def run_names(configs: list[Path]) -> list[str]:
-    """A short unique name per config: the file name without .cfg (and #2, #3 on repeats)."""
+def run_names(configs: list[Path], modes: list[str] | None = None) -> list[str]:
+    """A short unique name per run: the config's file name without .cfg (and #2, #3 on
+    repeats), with the ``--sync`` mode after it (``-local4``) when several are compared;
+    in the order of :func:`config_options`."""
     names, seen = [], {}
     for path in configs:
         stem = Path(path).stem
         seen[stem] = seen.get(stem, 0) + 1
         names.append(stem if seen[stem] == 1 else f"{stem}#{seen[stem]}")
-    return names
+    if modes is None or len(modes) < 2:
+        return names
+    return [f"{name}-{mode.replace(':', '')}" for name in names for mode in modes]
 
 
 def _check_args(args: argparse.Namespace) -> None:
     for key, text in _NOT_WITH_COMPARE:
         if getattr(args, key):
             raise UsageError(f"--compare cannot be combined with {text}")
+    for mode in args.sync or ():
+        if mode.startswith("async:"):
+            raise UsageError(f"--compare profiles lockstep steps, which --sync {mode} does not "
+                             "have; compare it with the other --sync modes with "
+                             "bench/bench_sync.py")
 
 
 def config_options(args: argparse.Namespace,
@@ -186,11 +199,14 @@ def config_options(args: argparse.Namespace,
     """The options of every config: the command line's, with the config's own files.
 
     With no ``--gpu`` every config gets device 0 here; :func:`compare` widens the
-    list afterwards to fit the config that names the most devices.
+    list afterwards to fit the config that names the most devices.  With several
+    ``--sync`` modes every config comes once per mode, the modes in the order given.
     """
-    first = resolve_options(args, pairs[0])
-    return [replace(first, layer_def=Path(layer_def), layer_params=Path(layer_params))
-            for layer_def, layer_params in pairs]
+    modes = args.sync or [None]
+    first = resolve_options(argparse.Namespace(**{**vars(args), "sync": modes[:1]}), pairs[0])
+    return [replace(first, layer_def=Path(layer_def), layer_params=Path(layer_params),
+                    sync=mode or first.sync)
+            for layer_def, layer_params in pairs for mode in modes]
 
 
 # ===================================================================== running
@@ -207,7 +223,7 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     pairs = config_pairs(args)
     if args.save_path:
         require_matplotlib("--compare with --save-path (compare.png)")
-    names = run_names([p[0] for p in pairs])
+    names = run_names([p[0] for p in pairs], args.sync)
     for layer_def, layer_params in pairs:
         for path in (layer_def, layer_params):
             if not Path(path).is_file():
@@ -229,7 +245,7 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     options = [replace(o, save_path=root / name) for name, o in zip(names, options)]
     results = [ConfigResult(name=name, layer_def=o.layer_def, layer_params=o.layer_params,
                             plan=plan, totals=device_totals(plan, net),
-                            log_path=o.save_path / CSV_NAME)
+                            log_path=o.save_path / CSV_NAME, sync=o.sync)
                for name, o, (net, plan) in zip(names, options, planned)]
     if save_root is not None:  # before any training: no run may fail at its own turn
         for o in options:
@@ -239,7 +255,7 @@ def compare(args: argparse.Namespace, out=print, provider=None,
         print(f"warning: {text}", file=sys.stderr)
     try:
         for i, (result, opts, (net, plan)) in enumerate(zip(results, options, planned)):
-            out(f"== [{i + 1}/{len(pairs)}] {result.name}: {plan.scheme}, {plan.num_passes} "
+            out(f"== [{i + 1}/{len(results)}] {result.name}: {plan.scheme}, {plan.num_passes} "
                 f"pass(es) per minibatch of {opts.mini}, --gpu {','.join(map(str, opts.gpu))}")
             _train_and_profile(result, opts, provider, net, plan, keep_checkpoints=bool(save_root),
                                profile_steps=profile_steps)

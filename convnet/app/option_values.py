@@ -20,6 +20,8 @@ BACKEND_NAMES = ("auto", "cpu", "cuda")
 #: Each logical device is a worker thread (and a CUDA stream); far more than any
 #: machine has is a mistake, not a plan.
 MAX_DEVICES = 64
+#: The staleness bound of ``--sync async`` (steps a replica may run ahead of the slowest).
+DEFAULT_STALENESS = 4
 
 
 def flag(text: str) -> bool:
@@ -132,24 +134,51 @@ def provider_name(text: str) -> str:
 
 
 def sync_mode(text: str) -> str:
-    """``--sync``: ``sync`` (all-reduce the gradients every step) or ``local:K`` (local
-    SGD, averaging the weights every K >= 1 steps), in that spelling."""
+    """``--sync``: ``sync`` (all-reduce the gradients every step), ``local:K`` (local
+    SGD, averaging the weights every K >= 1 steps) or ``async[:S]`` (asynchronous, no
+    replica more than S >= 0 steps ahead; ``async`` alone is ``async:4``), in that
+    spelling (S written out)."""
     value = str(text).strip().lower()
     if value == "sync":
         return value
-    kind, _, period = value.partition(":")
+    if value == "async":
+        return f"async:{DEFAULT_STALENESS}"
+    kind, _, number = value.partition(":")
     try:
-        if kind == "local" and _ascii_int(period) >= 1:
-            return f"local:{_ascii_int(period)}"
+        if kind == "local" and _ascii_int(number) >= 1:
+            return f"local:{_ascii_int(number)}"
+        if kind == "async" and _ascii_int(number) >= 0:
+            return f"async:{_ascii_int(number)}"
     except ValueError:
         pass
-    raise argparse.ArgumentTypeError(f"expected sync or local:K with K a positive integer "
-                                     f"(e.g. local:4), got '{text}'")
+    raise argparse.ArgumentTypeError(f"expected sync, local:K with K a positive integer "
+                                     f"(e.g. local:4), or async[:S] with S a staleness bound "
+                                     f">= 0 (e.g. async:2), got '{text}'")
 
 
 def local_sgd_period(sync: str) -> int | None:
-    """The K of a :func:`sync_mode` value ``local:K``; None for ``sync``."""
-    return None if sync == "sync" else int(sync.partition(":")[2])
+    """The K of a :func:`sync_mode` value ``local:K``; None otherwise."""
+    return int(sync.partition(":")[2]) if sync.startswith("local:") else None
+
+
+def async_staleness(sync: str) -> int | None:
+    """The S of a :func:`sync_mode` value ``async:S``; None otherwise."""
+    return int(sync.partition(":")[2]) if sync.startswith("async:") else None
+
+
+def slow_device(text: str) -> tuple[int, float]:
+    """``--slow-device D:F`` (test-only): logical device D runs F >= 1 times slower."""
+    device, _, factor = str(text).strip().partition(":")
+    try:
+        if not factor.isascii():
+            raise ValueError(factor)
+        index, value = _ascii_int(device), float(factor)
+        if 0 <= index < MAX_DEVICES and 1.0 <= value <= 1000.0:
+            return index, value
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected D:F, a logical device D and a slowdown "
+                                     f"factor F from 1 to 1000 (e.g. 1:2), got '{text}'")
 
 
 def layer_name(text: str) -> str:

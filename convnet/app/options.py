@@ -56,7 +56,7 @@ class RunOptions:
     backend: str
     mini: int
     seed: int
-    sync: str  # "sync" or "local:K" (see option_values.sync_mode)
+    sync: str  # "sync", "local:K" or "async:S" (see option_values.sync_mode)
     # data
     data_provider: str
     data_path: Path | None
@@ -82,6 +82,7 @@ class RunOptions:
     feature_path: Path | None
     profile: bool
     sequential: bool
+    slow_device: tuple[int, float] | None  # test-only: (logical device, slowdown factor)
     no_progress: bool
     # tools
     print_plan: str | None  # "text" or "json"
@@ -214,6 +215,11 @@ def resolve_options(args: argparse.Namespace,
     line's config files (``--compare`` names several).
     """
     values = {f.name: getattr(args, f.name) for f in fields(RunOptions) if f.name != "resume"}
+    if isinstance(values["sync"], list):  # --sync takes several modes for --compare
+        if len(values["sync"]) > 1:
+            raise UsageError(f"--sync takes one mode, not {len(values['sync'])} (several, e.g. "
+                             "--sync sync local:4, only with --compare)")
+        values["sync"] = values["sync"][0]
     if config is not None:
         values["layer_def"], values["layer_params"] = map(Path, config)
     resume = read_resume(args.load_file) if args.load_file is not None else None
@@ -286,6 +292,12 @@ def check_options(opts: RunOptions) -> None:
     if opts.dummy_cases is not None and opts.data_provider != "dummy":
         raise UsageError(f"--dummy-cases sets the size of dummy batches; the "
                          f"'{opts.data_provider}' data has its own")
+    if opts.profile and opts.sync.startswith("async:"):
+        raise UsageError(f"--profile times the operations of lockstep steps; --sync {opts.sync} "
+                         "has none: give --sync sync or local:K to profile")
+    if opts.slow_device is not None and opts.slow_device[0] >= len(opts.gpu):
+        raise UsageError(f"--slow-device {opts.slow_device[0]}:...: --gpu lists "
+                         f"{len(opts.gpu)} device(s), numbered from 0")
     if opts.data_provider in ("digits", "dummy") and opts.data_path is not None:
         raise UsageError(f"the '{opts.data_provider}' data provider reads no files; "
                          "--data-path is for cifar and convnet-batches")

@@ -30,7 +30,8 @@ def measure_costs(opts: RunOptions, net: NetConfig, plan: Plan,
     ``option`` names the option asking, in the error of a multi-process run."""
     launch.require_one_process(option)
     batch = first_minibatch(opts)
-    executor = training.make_executor(replace(opts, sequential=True), net, plan)
+    # The profile times each operation of one lockstep step, whatever --sync trains with.
+    executor = training.make_executor(replace(opts, sequential=True, sync="sync"), net, plan)
     try:
         profile = profile_compute(executor, batch, len(batch[0]) // plan.num_shards)
     finally:

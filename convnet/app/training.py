@@ -34,7 +34,7 @@ from convnet.app.invocation import resume_command, shown_path
 from convnet.app.log_plot import PNG_NAME as LOG_PNG
 from convnet.app.log_plot import write_log_png
 from convnet.app.memory_fit import check_memory
-from convnet.app.option_values import local_sgd_period
+from convnet.app.option_values import async_staleness, local_sgd_period
 from convnet.app.options import Resume, RunOptions, options_for_checkpoint
 from convnet.app.resume_state import read_counters, read_state, unused_layers
 from convnet.app.run_folder import claim_run_folder
@@ -47,9 +47,10 @@ from convnet.config.values import parse_data_columns
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher, DataOptions, make_provider, parse_range
 from convnet.errors import (CheckpointError, ConfigError, DataError, NonFiniteDataError,
-                            TrainingError)
+                            TrainingError, UsageError)
 from convnet.optional import PLOT_INSTALL, has_matplotlib
 from convnet.plan.ops import Plan
+from convnet.runtime.async_replicas import AsyncReplicas, async_replica_devices
 from convnet.runtime.backends import choose_backend
 from convnet.runtime.cluster import cluster_devices
 from convnet.runtime.executor import Executor
@@ -131,20 +132,29 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
         raise
 
 
-def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor:
+def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor | AsyncReplicas:
     """The executor on the devices and backend the options name (this process's share
-    of them in a multi-process run), once the plan is known to fit in memory."""
+    of them in a multi-process run), once the plan is known to fit in memory; under
+    ``--sync async:S`` the replicas that train apart (:class:`AsyncReplicas`)."""
     backend = choose_backend(opts.backend)
     cluster = launch.cluster_for(opts.gpu)
     check_memory(plan, net, backend, cluster.is_local)
-    local_sgd = local_sgd_period(opts.sync)
-    if local_sgd is not None:
+    local_sgd, staleness = local_sgd_period(opts.sync), async_staleness(opts.sync)
+    if staleness is not None:
         saved = opts.resume is not None and opts.resume.saved_options.get("sync") == opts.sync
         launch.require_one_process(f"--sync {opts.sync}" + (
             " (the checkpoint's; give --sync sync to resume it under mpiexec)" if saved else ""))
+    if staleness is not None and async_replica_devices(plan) is None:
+        raise UsageError(f"--sync {opts.sync} runs the replicas of a data-parallel net apart, "
+                         f"but {Path(opts.layer_def).name} is planned as {plan.scheme} "
+                         "(not every layer replicated on the same devices); give --sync sync "
+                         "or --sync local:K")
     devices = cluster_devices(cluster, opts.gpu, backend)
+    slowdown = dict([opts.slow_device]) if opts.slow_device is not None else None
+    if staleness is not None:
+        return AsyncReplicas(net, plan, devices, staleness, seed=opts.seed, slowdown=slowdown)
     return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential,
-                    cluster=cluster, local_sgd=local_sgd)
+                    cluster=cluster, local_sgd=local_sgd, slowdown=slowdown)
 
 
 def run(opts: RunOptions) -> int:

@@ -45,6 +45,7 @@ from convnet.runtime.collectives import ChunkedAllReduce, make_all_reduce
 from convnet.runtime.non_finite import non_finite_cost_error, non_finite_gradient_error
 from convnet.runtime.optimizer import MomentumSGD
 from convnet.runtime.rank_tasks import tasks_for_rank
+from convnet.runtime.slowdown import slow_down
 from convnet.runtime.tasks import ReplicaSync, Task, TaskAction, make_tasks
 from convnet.runtime.transfers import Transfers, accumulate
 from convnet.runtime.weights import WeightStore, assemble_state
@@ -107,12 +108,16 @@ class Executor:
     then holds :class:`~convnet.runtime.cluster.RemoteDevice` stand-ins for
     the other ranks' devices); by default the run is this process alone.
     ``local_sgd``, where given, is the K of local SGD (see the module docstring);
-    None is synchronous SGD.
+    None is synchronous SGD.  ``slowdown`` maps a device index to a factor F > 1:
+    every task on that device then takes F times its time (it sleeps F - 1 times
+    what the task took), a test-only way to make one device slower
+    (``--slow-device``, see docs/DESIGN.md).
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, seed: int = 0,
                  parallel: bool = True, check_finite: bool = True,
-                 cluster: Cluster | None = None, local_sgd: int | None = None):
+                 cluster: Cluster | None = None, local_sgd: int | None = None,
+                 slowdown: dict[int, float] | None = None):
         if len(devices) != plan.num_devices:
             raise ValueError("one device per logical index of the plan is needed")
         if local_sgd is not None and local_sgd < 1:
@@ -121,9 +126,8 @@ class Executor:
         self.plan = plan
         self.devices = devices
         self.cluster = cluster if cluster is not None else single_process(len(devices))
-        if local_sgd is not None and self.cluster.size > 1:
-            raise ValueError("local SGD runs in one process only")
         self.local_sgd = local_sgd
+        self.slowdown = dict(slowdown or {})
         self.seed = seed
         self.step_count = 0
         self.check_finite = check_finite
@@ -292,7 +296,7 @@ class Executor:
                                ctx_base={"train": train, "seed": self.seed,
                                          "step": self.step_count},
                                progress=progress)
-        actions = self._actions
+        actions, slowdown = self._actions, self.slowdown
         t0 = time.perf_counter()
         timings = [] if self.timings is not None else None
 
@@ -300,6 +304,8 @@ class Executor:
             """Carry out ``task``; ``device`` is the calling worker's (None: all of the task's)."""
             began = time.perf_counter()
             actions[task.action](task, buffers, device)
+            if slowdown:
+                slow_down(slowdown, [device] if device is not None else task.devices, began)
             if timings is not None:
                 for d in ([device] if device is not None else task.devices):
                     timings.append(OpTiming(d, task.kind, task.layer, began - t0,
@@ -436,7 +442,8 @@ class Executor:
         op, rank = task.op, task.rank
         chunked = self._sliced(op.layer)
         weights = self.store.weights[op.layer]
-        for k, total in chunked.reduce_slice(weights, rank).items():
+        received = self._received(task, "avg-slice", buffers)
+        for k, total in chunked.reduce_slice(weights, rank, received).items():
             flat = weights[rank][k].reshape(-1)
             lo, hi = chunked.bounds(flat.size, rank)
             flat[lo:hi] = total / len(weights)

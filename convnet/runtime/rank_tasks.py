@@ -14,7 +14,9 @@ another, the pull that one process would do becomes a pair:
   the sums are bitwise the same;
 * ``GATHER`` of replica r: every owner q on another rank sends its updated
   weight slice q after its ``UPDATE_SLICE``, and r's device receives it
-  before the gather copies it in.
+  before the gather copies it in;
+* ``AVERAGE_SLICE`` of replica r (local SGD): like ``REDUCE_SLICE``, with
+  the locally updated weights' slice r instead of the gradients'.
 
 Each pair gets a tag: its position among the run's transfers, counted over
 the global list (the same count on every rank), modulo the communicator's
@@ -40,7 +42,8 @@ class Transfer:
 
     ``what`` is ``'act'`` (an activation shard), ``'grad'`` (the gradient a
     consumer sends back), ``'grad-slice'`` (replica ``source_replica``'s
-    gradients, slice ``target_replica``, for that replica's reduce) or
+    gradients, slice ``target_replica``, for that replica's reduce),
+    ``'avg-slice'`` (the same of its weights, for local SGD's average) or
     ``'weight-slice'`` (owner ``source_replica``'s updated weights, slice
     ``source_replica``, for replica ``target_replica``'s gather).
     """
@@ -50,6 +53,11 @@ class Transfer:
     tag: int
     source_replica: int = -1
     target_replica: int = -1
+
+
+#: The tasks that read other replicas' slices, and what those slices are.
+_SLICE_TRANSFERS = {TaskAction.REDUCE_SLICE: "grad-slice", TaskAction.GATHER: "weight-slice",
+                    TaskAction.AVERAGE_SLICE: "avg-slice"}
 
 
 def tasks_for_rank(tasks: list[Task], rank_of, rank: int, replica_devices,
@@ -93,13 +101,13 @@ def tasks_for_rank(tasks: list[Task], rank_of, rank: int, replica_devices,
             received = pair(task, op.src, op.dst, "act" if action is TaskAction.COPY else "grad")
             if received is not None:
                 renumbered[task.index] = received
-        elif action in (TaskAction.REDUCE_SLICE, TaskAction.GATHER):
+        elif action in _SLICE_TRANSFERS:
             target, devices = task.rank, replica_devices(op.layer)
             received = []
             for source, device in enumerate(devices):
                 if source == target or rank_of(device) == rank_of(task.device):
                     continue
-                what = "grad-slice" if action is TaskAction.REDUCE_SLICE else "weight-slice"
+                what = _SLICE_TRANSFERS[action]
                 index = pair(task, device, task.device, what, source, target)
                 if index is not None:
                     received.append(index)

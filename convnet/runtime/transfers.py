@@ -6,9 +6,10 @@ in-process pull it replaces would have put it:
 
 * ``act``: an activation shard, into the receiver's activations;
 * ``grad``: a consumer's gradient for an input, added into the input's gradient;
-* ``grad-slice`` / ``weight-slice``: one slice of every weight array of a
-  layer (keys in sorted order, concatenated into one message), kept for the
-  reduce or gather task that waits for it.
+* ``grad-slice`` / ``avg-slice`` / ``weight-slice``: one slice of every
+  gradient or weight array of a layer (keys in sorted order, concatenated
+  into one message), kept for the reduce, average or gather task that waits
+  for it.
 
 Arrays travel through the host as float32.  Receive buffers are made with
 the shape both sides derive from the plan (shard bounds, output shapes,
@@ -92,8 +93,8 @@ class Transfers:
         transfer, layer = task.transfer, task.op.layer
         weights = self.store.weights[layer]
         local = weights[transfer.source_replica] or weights[transfer.target_replica]
-        part = (transfer.target_replica if transfer.what == "grad-slice"
-                else transfer.source_replica)
+        part = (transfer.source_replica if transfer.what == "weight-slice"
+                else transfer.target_replica)
         bounds = self.collective_of(layer).bounds
         return [(k, *bounds(local[k].size, part)) for k in sorted(local)]
 

@@ -1,11 +1,12 @@
 """A few training steps of a scaled reference config, as one process of an MPI run.
 
-``mpiexec -n N python train_steps.py NAME GPUS FOLDER OUT`` trains the scaled copy
+``mpiexec -n N python train_steps.py NAME GPUS FOLDER OUT [K]`` trains the scaled copy
 of ``layers-NAME.cfg`` (written into FOLDER by the test) on every rank's
 share of the devices (``GPUS`` per rank, rank-major), and rank 0 writes the
 final weights and momentum, the costs of every step and of an evaluation,
-and one layer's features to ``OUT`` (.npz).  The test runs :func:`run` in
-one process over all devices and compares.
+and one layer's features to ``OUT`` (.npz); with K, by local SGD averaging
+every K steps.  The test runs :func:`run` in one process over all devices and
+compares.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ def batches(count: int = STEPS + 1, seed: int = 7):
              rng.integers(0, NUM_CLASSES, (MINI, 1)).astype(np.float32)] for _ in range(count)]
 
 
-def run(name: str, folder: Path, gpus: tuple[int, ...], cluster: Cluster) -> dict | None:
+def run(name: str, folder: Path, gpus: tuple[int, ...], cluster: Cluster,
+        local_sgd: int | None = None) -> dict | None:
     """Train, evaluate and take features; the results on rank 0, None elsewhere."""
     net = load_net(folder / f"layers-{name}.cfg", folder / f"layer-params-{name}.cfg",
                    data_dims={0: IMAGE_DIMS, 1: (1,)}, num_classes=NUM_CLASSES)
     plan = make_plan(net, gpus * cluster.size, MINI)
     executor = Executor(net, plan, cluster_devices(cluster, gpus, "cpu"), seed=3,
-                        cluster=cluster)
+                        cluster=cluster, local_sgd=local_sgd)
     try:
         data = batches()
         costs = [executor.step(b, progress=i / 10).costs for i, b in enumerate(data[:STEPS])]
@@ -55,14 +57,16 @@ def run(name: str, folder: Path, gpus: tuple[int, ...], cluster: Cluster) -> dic
                 __features__=features)
 
 
-def run_alone(name: str, folder: Path, gpus: tuple[int, ...]) -> dict:
-    return run(name, folder, gpus, single_process(len(gpus)))
+def run_alone(name: str, folder: Path, gpus: tuple[int, ...],
+              local_sgd: int | None = None) -> dict:
+    return run(name, folder, gpus, single_process(len(gpus)), local_sgd)
 
 
 if __name__ == "__main__":
     name, gpu_list, folder, out = sys.argv[1:5]
+    period = int(sys.argv[5]) if len(sys.argv) > 5 else None
     gpus = tuple(int(g) for g in gpu_list.split(","))
     comm, hosts = connect()
-    result = run(name, Path(folder), gpus, Cluster(comm, len(gpus), hosts))
+    result = run(name, Path(folder), gpus, Cluster(comm, len(gpus), hosts), period)
     if result is not None:
         np.savez(out, **result)

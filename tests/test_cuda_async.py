@@ -1,0 +1,82 @@
+"""``--sync async:S`` on CUDA devices (convnet/runtime/async_replicas.py).
+
+Skipped without CuPy and a CUDA GPU.  Two logical devices share GPU 0 (each its
+own stream), so one GPU is enough: one replica must be synchronous SGD bit for
+bit, and two replicas, drained, must hold the same weights up to float
+rounding, with increments crossing devices through ``Device.copy_from``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from convnet import kernels
+
+pytestmark = pytest.mark.skipif(not kernels.cupy_available(), reason="needs CuPy and a CUDA GPU")
+
+
+@pytest.fixture(autouse=True)
+def cuda_kernels():
+    import convnet.kernels.cuda
+
+    kernels.cuda.install(force=True)
+    yield
+
+
+def _net_and_batches(tmp_path):
+    from convnet.config import load_net
+    from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
+
+    layer_def, params = scaled_config("imagenet-2gpu-data", tmp_path)
+    net = load_net(layer_def, params, data_dims={0: IMAGE_DIMS, 1: (1,)}, num_classes=NUM_CLASSES)
+    rng = np.random.default_rng(11)
+    batches = [[rng.standard_normal((8,) + IMAGE_DIMS).astype(np.float32),
+                rng.integers(0, NUM_CLASSES, (8, 1)).astype(np.float32)] for _ in range(4)]
+    return net, batches
+
+
+def test_one_replica_on_cuda_is_synchronous_sgd_bit_for_bit(tmp_path):
+    from convnet.plan.planner import make_plan
+    from convnet.runtime.async_replicas import AsyncReplicas, one_device_net
+    from convnet.runtime.devices import make_devices
+    from convnet.runtime.executor import Executor
+
+    net, batches = _net_and_batches(tmp_path)
+    net = one_device_net(net)
+    plan = make_plan(net, (0,), 8)
+    sync = Executor(net, plan, make_devices((0,), "cuda"), seed=3, parallel=False)
+    lone = AsyncReplicas(net, plan, make_devices((0,), "cuda"), 0, seed=3)
+    try:
+        for batch in batches:
+            sync.step(batch)
+            lone.step(batch)
+        want, got = sync.state_arrays(), lone.state_arrays()
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    finally:
+        sync.close()
+        lone.close()
+
+
+def test_two_replicas_on_cuda_agree_once_drained(tmp_path):
+    from convnet.plan.planner import make_plan
+    from convnet.runtime.async_replicas import AsyncReplicas
+    from convnet.runtime.devices import make_devices
+
+    net, batches = _net_and_batches(tmp_path)
+    gpus = (0, 0)
+    apart = AsyncReplicas(net, make_plan(net, gpus, 8), make_devices(gpus, "cuda"), 2, seed=3)
+    try:
+        for batch in batches * 3:
+            apart.step(batch)
+        apart.drain()
+        assert apart.record.max_lead <= 2
+        first, second = (r.state_arrays() for r in apart.replicas)
+        for key in first:
+            if key.startswith("weights/"):
+                assert np.isfinite(first[key]).all(), key
+                np.testing.assert_allclose(second[key], first[key], rtol=1e-4, atol=1e-6,
+                                           err_msg=key)
+    finally:
+        apart.close()
