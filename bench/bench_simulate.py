@@ -20,6 +20,12 @@ counts of a chain must not grow along it, so: every layer up to a cut
 data-parallel and the rest on one device, or a cut between two devices), each
 predicted from one profile, and the Spearman rank correlation of predicted and
 measured steps.
+
+Part 3: ``--auto-place 2``'s choice for the digits net and the CIFAR-10 net,
+measured against every hand-written config of the net in examples/.
+
+``--part imagenet`` predicts (measures nothing but the profile) the ImageNet
+reference configs on 1, 2, 4 and 8 GPUs of ``--kind`` (docs/SIMULATE.md).
 """
 
 from __future__ import annotations
@@ -189,10 +195,97 @@ def part2(rounds: int, mini: int) -> None:
           f"{spearman(predicted, measured):.2f}")
 
 
+def part3(rounds: int) -> None:
+    """--auto-place 2's choice against the hand-written configs of examples/, measured."""
+    from convnet.app.auto_place import rank
+
+    digits = EX / "digits-params.cfg"
+    nets = [("digits", EX / "digits-single.cfg", digits, [],
+             [("digits-single", EX / "digits-single.cfg", digits),
+              ("digits-data", EX / "digits-data.cfg", digits),
+              ("digits-model", EX / "digits-model.cfg", digits),
+              ("digits-hybrid", EX / "digits-hybrid.cfg", EX / "digits-hybrid-params.cfg")]),
+            ("CIFAR-10", CIFAR_DEF, CIFAR_PARAMS, DUMMY_CIFAR,
+             [("layers-cifar10-11pct", CIFAR_DEF, CIFAR_PARAMS)])]
+    for title, layer_def, params, extra, hand in nets:
+        opts = options("--layer-def", layer_def, "--layer-params", params, *extra,
+                       "--gpu", "0,1", "--mini", 128, "--auto-place", 2)
+        net = training.load_net_for(opts)
+        ranking = rank(opts, net)
+        best = ranking.ranked[0]
+        runs = [(f"--auto-place 2: {best.candidate.name}", best.candidate.apply(net))]
+        for name, d, p in hand:
+            runs.append((name, training.load_net_for(replace(opts, layer_def=d,
+                                                              layer_params=p))))
+        measured = measure(opts, runs, rounds)
+        print(f"\n{title} on --gpu 0,1 --mini 128{'':<20} {'measured ms':>12} {'img/s':>7}")
+        for (name, _), m in zip(runs, measured):
+            print(f"{name:<56} {m * 1e3:>12.2f} {128 / m:>7.0f}")
+        print(f"chosen / best hand-written: {measured[0] / min(measured[1:]):.2f} "
+              f"(below 1: faster)")
+
+
+IMAGENET = EX / "cuda-convnet2"
+DUMMY_IMAGENET = ["--data-provider", "dummy", "--data-dims", "3x224x224", "--num-classes",
+                  "1000", "--dummy-cases", "64"]
+
+
+def everywhere(net, devices: int):
+    """``net`` with every layer replicated on ``devices`` devices (plain data-parallel)."""
+    return placed(net, {n: tuple(range(devices)) for n, l in net.layers.items()
+                        if not l.is_data})
+
+
+def imagenet(kind_name: str, profile_mini: int) -> None:
+    """Predictions only (nothing is measured): the ImageNet reference configs on 1, 2,
+    4 and 8 GPUs of an assumed kind, each net profiled once on this host at
+    ``profile_mini`` images (and half that), 224x224, and scaled to the plans'
+    shards.  Strong scaling keeps the minibatch at 128; weak scaling gives every GPU
+    128 images (the paper's setting for its convolutional layers)."""
+    from convnet.simulate.hardware import device_kind
+
+    kind = device_kind(kind_name)
+    rows = [(1, "1gpu", None), (2, "2gpu-data", None), (2, "2gpu-model", None),
+            (4, "4gpu-data", None), (4, "4gpu-data-model", None),
+            (8, "1gpu", "every layer on 8 GPUs")]
+    profiles = {}
+    base_ips = {}
+    print(f"\nImageNet reference configs on {kind.name} ({kind.source})")
+    print(f"{'GPUs':>4}  {'config':<28} {'step ms (128)':>13} {'img/s':>7} {'speedup':>7}  "
+          f"{'step ms (128/GPU)':>17} {'img/s':>7} {'speedup':>7}")
+    for gpus, config, note in rows:
+        name = f"layers-imagenet-{config}"
+        # A net with pass layers is profiled as placed (docs/SIMULATE.md): shards of
+        # profile_mini cases need a minibatch of that many per device.
+        mini = profile_mini * (gpus if config.endswith("data-model") else 1)
+        opts = options("--layer-def", IMAGENET / f"{name}.cfg", "--layer-params",
+                       IMAGENET / f"layer-params-imagenet-{config}.cfg", *DUMMY_IMAGENET,
+                       "--gpu", ",".join(map(str, range(gpus))), "--mini", mini)
+        net = training.load_net_for(opts)
+        if config not in profiles:
+            profiles[config] = measure_costs(opts, net).on(kind)
+        costs = profiles[config]
+        if note:
+            net = everywhere(net, gpus)
+        cells = []
+        for scaling, mini in (("strong", 128), ("weak", 128 * gpus)):
+            sim = costs.predict(make_plan(net, opts.gpu, mini))
+            base_ips.setdefault(scaling, sim.images_per_second)
+            cells.append((sim.step_seconds, sim.images_per_second,
+                          sim.images_per_second / base_ips[scaling]))
+        label = note or name.removeprefix("layers-imagenet-")
+        print(f"{gpus:>4}  {label:<28} " + "  ".join(
+            f"{s * 1e3:>{w}.1f} {ips:>7.0f} {x:>6.2f}x"
+            for (s, ips, x), w in zip(cells, (13, 17))))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--part", choices=("1", "2", "all"), default="all")
+    parser.add_argument("--part", choices=("1", "2", "3", "all", "imagenet"), default="all",
+                        help="imagenet: the predictions for GPUs (not part of all)")
+    parser.add_argument("--kind", default="k20-pcie2", help="imagenet's device kind")
+    parser.add_argument("--profile-mini", type=int, default=8, help="imagenet's profile")
     parser.add_argument("--mini", type=int, default=64, help="part 2's minibatch")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
@@ -200,6 +293,10 @@ def main() -> None:
         part1(args.rounds)
     if args.part in ("2", "all"):
         part2(args.rounds, args.mini)
+    if args.part in ("3", "all"):
+        part3(args.rounds)
+    if args.part == "imagenet":
+        imagenet(args.kind, args.profile_mini)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -1,7 +1,8 @@
 """``--simulate``: profile the net briefly on the device at hand, then simulate its plan.
 
 The profile runs the net with every layer on the first device of ``--gpu``
-and no ``updatePeriod`` (which may need replicas), on one thread in plan
+and no ``updatePeriod`` (which may need replicas), or where the planner
+refuses that (pass layers), the net as placed; on one thread in plan
 order, with an executor of its own (its weights change), on the first
 training minibatch and on its first half; see :mod:`convnet.simulate.costs`
 for what is measured and what is assumed.  Any placement of the net on any
@@ -15,6 +16,7 @@ from dataclasses import replace
 from convnet.app import launch, training
 from convnet.app.options import RunOptions
 from convnet.config.model import NetConfig
+from convnet.errors import PlanError
 from convnet.plan.planner import make_plan
 from convnet.runtime.backends import choose_backend
 from convnet.simulate.costs import CostModel, dispatch_seconds, profile_compute
@@ -36,14 +38,25 @@ def on_one_device(net: NetConfig, device: int = 0) -> NetConfig:
     return replace(net, layers=layers)
 
 
+def profiled_plan(opts: RunOptions, net: NetConfig, cases: int):
+    """(net, plan, devices) to profile: every layer on the first device of ``opts.gpu``,
+    or, where the planner refuses that (pass layers need distinct devices), the net as
+    it is placed, on all of them."""
+    single = on_one_device(net, opts.gpu[0])
+    try:
+        return single, make_plan(single, (opts.gpu[0],), cases), (opts.gpu[0],)
+    except PlanError:
+        return net, make_plan(net, opts.gpu, cases), tuple(opts.gpu)
+
+
 def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate") -> CostModel:
-    """The cost model of ``net`` from a profile on the first device of ``opts.gpu``;
-    ``option`` names the option asking, in the error of a multi-process run."""
+    """The cost model of ``net`` from a profile on the first device of ``opts.gpu`` (see
+    :func:`profiled_plan`); ``option`` names the option asking, in the error of a
+    multi-process run."""
     launch.require_one_process(option)
     batch = first_minibatch(opts)
-    single = on_one_device(net, opts.gpu[0])
-    plan = make_plan(single, (opts.gpu[0],), len(batch[0]))
-    one = replace(opts, sequential=True, gpu=(opts.gpu[0],), sync="sync")
+    single, plan, gpus = profiled_plan(opts, net, len(batch[0]))
+    one = replace(opts, sequential=True, gpu=gpus, sync="sync")
     host = measure_host()
     cpu = choose_backend(opts.backend) == "cpu"
     # On the host, one executor per core more measures how the workers contend.
@@ -51,9 +64,7 @@ def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate") 
                  for _ in range(host.cores if cpu and host.cores > 1 else 1)]
     try:
         dispatch = dispatch_seconds(executors[0].train_tasks(), executors[0].devices)
-        profile = profile_compute(executors, batch, host,
-                                  {name: p.param_count for name, p in plan.layers.items()},
-                                  dispatch)
+        profile = profile_compute(executors, batch, host, plan, dispatch)
     finally:
         for executor in executors:
             executor.close()

@@ -100,7 +100,7 @@ def fixed_share(seconds: list[float], sizes: list[int]) -> float:
 class ComputeProfile:
     """Per (kind, layer) cost of the net's compute operations, and the host's figures."""
 
-    shard_size: int  # cases of the larger profiled minibatch
+    shard_size: float  # cases per shard of the larger profiled minibatch
     costs: dict[tuple[str, str], OpCost] = field(default_factory=dict)
     host: HostFigures = HostFigures(1, 1e11, 1e10)
     step_seconds: list[float] = field(default_factory=list)  # larger size, sequential
@@ -108,16 +108,22 @@ class ComputeProfile:
     contention: dict[tuple[str, str], float] = field(default_factory=dict)
     update_overhead: float = 0.0  # seconds of an update that do not shrink with its slice
     dispatch: float = 0.0  # seconds the device workers spend handing out one task
+    step_overhead: float = 0.0  # seconds of a step outside its tasks (batch checks, costs)
 
     @classmethod
-    def fit(cls, small: tuple[int, list], big: tuple[int, list], host: HostFigures,
+    def fit(cls, small: tuple[float, list], big: tuple[float, list], host: HostFigures,
             together: list | None = None, param_counts: dict[str, int] | None = None,
-            dispatch: float = 0.0) -> ComputeProfile:
-        """From (cases, the executor's timed steps) at two minibatch sizes, the timed
-        steps of the larger size run on every core at once (if measured), the weight
-        count of each layer and the workers' seconds per task."""
+            dispatch: float = 0.0, slices: dict[str, int] | None = None) -> ComputeProfile:
+        """From (cases per shard, the executor's timed steps) at two minibatch sizes, the
+        timed steps of the larger size run on every core at once (if measured), the
+        weight count of each layer, the workers' seconds per task, and for layers whose
+        profiled update was split into slices over R replicas, that R."""
         (c1, steps1), (c2, steps2) = small, big
         t1, t2 = op_seconds(steps1), op_seconds(steps2)
+        for times in (t1, t2):  # a slice's update -> the whole layer's
+            for name, r in (slices or {}).items():
+                if ("update", name) in times:
+                    times[("update", name)] *= r
         costs = {}
         for key, seconds in t2.items():
             if key[0] == "update":  # no cases: both sizes measure the same work
@@ -133,8 +139,10 @@ class ComputeProfile:
         updates = [(costs[key].fixed, param_counts[key[1]]) for key in costs
                    if key[0] == "update" and param_counts and key[1] in param_counts]
         overhead = fixed_share([u for u, _ in updates], [p for _, p in updates])
+        outside = statistics.median(seconds - sum(t.end - t.start for t in timings)
+                                    for seconds, timings in steps2)
         return cls(c2, costs, host, [seconds for seconds, _ in steps2], contention,
-                   overhead, dispatch)
+                   overhead, dispatch, max(outside, 0.0))
 
 
 @dataclass
@@ -216,21 +224,22 @@ class CostModel:
 
     def predict(self, plan: Plan) -> Simulation:
         """The simulated training step of ``plan`` on devices of this kind."""
-        return simulate(plan, self.seconds, self.resources(plan), self.sharded(plan),
-                        self.contended)
+        sim = simulate(plan, self.seconds, self.resources(plan), self.sharded(plan),
+                       self.contended)
+        return sim.with_overhead(self.profile.step_overhead)
 
     def on(self, kind: DeviceKind) -> CostModel:
         """The same profile, predicted for devices of ``kind``."""
         return replace(self, kind=kind)
 
 
-def profile_compute(executors: list, batch: list, host: HostFigures,
-                    param_counts: dict[str, int], dispatch: float = 0.0,
-                    steps: int = PROFILE_STEPS) -> ComputeProfile:
+def profile_compute(executors: list, batch: list, host: HostFigures, plan: Plan,
+                    dispatch: float = 0.0, steps: int = PROFILE_STEPS) -> ComputeProfile:
     """Time ``steps`` training steps (after one warm-up) of ``batch`` and of its first half
-    on ``executors[0]`` (a one-device plan run sequentially; its weights change, so use
-    one made for the purpose), fit each operation's cost to the two sizes, and, given
-    more executors (one per core), time ``batch`` on all of them at once."""
+    on ``executors[0]`` (``plan``, best on one device, run sequentially; its weights
+    change, so use one made for the purpose), fit each operation's cost to the two
+    sizes, and, given more executors (one per core), time ``batch`` on all of them at
+    once."""
     cases = len(batch[0])
     half = [column[:max(cases // 2, 1)] for column in batch]
     big = executors[0].timed_steps(batch, steps)
@@ -248,8 +257,13 @@ def profile_compute(executors: list, batch: list, host: HostFigures,
         for t in threads:
             t.join()
         together = [step for steps_of_one in runs for step in steps_of_one]
-    return ComputeProfile.fit((len(half[0]), small), (cases, big), host, together,
-                              param_counts, dispatch)
+    sliced = {name: len(p.devices) for name, p in plan.layers.items() if len(p.devices) > 1
+              and all(task.action is not TaskAction.UPDATE for task in executors[0].train_tasks()
+                      if task.layer == name)}
+    return ComputeProfile.fit((len(half[0]) / plan.num_shards, small),
+                              (cases / plan.num_shards, big), host, together,
+                              {name: p.param_count for name, p in plan.layers.items()},
+                              dispatch, sliced)
 
 
 def dispatch_seconds(tasks: list, devices: list, repeats: int = 5) -> float:

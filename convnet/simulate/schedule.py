@@ -20,7 +20,7 @@ factor, in proportion to how many are busy (see :mod:`convnet.simulate.costs`).
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from convnet.plan.ops import Plan
 from convnet.plan.time_split import CATEGORY, DeviceTime
@@ -33,6 +33,12 @@ class Simulation:
     minibatch: int
     devices: list[DeviceTime] = field(default_factory=list)
     timeline: list[tuple[int, str, str, float, float]] = field(default_factory=list)
+
+    def with_overhead(self, seconds: float) -> Simulation:
+        """The step lengthened by ``seconds`` of work outside the tasks (every device
+        idle meanwhile)."""
+        devices = [replace(d, idle=d.idle + seconds) for d in self.devices]
+        return replace(self, step_seconds=self.step_seconds + seconds, devices=devices)
 
     @property
     def images_per_second(self) -> float:
