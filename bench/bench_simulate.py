@@ -134,26 +134,26 @@ def table(title: str, names, predicted, measured) -> None:
 
 
 def part1(rounds: int) -> None:
-    for params, configs in ((EX / "digits-params.cfg",
-                             ["digits-single", "digits-data", "digits-model"]),
-                            (EX / "digits-hybrid-params.cfg", ["digits-hybrid"])):
-        opts = options("--layer-def", EX / f"{configs[0]}.cfg", "--layer-params", params,
-                       "--gpu", "0,1", "--mini", 128)
-        runs = []
-        for name in configs:
-            o = replace(opts, layer_def=EX / f"{name}.cfg")
-            runs.append((name, training.load_net_for(o)))
-        one = options("--layer-def", EX / f"{configs[0]}.cfg", "--layer-params", params,
-                      "--gpu", "0", "--mini", 128)
-        if configs[0] == "digits-single":  # the same net on --gpu 0 as well
-            pred0, meas0 = compare(one, runs[0][1], runs[:1], rounds)
-        predicted, measured = compare(opts, runs[0][1], runs, rounds)
-        if configs[0] == "digits-single":
-            names = ["digits-single --gpu 0"] + [f"{n} --gpu 0,1" for n, _ in runs]
-            table("digits, --mini 128", names, pred0 + predicted, meas0 + measured)
-        else:
-            table("digits hybrid, --mini 128", [f"{n} --gpu 0,1" for n, _ in runs],
-                  predicted, measured)
+    digits = EX / "digits-params.cfg"
+    hand = [("digits-single", digits), ("digits-data", digits), ("digits-model", digits),
+            ("digits-hybrid", EX / "digits-hybrid-params.cfg")]
+    opts = options("--layer-def", EX / "digits-single.cfg", "--layer-params", digits,
+                   "--gpu", "0,1", "--mini", 128)
+    runs = [(name, training.load_net_for(replace(opts, layer_def=EX / f"{name}.cfg",
+                                                 layer_params=params)))
+            for name, params in hand]
+    profiles = {}  # one per net: the hybrid's params make it another net
+    predicted = []
+    for (name, net), (_, params) in zip(runs, hand):
+        if params not in profiles:
+            profiles[params] = measure_costs(opts, net)
+        predicted.append(profiles[params].predict(make_plan(net, opts.gpu, 128)).step_seconds)
+    one = replace(opts, gpu=(0,))
+    pred0 = [profiles[digits].predict(make_plan(runs[0][1], one.gpu, 128)).step_seconds]
+    meas0 = measure(one, runs[:1], rounds)
+    measured = measure(opts, runs, rounds)
+    table("digits, --mini 128", ["digits-single --gpu 0"] + [f"{n} --gpu 0,1" for n, _ in runs],
+          pred0 + predicted, meas0 + measured)
     opts = options("--layer-def", CIFAR_DEF, "--layer-params", CIFAR_PARAMS, *DUMMY_CIFAR,
                    "--gpu", "0,1", "--mini", 128)
     base = training.load_net_for(opts)
@@ -161,8 +161,11 @@ def part1(rounds: int) -> None:
             ("data-parallel", placed(base, cut("logprob", 0))),
             ("hybrid: conv data, rest on 0", placed(base, cut("pool2", 0)))]
     one = replace(opts, gpu=(0,))
-    pred0, meas0 = compare(one, base, runs[:1], rounds)
-    predicted, measured = compare(opts, base, runs, rounds)
+    costs = measure_costs(opts, base)
+    pred0 = [costs.predict(make_plan(runs[0][1], one.gpu, 128)).step_seconds]
+    predicted = [costs.predict(make_plan(net, opts.gpu, 128)).step_seconds for _, net in runs]
+    meas0 = measure(one, runs[:1], rounds)
+    measured = measure(opts, runs, rounds)
     table("CIFAR-10 11pct, --mini 128", ["one device --gpu 0"] +
           [f"{n} --gpu 0,1" for n, _ in runs], pred0 + predicted, meas0 + measured)
 

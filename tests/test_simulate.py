@@ -122,8 +122,8 @@ def test_a_line_through_two_sizes_separates_overhead_from_work_per_case():
     cost = OpCost.through((64, 0.002 + 64e-5), (128, 0.002 + 128e-5))
     assert cost.fixed == pytest.approx(0.002) and cost.per_case == pytest.approx(1e-5)
     assert cost.at(32) == pytest.approx(0.002 + 32e-5)
-    assert OpCost.through((64, 0.003), (128, 0.002)) == OpCost(0.0025, 0.0)  # noise
-    assert OpCost.through((64, 0.0009), (128, 0.002)) == OpCost(0.0, 0.002 / 128)
+    for noisy in (0.003, 0.0009):  # no faster, or faster than in proportion
+        assert OpCost.through((64, noisy), (128, 0.002)) == OpCost(0.0, 0.002 / 128)
 
 
 def test_update_overhead_is_the_intercept_over_weight_counts():

@@ -8,9 +8,10 @@ twice, on the first minibatch and on its first half; each (kind, layer)
 keeps the median time of its operation at each size, and a straight line
 through the two, ``fixed + per_case * cases``, separates the per-operation
 overhead from the work per case.  Where the logical devices are worker
-threads sharing the host's cores, the larger profile is run once more on
-every core at once (one executor per core, each on its own thread): the
-ratio of that step to the lone one is the net's *contention*, what the
+threads sharing the host's cores, the larger minibatch is also run on every
+core at once (one executor per core, each on its own thread), in rounds that
+alternate with running it alone: the ratio of an operation's fastest time
+together to its fastest time alone is its *contention*, what the
 workers lose to each other (memory bandwidth, caches, and the interpreter
 lock that Python-side work holds).  Any plan of the same net is then predicted
 from that one profile: load, forward and backward at its shard's cases,
@@ -46,6 +47,9 @@ COMPUTE_KINDS = ("load", "forward", "backward", "update")
 #: Profiled steps after one warm-up step, at each of the two sizes.
 PROFILE_STEPS = 5
 
+#: Rounds of (every core at once, then alone) that measure contention.
+CONTENTION_ROUNDS = 3
+
 
 @dataclass(frozen=True)
 class OpCost:
@@ -59,17 +63,16 @@ class OpCost:
 
     @classmethod
     def through(cls, small: tuple[int, float], big: tuple[int, float]) -> OpCost:
-        """The line through (cases, seconds) at two sizes, neither part negative: a
-        noisy pair that would give a negative part is read as all per-case work or
-        all overhead."""
+        """The line through (cases, seconds) at two sizes, neither part negative.  A pair
+        that gives no such line (the smaller size no faster, or faster than in
+        proportion: noise on a shared machine) is read as all per-case work, right
+        for the large operations that matter and a small error on the others."""
         (c1, t1), (c2, t2) = small, big
-        if c2 == c1:
-            return cls(0.0, t2 / c2)
-        slope = (t2 - t1) / (c2 - c1)
-        if slope <= 0:
-            return cls(statistics.mean((t1, t2)), 0.0)
+        slope = (t2 - t1) / (c2 - c1) if c2 != c1 else 0.0
         fixed = t2 - slope * c2
-        return cls(fixed, slope) if fixed >= 0 else cls(0.0, t2 / c2)
+        if slope <= 0 or fixed < 0:
+            return cls(0.0, t2 / c2)
+        return cls(fixed, slope)
 
 
 def op_seconds(steps: list[tuple[float, list]], summary=statistics.median
@@ -112,11 +115,12 @@ class ComputeProfile:
 
     @classmethod
     def fit(cls, small: tuple[float, list], big: tuple[float, list], host: HostFigures,
-            together: list | None = None, param_counts: dict[str, int] | None = None,
+            contention: tuple[list, list] | None = None,
+            param_counts: dict[str, int] | None = None,
             dispatch: float = 0.0, slices: dict[str, int] | None = None) -> ComputeProfile:
         """From (cases per shard, the executor's timed steps) at two minibatch sizes, the
-        timed steps of the larger size run on every core at once (if measured), the
-        weight count of each layer, the workers' seconds per task, and for layers whose
+        timed steps of the larger size alone and on every core at once, from alternating
+        rounds (if measured), the weight count of each layer, the workers' seconds per task, and for layers whose
         profiled update was split into slices over R replicas, that R."""
         (c1, steps1), (c2, steps2) = small, big
         t1, t2 = op_seconds(steps1), op_seconds(steps2)
@@ -130,18 +134,18 @@ class ComputeProfile:
                 costs[key] = OpCost(statistics.median([seconds, t1.get(key, seconds)]))
             else:
                 costs[key] = OpCost.through((c1, t1.get(key, seconds)), (c2, seconds))
-        contention = {}
-        if together:  # fastest against fastest: the runs least disturbed by other work
-            shared, alone = op_seconds(together, min), op_seconds(steps2, min)
+        slowdown = {}
+        if contention:  # fastest against fastest: the runs least disturbed by other work
+            alone, shared = (op_seconds(runs, min) for runs in contention)
             # Sharing cores can make a task no slower than running after the others.
-            contention = {key: min(max(1.0, shared[key] / alone[key]), host.cores)
-                          for key in alone if key in shared and alone[key] > 0}
+            slowdown = {key: min(max(1.0, shared[key] / alone[key]), host.cores)
+                        for key in alone if key in shared and alone[key] > 0}
         updates = [(costs[key].fixed, param_counts[key[1]]) for key in costs
                    if key[0] == "update" and param_counts and key[1] in param_counts]
         overhead = fixed_share([u for u, _ in updates], [p for _, p in updates])
         outside = statistics.median(seconds - sum(t.end - t.start for t in timings)
                                     for seconds, timings in steps2)
-        return cls(c2, costs, host, [seconds for seconds, _ in steps2], contention,
+        return cls(c2, costs, host, [seconds for seconds, _ in steps2], slowdown,
                    overhead, dispatch, max(outside, 0.0))
 
 
@@ -233,35 +237,46 @@ class CostModel:
         return replace(self, kind=kind)
 
 
+def _together(executors: list, batch: list) -> list:
+    """One timed step (after a warm-up) of ``batch`` on every executor at once, each on
+    its own thread: the steps of all of them."""
+    runs: list = [[] for _ in executors]
+
+    def run(i: int) -> None:
+        runs[i] = executors[i].timed_steps(batch, 1)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(executors))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [step for steps_of_one in runs for step in steps_of_one]
+
+
 def profile_compute(executors: list, batch: list, host: HostFigures, plan: Plan,
                     dispatch: float = 0.0, steps: int = PROFILE_STEPS) -> ComputeProfile:
     """Time ``steps`` training steps (after one warm-up) of ``batch`` and of its first half
     on ``executors[0]`` (``plan``, best on one device, run sequentially; its weights
-    change, so use one made for the purpose), fit each operation's cost to the two
-    sizes, and, given more executors (one per core), time ``batch`` on all of them at
-    once."""
+    change, so use one made for the purpose) and fit each operation's cost to the two
+    sizes.  Given more executors (one per core), also time ``batch`` on all of them at
+    once, in rounds that alternate with timing it alone, so that both see the machine
+    alike."""
     cases = len(batch[0])
     half = [column[:max(cases // 2, 1)] for column in batch]
     big = executors[0].timed_steps(batch, steps)
     small = executors[0].timed_steps(half, steps)
-    together = None
+    contention = None
     if len(executors) > 1:
-        runs: list = [[] for _ in executors]
-
-        def run(i: int) -> None:
-            runs[i] = executors[i].timed_steps(batch, steps)
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(executors))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        together = [step for steps_of_one in runs for step in steps_of_one]
+        together, alone = [], []
+        for _ in range(CONTENTION_ROUNDS):
+            together += _together(executors, batch)
+            alone += executors[0].timed_steps(batch, 1)
+        contention = (alone, together)
     sliced = {name: len(p.devices) for name, p in plan.layers.items() if len(p.devices) > 1
               and all(task.action is not TaskAction.UPDATE for task in executors[0].train_tasks()
                       if task.layer == name)}
     return ComputeProfile.fit((len(half[0]) / plan.num_shards, small),
-                              (cases / plan.num_shards, big), host, together,
+                              (cases / plan.num_shards, big), host, contention,
                               {name: p.param_count for name, p in plan.layers.items()},
                               dispatch, sliced)
 
