@@ -71,6 +71,15 @@ def test_gpu_lines_are_replaced_added_and_removed_and_nothing_else_changes():
                    "inputs=a\ngpu=1\n\n[c]\ntype=fc\n")
 
 
+def test_key_lines_are_set_in_place_added_to_a_section_or_with_a_new_section():
+    from convnet.config.gpu_lines import set_key_lines
+
+    text = "[a]\nepsW=0.1\nUpdatePeriod = 2 # two passes\n\n[b]\nepsW=0.1\n"
+    out = set_key_lines(text, "p.cfg", "updatePeriod", {"a": "1", "b": "4", "c": "2"})
+    assert out == ("[a]\nepsW=0.1\nUpdatePeriod = 1 # two passes\n\n[b]\nepsW=0.1\n"
+                   "updatePeriod=4\n\n[c]\nupdatePeriod=2\n")
+
+
 def test_written_file_loads_plans_and_trains_unchanged(tmp_path):
     out = tmp_path / "placed.cfg"
     done = run_cli("--layer-def", HYBRID_DEF, "--layer-params", HYBRID_PARAMS, *DUMMY,
