@@ -118,10 +118,11 @@ class ComputeProfile:
             contention: tuple[list, list] | None = None,
             param_counts: dict[str, int] | None = None,
             dispatch: float = 0.0, slices: dict[str, int] | None = None) -> ComputeProfile:
-        """From (cases per shard, the executor's timed steps) at two minibatch sizes, the
-        timed steps of the larger size alone and on every core at once, from alternating
-        rounds (if measured), the weight count of each layer, the workers' seconds per task, and for layers whose
-        profiled update was split into slices over R replicas, that R."""
+        """From (cases per shard, the executor's timed steps) at two minibatch sizes; the
+        timed steps of the larger size alone and on every core at once, from
+        alternating rounds (if measured); the weight count of each layer; the workers'
+        seconds per task; and for layers whose profiled update was split into slices
+        over R replicas, that R."""
         (c1, steps1), (c2, steps2) = small, big
         t1, t2 = op_seconds(steps1), op_seconds(steps2)
         for times in (t1, t2):  # a slice's update -> the whole layer's
