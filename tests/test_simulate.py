@@ -1,10 +1,11 @@
-"""--simulate: the schedule's arithmetic, the link formulas, the command line, and a
-loose check of predicted against measured step time on the digits configs."""
+"""--simulate: the schedule (workers' rule, deferral, shared resources, contention), the
+cost model's arithmetic (fits, link formulas, sharded all-reduce), the command line,
+and loose checks of predicted against measured steps and scheme rankings."""
 
 from __future__ import annotations
 
 import json
-import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -12,26 +13,38 @@ from cli_helpers import EXAMPLES, run_cli
 from convnet.app import training
 from convnet.app.cli import build_parser
 from convnet.app.options import resolve_options
-from convnet.app.simulation import first_minibatch, measure_costs
+from convnet.app.simulation import first_minibatch, measure_costs, on_one_device
 from convnet.plan.ops import AllReduce, Copy
-from convnet.simulate.costs import ComputeProfile, CostModel
-from convnet.simulate.hardware import DEVICE_KINDS, LINKS
+from convnet.plan.planner import make_plan
+from convnet.runtime.tasks import Task, TaskAction
+from convnet.simulate.costs import ComputeProfile, CostModel, OpCost, fixed_share
+from convnet.simulate.hardware import DEVICE_KINDS, LINKS, HostFigures, measure_host
 from convnet.simulate.schedule import simulate
 
 PARAMS = EXAMPLES / "digits-params.cfg"
+CIFAR = EXAMPLES / "cuda-convnet2"
+HOST = HostFigures(cores=2, gemm_flops=1e11, copy_bandwidth=1e10)
+
+
+def _options(config, gpu: str, params=PARAMS, mini: int = 128, extra=()):
+    return resolve_options(build_parser().parse_args(
+        ["--layer-def", str(config), "--layer-params", str(params), "--gpu", gpu,
+         "--mini", str(mini), "--print-plan", "--simulate", *extra]))
 
 
 def _plan(config: str, gpu: str):
-    opts = resolve_options(build_parser().parse_args(
-        ["--layer-def", str(EXAMPLES / config), "--layer-params", str(PARAMS), "--gpu", gpu,
-         "--mini", "128", "--print-plan", "--simulate"]))
+    opts = _options(EXAMPLES / config, gpu)
     net, plan = training.build_net_and_plan(opts)
     return opts, net, plan
 
 
-def test_one_device_step_is_the_sum_of_its_ops():
+def _each(seconds: float):
+    return lambda task, plan: seconds
+
+
+def test_one_device_step_is_the_sum_of_its_tasks():
     _, _, plan = _plan("digits-single.cfg", "0")
-    sim = simulate(plan, lambda op, plan: 0.001)
+    sim = simulate(plan, _each(0.001))
     assert sim.step_seconds == pytest.approx(0.001 * len(plan.ops))
     assert sim.devices[0].idle == pytest.approx(0.0)
     assert sim.images_per_second == pytest.approx(128 / sim.step_seconds)
@@ -39,56 +52,197 @@ def test_one_device_step_is_the_sum_of_its_ops():
 
 def test_two_devices_overlap_unless_they_share_a_resource():
     _, _, plan = _plan("digits-data.cfg", "0,1")
-    apart = simulate(plan, lambda op, plan: 0.001)
-    shared = simulate(plan, lambda op, plan: 0.001, resources=[0, 0])
+    apart = simulate(plan, _each(0.001), sharded=lambda op: True)
+    shared = simulate(plan, _each(0.001), resources=[0, 0], sharded=lambda op: True)
     assert apart.step_seconds < shared.step_seconds
-    for split in apart.devices + shared.devices:
-        busy = split.compute + split.copy + split.allreduce
-        assert busy + split.idle == pytest.approx(
-            apart.step_seconds if split in apart.devices else shared.step_seconds)
+    for sim in (apart, shared):
+        for split in sim.devices:
+            assert split.busy + split.idle == pytest.approx(sim.step_seconds)
+
+
+def test_contention_slows_tasks_only_while_other_resources_are_busy():
+    _, _, plan = _plan("digits-data.cfg", "0,1")
+    free = simulate(plan, _each(0.001), sharded=lambda op: True)
+    slowed = simulate(plan, _each(0.001), sharded=lambda op: True,
+                      contended=lambda task: 1.5)
+    assert free.step_seconds < slowed.step_seconds <= 1.5 * free.step_seconds + 1e-12
+    _, _, one = _plan("digits-single.cfg", "0")  # nothing to contend with
+    assert simulate(one, _each(0.001), contended=lambda task: 1.5).step_seconds == \
+        pytest.approx(0.001 * len(one.ops))
+
+
+def test_deferred_all_reduce_parts_let_backward_passes_of_lower_layers_go_first():
+    """Device 1 is slow: device 0's reduce of a top layer must wait for it, and the
+    workers' rule runs device 0's backward of the layers below meanwhile."""
+    _, _, plan = _plan("digits-data.cfg", "0,1")
+
+    def seconds(task, plan):
+        return 0.002 if task.devices == (1,) and task.kind == "backward" else 0.001
+
+    sim = simulate(plan, seconds, sharded=lambda op: True)
+    starts = {(d, kind, layer): start for d, kind, layer, start, _ in sim.timeline
+              if d == 0}
+    assert starts[(0, "backward", "conv1")] < starts[(0, "allreduce", "fca")]
+
+
+def test_an_nccl_all_reduce_holds_all_its_devices_at_once():
+    _, _, plan = _plan("digits-data.cfg", "0,1")
+    sim = simulate(plan, _each(0.001))  # not sharded: one task on both devices
+    reduces = [(d, start, end) for d, kind, layer, start, end in sim.timeline
+               if kind == "allreduce" and layer == "conv1"]
+    assert len(reduces) == 2 and reduces[0][1:] == reduces[1][1:]
 
 
 def test_transfers_follow_the_link_figures():
     link = LINKS["pcie3-x16"]
-    costs = CostModel(ComputeProfile(64), DEVICE_KINDS["gpu-pcie3"])
+    costs = CostModel(ComputeProfile(64, host=HOST), DEVICE_KINDS["gpu-pcie3"])
     _, _, plan = _plan("digits-data.cfg", "0,1")
     copy = Copy(0, 0, "x", (), shard=0, src=0, dst=1, nbytes=10 ** 6)
     reduce = AllReduce(1, 0, "x", (), replica_devices=(0, 1, 2, 3), nbytes=10 ** 6)
-    assert costs.seconds(copy, plan) == pytest.approx(link.latency + 1e6 / link.bandwidth)
-    assert costs.seconds(reduce, plan) == pytest.approx(
+    assert costs.seconds(Task(0, copy, TaskAction.COPY, ()), plan) == pytest.approx(
+        link.latency + 1e6 / link.bandwidth)
+    assert costs.seconds(Task(1, reduce, TaskAction.ALL_REDUCE, ()), plan) == pytest.approx(
         6 * link.latency + 1.5 * 1e6 / link.bandwidth)
 
 
-def test_compute_scales_with_shard_size():
+def test_sharded_all_reduce_parts_move_their_share_of_the_bytes():
+    costs = CostModel(ComputeProfile(64, host=HOST), DEVICE_KINDS["measured"])
+    _, _, plan = _plan("digits-data.cfg", "0,1")
+    op = next(op for op in plan.ops if isinstance(op, AllReduce))
+    link = costs.link
+    assert link.bandwidth == HOST.copy_bandwidth
+    reduce = Task(0, op, TaskAction.REDUCE_SLICE, (), device=0)
+    assert costs.seconds(reduce, plan) == pytest.approx(
+        link.latency + 2 * 0.5 * op.nbytes / link.bandwidth)
+    assert costs.sharded(plan)(op) and not costs.on(DEVICE_KINDS["gpu-pcie3"]).sharded(plan)(op)
+
+
+def test_a_line_through_two_sizes_separates_overhead_from_work_per_case():
+    cost = OpCost.through((64, 0.002 + 64e-5), (128, 0.002 + 128e-5))
+    assert cost.fixed == pytest.approx(0.002) and cost.per_case == pytest.approx(1e-5)
+    assert cost.at(32) == pytest.approx(0.002 + 32e-5)
+    for noisy in (0.003, 0.0009):  # no faster, or faster than in proportion
+        assert OpCost.through((64, noisy), (128, 0.002)) == OpCost(0.0, 0.002 / 128)
+
+
+def test_update_overhead_is_the_intercept_over_weight_counts():
+    assert fixed_share([0.001 + 2e-9 * n for n in (10, 1000, 10 ** 5)],
+                       [10, 1000, 10 ** 5]) == pytest.approx(0.001)
+    assert fixed_share([0.001], [10]) == 0.0
+
+
+def test_compute_scales_with_shard_size_and_device_speed():
     _, _, plan = _plan("digits-data.cfg", "0,1")  # shards of 64
     forward = next(op for op in plan.ops if op.kind == "forward")
     update = next(op for op in plan.ops if op.kind == "update")
-    profile = ComputeProfile(128, {("forward", forward.layer): 0.02,
-                                   ("update", update.layer): 0.01})
+    profile = ComputeProfile(128, {("forward", forward.layer): OpCost(0.001, 1e-4),
+                                   ("update", update.layer): OpCost(0.004)},
+                             host=HOST, update_overhead=0.001, dispatch=1e-5)
     costs = CostModel(profile, DEVICE_KINDS["measured"])
-    assert costs.seconds(forward, plan) == pytest.approx(0.01)
-    assert costs.seconds(update, plan) == pytest.approx(0.01)
-    assert costs.on(DEVICE_KINDS["gpu-nvlink"]).seconds(forward, plan) == pytest.approx(
-        0.01 / DEVICE_KINDS["gpu-nvlink"].speed)
+    fwd = Task(0, forward, TaskAction.FORWARD, ())
+    assert costs.seconds(fwd, plan) == pytest.approx(1e-5 + 0.001 + 64 * 1e-4)
+    assert costs.seconds(Task(1, update, TaskAction.UPDATE, ()), plan) == \
+        pytest.approx(1e-5 + 0.004)
+    assert costs.seconds(Task(1, update, TaskAction.UPDATE_SLICE, (), device=0), plan) == \
+        pytest.approx(1e-5 + 0.001 + 0.003 / 2)
+    k20 = DEVICE_KINDS["k20-pcie2"]
+    assert costs.on(k20).seconds(fwd, plan) == pytest.approx(
+        1e-5 + (0.001 + 64 * 1e-4) * HOST.gemm_flops / k20.gemm_flops)
 
 
-def _measured_step(opts, net, plan, steps=5) -> float:
-    executor = training.make_executor(opts, net, plan)
+def test_host_devices_get_a_core_each_up_to_the_core_count():
+    costs = CostModel(ComputeProfile(64, host=HOST), DEVICE_KINDS["measured"])
+    _, _, plan = _plan("digits-data.cfg", "0,1")
+    assert costs.resources(plan) == [0, 1]
+    _, _, same = _plan("digits-data.cfg", "0,0")
+    assert costs.on(DEVICE_KINDS["gpu-pcie3"]).resources(same) == [0, 0]
+    assert costs.resources(same) == [0, 1]  # two CPU workers: two threads
+    three = CostModel(ComputeProfile(64, host=replace(HOST, cores=1)), DEVICE_KINDS["measured"])
+    assert three.resources(plan) == [0, 0]
+
+
+def test_host_workers_on_cores_of_their_own_halve_a_data_parallel_step():
+    """The model of CPU devices: two workers on two cores run the replicas at once (the
+    old model put every CPU worker on one resource and predicted no gain)."""
+    _, _, one = _plan("digits-single.cfg", "0")
+    _, _, data = _plan("digits-data.cfg", "0,1")
+    costs = {(kind, layer): OpCost(0.0, 1e-5) for op in one.ops
+             for kind, layer in [(op.kind, op.layer)] if kind in ("load", "forward", "backward")}
+    profile = ComputeProfile(128, costs, host=HOST)
+    model = CostModel(profile, DEVICE_KINDS["measured"])
+    assert model.predict(data).step_seconds == pytest.approx(
+        model.predict(one).step_seconds / 2, rel=0.05)
+    contended = CostModel(replace(profile, contention=dict.fromkeys(costs, 2.0)),
+                          DEVICE_KINDS["measured"])
+    assert contended.predict(data).step_seconds == pytest.approx(
+        model.predict(one).step_seconds, rel=0.05)  # each slowed 2x: no gain
+
+
+def test_host_figures_are_measured_and_plausible():
+    host = measure_host(repeats=3)
+    assert host.cores >= 1 and 1e8 < host.gemm_flops < 1e13 and 1e8 < host.copy_bandwidth
+
+
+def test_the_profile_puts_every_layer_on_one_device_without_update_periods():
+    opts = _options(EXAMPLES / "digits-hybrid.cfg", "0,1",
+                    params=EXAMPLES / "digits-hybrid-params.cfg")
+    net = training.load_net_for(opts)
+    single = on_one_device(net, 0)
+    assert all(l.gpu == (0,) and "updatePeriod" not in l.params for l in single if not l.is_data)
+    assert make_plan(single, (0,), 128).num_devices == 1
+
+
+def _measured(opts, nets, rounds=5) -> list[float]:
+    """The fastest step of each of ``nets`` on ``opts.gpu`` over interleaved rounds after a
+    warm-up: on a machine shared with other work, the least disturbed one (the
+    profile, too, keeps fastest times where it compares)."""
+    batch = first_minibatch(opts)
+    executors = [training.make_executor(opts, net, make_plan(net, opts.gpu, opts.mini))
+                 for net in nets]
     try:
-        batch = first_minibatch(opts)
-        times = [executor.step(batch, progress=1.0).seconds for _ in range(steps + 1)]
+        for ex in executors:  # warm-up
+            ex.step(batch, progress=1.0)
+        times = [[] for _ in executors]
+        for _ in range(rounds):
+            for ex, t in zip(executors, times):
+                t.append(ex.step(batch, progress=1.0).seconds)
     finally:
-        executor.close()
-    return statistics.median(times[1:])
+        for ex in executors:
+            ex.close()
+    return [min(t) for t in times]
 
 
-@pytest.mark.parametrize("config,gpu", [("digits-single.cfg", "0"), ("digits-data.cfg", "0,1")])
-def test_prediction_is_within_a_loose_factor_of_the_measured_step(config, gpu):
-    opts, net, plan = _plan(config, gpu)
-    costs = measure_costs(opts, net, plan)
-    predicted = simulate(plan, costs.seconds, costs.resources(plan)).step_seconds
-    measured = _measured_step(opts, net, plan)
-    assert measured / 2.5 < predicted < measured * 2.5, (predicted, measured)
+def test_one_device_prediction_is_within_a_loose_factor_of_the_measured_step():
+    """digits on one device.  Its two-device steps are not checked here: with other work
+    holding a core they measure 2-3x their quiet time (docs/SIMULATE.md, part 1)."""
+    opts, net, plan = _plan("digits-single.cfg", "0")
+    predicted = measure_costs(opts, net).predict(plan).step_seconds
+    measured, = _measured(opts, [net])
+    assert measured / 2 < predicted < measured * 2, (predicted, measured)
+
+
+def test_cifar10_data_parallel_speedup_is_predicted_within_a_loose_factor():
+    """The CIFAR-10 reference net at a small minibatch, one device against data-parallel
+    on two: the predicted speedup (about 1.8 on two quiet cores) is within 2x of the
+    measured one, and each step within 2x.  Loose bounds: the machine is shared, and
+    other work holding a core cuts the measured gain to 1.1-1.3 while the profile,
+    taken moments apart, may still see it (docs/SIMULATE.md has the tight figures)."""
+    opts = _options(CIFAR / "layers-cifar10-11pct.cfg", "0,1",
+                    params=CIFAR / "layer-params-cifar10-11pct.cfg", mini=32,
+                    extra=["--data-provider", "dummy", "--data-dims", "3x32x32",
+                           "--num-classes", "10", "--dummy-cases", "64"])
+    net = training.load_net_for(opts)
+    one = on_one_device(net, 0)
+    data = replace(net, layers={n: l if l.is_data else replace(l, gpu=(0, 1))
+                                for n, l in net.layers.items()})
+    costs = measure_costs(opts, net)
+    predicted = [costs.predict(make_plan(n, opts.gpu, opts.mini)).step_seconds
+                 for n in (one, data)]
+    measured = _measured(opts, [one, data])
+    speedups = predicted[0] / predicted[1], measured[0] / measured[1]
+    assert speedups[1] / 2 < speedups[0] < speedups[1] * 2, (predicted, measured)
+    for p, m in zip(predicted, measured):
+        assert m / 2 < p < m * 2, (predicted, measured)
 
 
 def test_print_plan_json_has_the_simulation():
@@ -100,13 +254,14 @@ def test_print_plan_json_has_the_simulation():
     assert sim["step_seconds"] > 0 and sim["images_per_second"] > 0
     assert [d["device"] for d in sim["devices"]] == [0, 1]
     assert all(d["peak_memory_bytes"] > 0 for d in sim["devices"])
+    assert sim["link"]["name"] == "host-memory" and sim["host"]["cores"] >= 1
 
 
 def test_text_report_says_when_figures_are_assumed():
     done = run_cli("--layer-def", EXAMPLES / "digits-single.cfg", "--layer-params", PARAMS,
-                   "--print-plan", "--simulate", "--simulate-devices", "gpu-pcie4")
+                   "--print-plan", "--simulate", "--simulate-devices", "k20-pcie2")
     assert done.returncode == 0, done.stderr
-    assert "ASSUMED device kind 'gpu-pcie4'" in done.stdout
+    assert "ASSUMED device kind 'k20-pcie2'" in done.stdout
     assert "predicted step" in done.stdout
 
 

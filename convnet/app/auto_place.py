@@ -1,32 +1,37 @@
 """``--auto-place N``: rank a family of placements of the net with the simulator and
-write the best as a layer-def file.
+write the best as a layer-def file (and, where it changes update periods, a
+layer-params file).
 
-The per-layer costs are profiled once, on the one-device placement (or, when
-the planner refuses that, the first candidate it accepts), and every candidate is simulated from that profile (shard times scaled by cases, see
-:mod:`convnet.simulate.costs`), so the search costs one short profile however
-many candidates there are.  The candidates are those of
-:mod:`convnet.plan.placements`; any the planner refuses is listed with its
-reason and left out of the ranking.
+The per-layer costs are profiled once (every layer on one device, see
+:mod:`convnet.app.simulation`), and every candidate is simulated from that
+profile (shard times scaled by cases, see :mod:`convnet.simulate.costs`), so
+the search costs one short profile however many candidates there are.  The
+candidates are those of :mod:`convnet.plan.placements`; any the planner refuses
+is listed with its reason and left out of the ranking.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from convnet.app import training
 from convnet.app.options import RunOptions, auto_place_output
 from convnet.app.simulation import measure_costs
-from convnet.config.gpu_lines import set_gpu_lines
+from convnet.config.gpu_lines import set_gpu_lines, set_key_lines
 from convnet.config.ini import read_text
-from convnet.errors import ConvnetError, PlanError
+from convnet.config.model import NetConfig
+from convnet.errors import ConvnetError, PlanError, UsageError
+from convnet.plan.ops import Plan
 from convnet.plan.placements import Candidate, candidates
 from convnet.plan.planner import make_plan
-from convnet.simulate.schedule import Simulation, simulate
+from convnet.simulate.schedule import Simulation
 
 
 @dataclass
 class Ranked:
     candidate: Candidate
+    plan: Plan
     sim: Simulation
 
 
@@ -34,30 +39,39 @@ class Ranked:
 class Ranking:
     ranked: list[Ranked]  # the valid candidates, fastest predicted step first
     refused: list[tuple[str, str]]  # (name, the planner's reason)
-    profiled: str  # the candidate whose profile every prediction comes from
 
 
-def rank(opts: RunOptions) -> Ranking:
-    """Plan and simulate every candidate placement of the net of ``opts``."""
-    net = training.load_net_for(opts)
+def rank(opts: RunOptions, net: NetConfig) -> Ranking:
+    """Plan and simulate every candidate placement of ``net`` on ``opts.gpu``."""
     plans, refused = [], []
     for candidate in candidates(net, opts.auto_place):
-        placed = candidate.apply(net)
         try:
-            plans.append((candidate, placed, make_plan(placed, opts.gpu, opts.mini)))
+            plans.append((candidate, make_plan(candidate.apply(net), opts.gpu, opts.mini)))
         except PlanError as error:
             refused.append((candidate.name, str(error)))
     if not plans:
         name, reason = refused[0]
         raise PlanError(f"--auto-place: no placement of the net is valid ({name}: {reason})")
-    # The first valid candidate is the one-device placement unless the planner refused
-    # it (an updatePeriod may need replicas); its profile is the least disturbed.
-    profiled, profiled_net, profiled_plan = plans[0]
-    costs = measure_costs(opts, profiled_net, profiled_plan, "--auto-place")
-    ranked = [Ranked(candidate, simulate(plan, costs.seconds, costs.resources(plan)))
-              for candidate, _, plan in plans]
+    costs = measure_costs(opts, net, "--auto-place")
+    ranked = [Ranked(candidate, plan, costs.predict(plan)) for candidate, plan in plans]
     ranked.sort(key=lambda r: r.sim.step_seconds)
-    return Ranking(ranked, refused, profiled.name)
+    return Ranking(ranked, refused)
+
+
+def changed_periods(net: NetConfig, best: Ranked) -> dict[str, int]:
+    """The update periods of ``best`` that the layer-params file does not already give
+    (0, the default, counts as the layer's activation period)."""
+    out = {}
+    for name, u in best.candidate.update_periods.items():
+        given = int(net.layers[name].params.get("updatePeriod", 0) or 0)
+        if (given or best.plan.layers[name].period) != u:
+            out[name] = u
+    return out
+
+
+def params_output(opts: RunOptions, layer_def_out: Path) -> Path:
+    """Where the layer-params file goes: beside the layer-def file, ``-params`` added."""
+    return layer_def_out.with_name(f"{layer_def_out.stem}-params{layer_def_out.suffix}")
 
 
 def ranking_text(ranking: Ranking) -> str:
@@ -75,19 +89,36 @@ def ranking_text(ranking: Ranking) -> str:
     return "\n".join(lines)
 
 
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as error:
+        raise ConvnetError(f"--auto-place: cannot write {path}: {error.strerror}") from None
+
+
 def run(opts: RunOptions) -> int:
     """Rank the placements, print the table and write the best one."""
     out = auto_place_output(opts)
-    ranking = rank(opts)
+    net = training.load_net_for(opts)
+    ranking = rank(opts, net)
     print(f"Placements of {opts.layer_def} on {opts.auto_place} devices (--gpu "
-          f"{','.join(map(str, opts.gpu))}), predicted from one profile of the "
-          f"'{ranking.profiled}' placement (docs/SIMULATE.md):")
+          f"{','.join(map(str, opts.gpu))}), predicted from one profile of the net on "
+          f"one device (docs/SIMULATE.md):")
     print(ranking_text(ranking))
-    best = ranking.ranked[0].candidate
-    text = set_gpu_lines(read_text(str(opts.layer_def)), str(opts.layer_def), best.gpus)
-    try:
-        out.write_text(text)
-    except OSError as error:
-        raise ConvnetError(f"--auto-place: cannot write {out}: {error.strerror}") from None
-    print(f"best: {best.name}, written to {out}")
+    best = ranking.ranked[0]
+    periods = changed_periods(net, best)
+    params_out = params_output(opts, out)
+    if periods and params_out.exists() and not opts.overwrite:
+        raise UsageError(f"--auto-place: {params_out} exists; give another --auto-place-out "
+                         f"FILE, or --overwrite to replace it")
+    _write(out, set_gpu_lines(read_text(str(opts.layer_def)), str(opts.layer_def),
+                              best.candidate.gpus))
+    if periods:
+        _write(params_out, set_key_lines(read_text(str(opts.layer_params)),
+                                         str(opts.layer_params), "updatePeriod",
+                                         {name: str(u) for name, u in periods.items()}))
+        print(f"best: {best.candidate.name}, written to {out} and {params_out} "
+              f"(train with --layer-params {params_out})")
+    else:
+        print(f"best: {best.candidate.name}, written to {out}")
     return 0

@@ -236,19 +236,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --print-plan: also draw the layer graph, boxes coloured by "
                             "device, into this PNG file")
     tools.add_argument("--simulate", action="store_true",
-                       help="with --print-plan: profile a few steps on the devices given, then "
-                            "predict the step time, images/s, each device's compute/copy/"
+                       help="with --print-plan: profile a few steps of the net on one device, "
+                            "then predict the step time, images/s, each device's compute/copy/"
                             "all-reduce/idle time and peak memory (see docs/SIMULATE.md)")
     tools.add_argument("--simulate-devices", default=None, metavar="KIND",
                        help="with --simulate or --auto-place: predict for devices and links of this kind "
                             f"instead of the profiled ones ({', '.join(DEVICE_KINDS)}); any "
                             "kind but 'measured' rests on assumed figures (default: measured)")
     tools.add_argument("--auto-place", type=positive_int, default=None, metavar="N",
-                       help="rank a few placements of the net on the N devices of --gpu (one "
-                            "device, data-parallel, convolutional part data-parallel) by "
-                            "--simulate's prediction from one short profile, print them and "
-                            "write the best as a layer-def file with gpu= lines (see "
-                            "docs/SIMULATE.md)")
+                       help="rank a family of placements of the net on the N devices of --gpu "
+                            "(one device, data-parallel, convolutional part data-parallel; "
+                            "each with every allowed updatePeriod) by --simulate's prediction "
+                            "from one short profile, print them and write the best as a "
+                            "layer-def file with gpu= lines, and a layer-params file where "
+                            "it changes update periods (see docs/SIMULATE.md)")
     tools.add_argument("--auto-place-out", type=Path, default=None, metavar="FILE",
                        help="with --auto-place: where to write the chosen layer-def file "
                             "(default: LAYER_DEF's name + -auto-N.cfg in the current folder); "

@@ -26,7 +26,6 @@ from convnet.plan.report import plan_summary, plan_text
 from convnet.runtime.async_replicas import async_replica_devices
 from convnet.runtime.backends import choose_backend
 from convnet.simulate.report import simulation_summary, simulation_text
-from convnet.simulate.schedule import simulate
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -57,8 +56,8 @@ def print_plan(opts: RunOptions) -> int:
     net, plan = training.build_net_and_plan(opts)
     pools = plan_memory_pools(opts, plan, net)
     cluster = launch.cluster_for(opts.gpu)
-    costs = measure_costs(opts, net, plan) if opts.simulate else None
-    sim = simulate(plan, costs.seconds, costs.resources(plan)) if costs is not None else None
+    costs = measure_costs(opts, net) if opts.simulate else None
+    sim = costs.predict(plan) if costs is not None else None
     if opts.print_plan == "json":
         summary = plan_summary(plan, net)
         summary["sync"] = opts.sync

@@ -1,8 +1,12 @@
 """``--simulate``: profile the net briefly on the device at hand, then simulate its plan.
 
-The profile runs the plan being printed, on one thread in plan order, with an
-executor of its own (its weights change) on the first training minibatch; see
-:mod:`convnet.simulate.costs` for what is measured and what is assumed.
+The profile runs the net with every layer on the first device of ``--gpu``
+and no ``updatePeriod`` (which may need replicas), or where the planner
+refuses that (pass layers), the net as placed; on one thread in plan
+order, with an executor of its own (its weights change), on the first
+training minibatch and on its first half; see :mod:`convnet.simulate.costs`
+for what is measured and what is assumed.  Any placement of the net on any
+devices is predicted from that one profile.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ from dataclasses import replace
 from convnet.app import launch, training
 from convnet.app.options import RunOptions
 from convnet.config.model import NetConfig
-from convnet.plan.ops import Plan
+from convnet.errors import PlanError
+from convnet.plan.planner import make_plan
 from convnet.runtime.backends import choose_backend
-from convnet.simulate.costs import CostModel, profile_compute
-from convnet.simulate.hardware import DEVICE_KINDS, device_kind
+from convnet.simulate.costs import CostModel, dispatch_seconds, profile_compute
+from convnet.simulate.hardware import DEVICE_KINDS, device_kind, measure_host
 
 
 def first_minibatch(opts: RunOptions) -> list:
@@ -24,18 +29,50 @@ def first_minibatch(opts: RunOptions) -> list:
     return [column[:opts.mini] for column in batch]
 
 
-def measure_costs(opts: RunOptions, net: NetConfig, plan: Plan,
-                  option: str = "--simulate") -> CostModel:
-    """The cost model of ``plan``'s net from a profile of ``plan`` on ``opts``' devices;
-    ``option`` names the option asking, in the error of a multi-process run."""
+def on_one_device(net: NetConfig, device: int = 0) -> NetConfig:
+    """``net`` with every layer on ``device`` and every updatePeriod at its default."""
+    layers = {name: ldef if ldef.is_data else
+              replace(ldef, gpu=(device,),
+                      params={k: v for k, v in ldef.params.items() if k != "updatePeriod"})
+              for name, ldef in net.layers.items()}
+    return replace(net, layers=layers)
+
+
+def profiled_plan(opts: RunOptions, net: NetConfig, cases: int):
+    """(net, plan, devices) to profile: every layer on the first device of ``opts.gpu``,
+    or, where the planner refuses that (pass layers need distinct devices), the net as
+    it is placed, on all of them."""
+    single = on_one_device(net, opts.gpu[0])
+    try:
+        return single, make_plan(single, (opts.gpu[0],), cases), (opts.gpu[0],)
+    except PlanError:
+        return net, make_plan(net, opts.gpu, cases), tuple(opts.gpu)
+
+
+def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate") -> CostModel:
+    """The cost model of ``net`` from a profile on the first device of ``opts.gpu`` (see
+    :func:`profiled_plan`); ``option`` names the option asking, in the error of a
+    multi-process run."""
     launch.require_one_process(option)
     batch = first_minibatch(opts)
-    # The profile times each operation of one lockstep step, whatever --sync trains with.
-    executor = training.make_executor(replace(opts, sequential=True, sync="sync"), net, plan)
+    single, plan, gpus = profiled_plan(opts, net, len(batch[0]))
+    one = replace(opts, sequential=True, gpu=gpus, sync="sync")
+    host = measure_host()
+    cpu = choose_backend(opts.backend) == "cpu"
+    # On the host, one executor per core more measures how the workers contend.
+    executors = [training.make_executor(one, single, plan)
+                 for _ in range(host.cores if cpu and host.cores > 1 else 1)]
     try:
-        profile = profile_compute(executor, batch, len(batch[0]) // plan.num_shards)
+        dispatch = dispatch_seconds(executors[0].train_tasks(), executors[0].devices)
+        profile = profile_compute(executors, batch, host, plan, dispatch)
     finally:
-        executor.close()
-    kind = device_kind(opts.simulate_devices) if opts.simulate_devices else \
-        DEVICE_KINDS["measured"]
-    return CostModel(profile, kind, shared_host=choose_backend(opts.backend) == "cpu")
+        for executor in executors:
+            executor.close()
+    if opts.simulate_devices:
+        kind = device_kind(opts.simulate_devices)
+    elif cpu:
+        kind = DEVICE_KINDS["measured"]
+    else:  # GPUs of their own, compute as profiled; transfers assumed over PCIe 3
+        kind = replace(DEVICE_KINDS["gpu-pcie3"], name="measured", speed=1.0,
+                       source="the GPU the net was profiled on; its compute times as measured")
+    return CostModel(profile, kind)

@@ -1,26 +1,37 @@
-"""The placements ``--auto-place N`` chooses from: a small family of ``gpu=`` settings.
+"""The placements ``--auto-place N`` chooses from: ``gpu=`` settings and update periods.
 
 Each candidate gives every layer that takes ``gpu=`` (all but data layers) an
 explicit device list, so the layer-def file written from it says where every
-layer runs instead of relying on inheritance.  The family, for N devices:
+layer runs instead of relying on inheritance.  The placements, for N devices:
 
 * ``one device``: everything on device 0;
 * ``data-parallel``: every layer replicated on all N devices;
 * ``conv data-parallel, rest on 0``: the convolutional part (every layer up to
   and including the last conv, local, pool or norm layer in net order)
   replicated on all N devices, the layers after it on device 0;
-* ``conv data-parallel, towers model-parallel``: as above, but where two or more
-  layers after the convolutional part read only from it (parallel towers, as
-  fca and fcb of the digits net), the towers go round-robin over the devices;
-  a layer with one input continues its input's tower, any other on device 0.
+* ``conv data-parallel, rest data-parallel on K``: the same with the rest
+  replicated on devices 0..K-1, for every K that divides N, 1 < K < N;
+* ``conv data-parallel, towers model-parallel``: as ``rest on 0``, but where two
+  or more layers after the convolutional part read only from it (parallel
+  towers, as fca and fcb of the digits net), the towers go round-robin over the
+  devices; a layer with one input continues its input's tower, any other on
+  device 0.
 
-Only candidates that differ from those before them are kept; whether the
-planner accepts each is for the caller to check (``make_plan``).
+Every placement whose replica counts differ (P = Rmax / Rmin passes, SPEC
+section 3) comes in one variant per update period: for each u that divides P,
+every weight layer updates every lcm(T, u) passes (its activation period T),
+so u = 1 updates as often as the SPEC allows and u = P once per minibatch, the
+same update as one device (SPEC 5.3); the name gives u (the update period of
+the layers with the fewest replicas).  Each candidate sets the update period
+of every weight layer explicitly.  Only candidates that differ from those
+before them are kept; whether the planner accepts each is for the caller to
+check (``make_plan``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, field, replace
 
 from convnet.config.model import NetConfig
 
@@ -32,11 +43,17 @@ CONV_PART_TYPES = ("conv", "local", "pool", "cmrnorm", "rnorm", "cnorm")
 class Candidate:
     name: str
     gpus: dict[str, tuple[int, ...]]  # layer name -> gpu= list, for every placed layer
+    update_periods: dict[str, int] = field(default_factory=dict)  # weight layer -> U
 
     def apply(self, net: NetConfig) -> NetConfig:
-        """A copy of ``net`` with this candidate's gpu= lists."""
-        layers = {name: replace(ldef, gpu=self.gpus.get(name, ldef.gpu))
-                  for name, ldef in net.layers.items()}
+        """A copy of ``net`` with this candidate's gpu= lists and update periods."""
+        layers = {}
+        for name, ldef in net.layers.items():
+            ldef = replace(ldef, gpu=self.gpus.get(name, ldef.gpu))
+            if name in self.update_periods:
+                ldef = replace(ldef, params={**ldef.params,
+                                             "updatePeriod": self.update_periods[name]})
+            layers[name] = ldef
         return replace(net, layers=layers)
 
 
@@ -70,22 +87,49 @@ def towers(net: NetConfig, conv: list[str], devices: int) -> dict[str, tuple[int
     return out
 
 
+def update_period_variants(net: NetConfig, gpus: dict[str, tuple[int, ...]]
+                           ) -> list[tuple[str, dict[str, int]]]:
+    """(name suffix, weight layer -> U) for each update period the placement allows."""
+    weights = [name for name in gpus if net.layers[name].has_weights]
+    counts = [len(d) for d in gpus.values()]
+    rmin, passes = min(counts), max(counts) // min(counts)
+    periods = {name: len(gpus[name]) // rmin for name in weights}
+    if passes == 1:
+        return [("", dict.fromkeys(weights, 1))]
+    variants = []
+    for u in (d for d in range(1, passes + 1) if passes % d == 0):
+        chosen = {}
+        for name, t in periods.items():
+            every = math.lcm(t, u)
+            chosen[name] = every if passes % every == 0 else passes
+        label = (" (one update per minibatch)" if u == passes else
+                 " (an update every pass)" if u == 1 else "")
+        variants.append((f", updatePeriod={u}{label}", chosen))
+    return variants
+
+
 def candidates(net: NetConfig, devices: int) -> list[Candidate]:
     """The family of placements of ``net`` on ``devices`` logical devices (see above)."""
     names = placed_layers(net)
     everywhere = tuple(range(devices))
-    found = [Candidate("one device", dict.fromkeys(names, (0,))),
-             Candidate("data-parallel", dict.fromkeys(names, everywhere))]
+    found = [("one device", dict.fromkeys(names, (0,))),
+             ("data-parallel", dict.fromkeys(names, everywhere))]
     conv = conv_part(net)
     if conv and len(conv) < len(names):
         split = {name: everywhere if name in conv else (0,) for name in names}
-        found.append(Candidate("conv data-parallel, rest on 0", split))
+        found.append(("conv data-parallel, rest on 0", split))
+        for k in range(2, devices):
+            if devices % k == 0:
+                found.append((f"conv data-parallel, rest data-parallel on {k}",
+                              {**split, **{n: tuple(range(k)) for n in names if n not in conv}}))
         model = towers(net, conv, devices)
         if model is not None:
-            found.append(Candidate("conv data-parallel, towers model-parallel",
-                                   {**split, **model}))
+            found.append(("conv data-parallel, towers model-parallel", {**split, **model}))
     unique: list[Candidate] = []
-    for candidate in found:
-        if all(candidate.gpus != kept.gpus for kept in unique):
-            unique.append(candidate)
+    for name, gpus in found:
+        for suffix, periods in update_period_variants(net, gpus):
+            candidate = Candidate(name + suffix, gpus, periods)
+            if all((candidate.gpus, candidate.update_periods) !=
+                   (kept.gpus, kept.update_periods) for kept in unique):
+                unique.append(candidate)
     return unique

@@ -1,97 +1,298 @@
-"""Seconds per plan operation: compute from a short profile, transfers from link figures.
+"""Seconds per task of a plan: compute from a short profile, transfers from link figures.
 
-Compute (load, forward, backward, update) is measured: a few training steps of
-the net on the device at hand, run on one thread in plan order (so that the
-times are the operations' own, not those of threads sharing cores), with the
-executor's op timings switched on; each (kind, layer) keeps the median time
-of its operations.  Another plan of the same net may cut minibatches into
-other shards: load, forward and backward times are scaled linearly by the
-shard's cases, update times (a function of the weights alone) are not.
+Compute (load, forward, backward, update) is measured.  The net is profiled
+with every layer on one device (and no ``updatePeriod``, which may need
+replicas), on one thread in plan order with one BLAS thread, as each CPU
+device's worker runs, so the times are the operations' own.  It is profiled
+twice, on the first minibatch and on its first half; each (kind, layer)
+keeps the median time of its operation at each size, and a straight line
+through the two, ``fixed + per_case * cases``, separates the per-operation
+overhead from the work per case.  Where the logical devices are worker
+threads sharing the host's cores, the larger minibatch is also run on every
+core at once (one executor per core, each on its own thread), in rounds that
+alternate with running it alone: the ratio of an operation's fastest time
+together to its fastest time alone is its *contention*, what the
+workers lose to each other (memory bandwidth, caches, and the interpreter
+lock that Python-side work holds).  Any plan of the same net is then predicted
+from that one profile: load, forward and backward at its shard's cases,
+updates (a function of the weights alone) at the profiled time, divided by
+the ranks that share a sharded update.
 
-Transfers are not measured: a copy takes ``latency + bytes / bandwidth`` of
-its link, and an all-reduce of R replicas the ring's ``2(R-1)`` steps of
-``latency`` plus ``2(R-1)/R * bytes / bandwidth`` (see
-:mod:`convnet.simulate.hardware` for the figures and where they come from).
+Transfers are not measured per plan: a copy takes ``latency + bytes /
+bandwidth`` of the link (for this host, the measured memory-copy bandwidth,
+:mod:`convnet.simulate.hardware`).  An all-reduce takes what the executor's
+collective does: on the host (chunked, sharded) each rank copies in and adds
+``(R-1)/R`` of the gradient bytes (``reduce``), updates its slice, and copies
+in the other ``(R-1)/R`` of the weights (``gather``); between distinct GPUs
+(NCCL) a ring of ``2(R-1)`` steps of ``latency`` plus ``2(R-1)/R * bytes /
+bandwidth`` holding all replicas.
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
+import time
 from dataclasses import dataclass, field, replace
 
-from convnet.plan.ops import AllReduce, Copy, GradCopy, Op, Plan, Update
-from convnet.simulate.hardware import DeviceKind, Link, link_of
+from convnet.plan.ops import FLOAT_BYTES, AllReduce, Plan
+from convnet.runtime.tasks import Task, TaskAction
+from convnet.runtime.workers import DeviceWorkers
+from convnet.simulate.hardware import DeviceKind, HostFigures, Link, link_of
+from convnet.simulate.schedule import Simulation, simulate
 
 #: Op kinds whose time is measured rather than derived from a link.
 COMPUTE_KINDS = ("load", "forward", "backward", "update")
 
-#: Profiled steps after one warm-up step.
+#: Profiled steps after one warm-up step, at each of the two sizes.
 PROFILE_STEPS = 5
+
+#: Rounds of (every core at once, then alone) that measure contention.
+CONTENTION_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Seconds of one operation: ``fixed + per_case * cases``."""
+
+    fixed: float
+    per_case: float = 0.0
+
+    def at(self, cases: int) -> float:
+        return self.fixed + self.per_case * cases
+
+    @classmethod
+    def through(cls, small: tuple[int, float], big: tuple[int, float]) -> OpCost:
+        """The line through (cases, seconds) at two sizes, neither part negative.  A pair
+        that gives no such line (the smaller size no faster, or faster than in
+        proportion: noise on a shared machine) is read as all per-case work, right
+        for the large operations that matter and a small error on the others."""
+        (c1, t1), (c2, t2) = small, big
+        slope = (t2 - t1) / (c2 - c1) if c2 != c1 else 0.0
+        fixed = t2 - slope * c2
+        if slope <= 0 or fixed < 0:
+            return cls(0.0, t2 / c2)
+        return cls(fixed, slope)
+
+
+def op_seconds(steps: list[tuple[float, list]], summary=statistics.median
+               ) -> dict[tuple[str, str], float]:
+    """(kind, layer) -> ``summary`` (median) of the seconds of its compute operations
+    over the profiled steps."""
+    samples: dict[tuple[str, str], list[float]] = {}
+    for _, timings in steps:
+        for t in timings:
+            if t.kind in COMPUTE_KINDS:
+                samples.setdefault((t.kind, t.layer), []).append(t.end - t.start)
+    return {key: summary(v) for key, v in samples.items()}
+
+
+def fixed_share(seconds: list[float], sizes: list[int]) -> float:
+    """The per-call overhead of the updates: the intercept of a least-squares line of
+    update seconds against weight count over the net's layers, kept within
+    [0, the fastest update]."""
+    if len(seconds) < 2 or len(set(sizes)) < 2:
+        return 0.0
+    mx, my = statistics.mean(sizes), statistics.mean(seconds)
+    slope = (sum((x - mx) * (y - my) for x, y in zip(sizes, seconds)) /
+             sum((x - mx) ** 2 for x in sizes))
+    return min(max(my - slope * mx, 0.0), min(seconds))
 
 
 @dataclass
 class ComputeProfile:
-    """Median seconds per operation of each (kind, layer), at ``shard_size`` cases."""
+    """Per (kind, layer) cost of the net's compute operations, and the host's figures."""
 
-    shard_size: int
-    seconds: dict[tuple[str, str], float] = field(default_factory=dict)
-    step_seconds: list[float] = field(default_factory=list)  # the profiled steps, sequential
+    shard_size: float  # cases per shard of the larger profiled minibatch
+    costs: dict[tuple[str, str], OpCost] = field(default_factory=dict)
+    host: HostFigures = HostFigures(1, 1e11, 1e10)
+    step_seconds: list[float] = field(default_factory=list)  # larger size, sequential
+    #: (kind, layer) -> its time with a copy of the step on every core at once / alone.
+    contention: dict[tuple[str, str], float] = field(default_factory=dict)
+    update_overhead: float = 0.0  # seconds of an update that do not shrink with its slice
+    dispatch: float = 0.0  # seconds the device workers spend handing out one task
+    step_overhead: float = 0.0  # seconds of a step outside its tasks (batch checks, costs)
 
     @classmethod
-    def from_timings(cls, shard_size: int, steps: list[tuple[float, list]]) -> ComputeProfile:
-        """From (step seconds, [OpTiming ...]) of each profiled step."""
-        samples: dict[tuple[str, str], list[float]] = {}
-        for _, timings in steps:
-            for t in timings:
-                if t.kind in COMPUTE_KINDS:
-                    samples.setdefault((t.kind, t.layer), []).append(t.end - t.start)
-        return cls(shard_size, {key: statistics.median(v) for key, v in samples.items()},
-                   [seconds for seconds, _ in steps])
+    def fit(cls, small: tuple[float, list], big: tuple[float, list], host: HostFigures,
+            contention: tuple[list, list] | None = None,
+            param_counts: dict[str, int] | None = None,
+            dispatch: float = 0.0, slices: dict[str, int] | None = None) -> ComputeProfile:
+        """From (cases per shard, the executor's timed steps) at two minibatch sizes; the
+        timed steps of the larger size alone and on every core at once, from
+        alternating rounds (if measured); the weight count of each layer; the workers'
+        seconds per task; and for layers whose profiled update was split into slices
+        over R replicas, that R."""
+        (c1, steps1), (c2, steps2) = small, big
+        t1, t2 = op_seconds(steps1), op_seconds(steps2)
+        for times in (t1, t2):  # a slice's update -> the whole layer's
+            for name, r in (slices or {}).items():
+                if ("update", name) in times:
+                    times[("update", name)] *= r
+        costs = {}
+        for key, seconds in t2.items():
+            if key[0] == "update":  # no cases: both sizes measure the same work
+                costs[key] = OpCost(statistics.median([seconds, t1.get(key, seconds)]))
+            else:
+                costs[key] = OpCost.through((c1, t1.get(key, seconds)), (c2, seconds))
+        slowdown = {}
+        if contention:  # fastest against fastest: the runs least disturbed by other work
+            alone, shared = (op_seconds(runs, min) for runs in contention)
+            # Sharing cores can make a task no slower than running after the others.
+            slowdown = {key: min(max(1.0, shared[key] / alone[key]), host.cores)
+                        for key in alone if key in shared and alone[key] > 0}
+        updates = [(costs[key].fixed, param_counts[key[1]]) for key in costs
+                   if key[0] == "update" and param_counts and key[1] in param_counts]
+        overhead = fixed_share([u for u, _ in updates], [p for _, p in updates])
+        outside = statistics.median(seconds - sum(t.end - t.start for t in timings)
+                                    for seconds, timings in steps2)
+        return cls(c2, costs, host, [seconds for seconds, _ in steps2], slowdown,
+                   overhead, dispatch, max(outside, 0.0))
 
 
 @dataclass
 class CostModel:
-    """Seconds of any operation of a plan of the profiled net on devices of ``kind``."""
+    """Seconds of any task of a plan of the profiled net on devices of ``kind``."""
 
     profile: ComputeProfile
     kind: DeviceKind
-    #: The profiled devices are worker threads of one host (the cpu backend): they
-    #: share the cores the profile's operations already used, so their compute does
-    #: not overlap.
-    shared_host: bool = False
-
-    def resources(self, plan: Plan) -> list[int]:
-        """The compute resource each logical device runs on: one for all of them on a
-        shared host, else one per physical device (--gpu 0,0 shares one)."""
-        if self.shared_host and not self.kind.assumed:
-            return [0] * plan.num_devices
-        return list(plan.physical_devices)
 
     @property
     def link(self) -> Link:
-        return link_of(self.kind)
+        return link_of(self.kind, self.profile.host)
 
-    def seconds(self, op: Op, plan: Plan) -> float:
-        if isinstance(op, (Copy, GradCopy)):
-            return self.link.latency + op.nbytes / self.link.bandwidth
-        if isinstance(op, AllReduce):
+    @property
+    def speed(self) -> float:
+        return self.kind.speed_over(self.profile.host)
+
+    @property
+    def shares_cores(self) -> bool:
+        """Whether the logical devices are worker threads sharing this host's cores."""
+        return not self.kind.own_hardware
+
+    def resources(self, plan: Plan) -> list[int]:
+        """The compute resource each logical device runs on: on the host, a core of its
+        own up to the core count, beyond it cores shared round-robin; on hardware of
+        its own, its physical device (``--gpu 0,0`` shares one GPU)."""
+        if self.shares_cores:
+            return [d % self.profile.host.cores for d in range(plan.num_devices)]
+        return list(plan.physical_devices)
+
+    def sharded(self, plan: Plan):
+        """Whether the executor's collective for an all-reduce works by slices: the
+        chunked one does (host workers, or a GPU listed twice), NCCL does not."""
+        def rule(op: AllReduce) -> bool:
+            physical = {plan.physical_devices[d] for d in op.replica_devices}
+            return self.shares_cores or len(physical) < len(op.replica_devices)
+        return rule
+
+    def seconds(self, task: Task, plan: Plan) -> float:
+        """The task's seconds alone on its device, the workers' hand-out included."""
+        return self.profile.dispatch + self._work(task, plan)
+
+    def contended(self, task: Task) -> float:
+        """How much slower the task runs with every other core busy (1: not at all)."""
+        if not self.shares_cores:
+            return 1.0
+        return self.profile.contention.get((task.action.category, task.layer), 1.0)
+
+    def _work(self, task: Task, plan: Plan) -> float:
+        op, action, link = task.op, task.action, self.link
+        if action in (TaskAction.COPY, TaskAction.GRAD_COPY):
+            return link.latency + op.nbytes / link.bandwidth
+        if action is TaskAction.ALL_REDUCE:
             r = len(op.replica_devices)
-            if r < 2:
-                return 0.0
-            return (2 * (r - 1) * self.link.latency +
-                    2 * (r - 1) / r * op.nbytes / self.link.bandwidth)
-        measured = self.profile.seconds.get((op.kind, op.layer), 0.0)
-        scale = 1.0 if isinstance(op, Update) else plan.shard_size / self.profile.shard_size
-        return measured * scale / self.kind.speed
+            return 0.0 if r < 2 else (2 * (r - 1) * link.latency +
+                                      2 * (r - 1) / r * op.nbytes / link.bandwidth)
+        if action in (TaskAction.REDUCE_SLICE, TaskAction.GATHER, TaskAction.AVERAGE_SLICE):
+            r = len(plan.layers[op.layer].devices)
+            moved = (r - 1) / r * (op.nbytes if isinstance(op, AllReduce)
+                                   else self._weight_bytes(plan, op.layer))
+            passes = 1 if action is TaskAction.GATHER else 2  # copy in, then add
+            return link.latency + passes * moved / link.bandwidth
+        if action is TaskAction.CONSTRAIN:
+            return 0.0  # inside the profiled update
+        cost = self.profile.costs.get((action.category, op.layer))
+        if cost is None:
+            return 0.0
+        if action is TaskAction.UPDATE_SLICE:
+            overhead = min(self.profile.update_overhead, cost.fixed)
+            share = (cost.fixed - overhead) / len(plan.layers[op.layer].devices)
+            return (overhead + share) / self.speed
+        if action is TaskAction.UPDATE:
+            return cost.fixed / self.speed
+        return cost.at(plan.shard_size) / self.speed
+
+    @staticmethod
+    def _weight_bytes(plan: Plan, layer: str) -> int:
+        return plan.layers[layer].param_count * FLOAT_BYTES
+
+    def predict(self, plan: Plan) -> Simulation:
+        """The simulated training step of ``plan`` on devices of this kind."""
+        sim = simulate(plan, self.seconds, self.resources(plan), self.sharded(plan),
+                       self.contended)
+        return sim.with_overhead(self.profile.step_overhead)
 
     def on(self, kind: DeviceKind) -> CostModel:
         """The same profile, predicted for devices of ``kind``."""
         return replace(self, kind=kind)
 
 
-def profile_compute(executor, batch: list, shard_size: int,
-                    steps: int = PROFILE_STEPS) -> ComputeProfile:
-    """Run ``steps`` training steps (after one warm-up) of ``batch`` on ``executor`` and
-    keep its compute times.  The executor should run its plan sequentially; its weights
-    change, so use one made for the purpose."""
-    return ComputeProfile.from_timings(shard_size, executor.timed_steps(batch, steps))
+def _together(executors: list, batch: list) -> list:
+    """One timed step (after a warm-up) of ``batch`` on every executor at once, each on
+    its own thread: the steps of all of them."""
+    runs: list = [[] for _ in executors]
+
+    def run(i: int) -> None:
+        runs[i] = executors[i].timed_steps(batch, 1)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(executors))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [step for steps_of_one in runs for step in steps_of_one]
+
+
+def profile_compute(executors: list, batch: list, host: HostFigures, plan: Plan,
+                    dispatch: float = 0.0, steps: int = PROFILE_STEPS) -> ComputeProfile:
+    """Time ``steps`` training steps (after one warm-up) of ``batch`` and of its first half
+    on ``executors[0]`` (``plan``, best on one device, run sequentially; its weights
+    change, so use one made for the purpose) and fit each operation's cost to the two
+    sizes.  Given more executors (one per core), also time ``batch`` on all of them at
+    once, in rounds that alternate with timing it alone, so that both see the machine
+    alike."""
+    cases = len(batch[0])
+    half = [column[:max(cases // 2, 1)] for column in batch]
+    big = executors[0].timed_steps(batch, steps)
+    small = executors[0].timed_steps(half, steps)
+    contention = None
+    if len(executors) > 1:
+        together, alone = [], []
+        for _ in range(CONTENTION_ROUNDS):
+            together += _together(executors, batch)
+            alone += executors[0].timed_steps(batch, 1)
+        contention = (alone, together)
+    sliced = {name: len(p.devices) for name, p in plan.layers.items() if len(p.devices) > 1
+              and all(task.action is not TaskAction.UPDATE for task in executors[0].train_tasks()
+                      if task.layer == name)}
+    return ComputeProfile.fit((len(half[0]) / plan.num_shards, small),
+                              (cases / plan.num_shards, big), host, contention,
+                              {name: p.param_count for name, p in plan.layers.items()},
+                              dispatch, sliced)
+
+
+def dispatch_seconds(tasks: list, devices: list, repeats: int = 5) -> float:
+    """Seconds per task that :class:`DeviceWorkers` takes to hand out ``tasks`` (run on
+    ``devices`` with no work), per task of the busiest device."""
+    workers = DeviceWorkers(devices)
+    try:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            workers.run(tasks, lambda task, device: None)
+            times.append(time.perf_counter() - start)
+    finally:
+        workers.close()
+    per_device = max(sum(1 for t in tasks if d in t.devices) for d in range(len(devices)))
+    return statistics.median(times) / per_device

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from convnet.config.model import NetConfig
 from convnet.plan.ops import Plan
 from convnet.plan.report import byte_unit, device_totals
@@ -17,13 +19,19 @@ def peak_memory(plan: Plan, net: NetConfig) -> list[int]:
 
 
 def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig) -> dict:
-    link = costs.link
+    link, host = costs.link, costs.profile.host
     return {
         "device_kind": costs.kind.name,
         "assumed": costs.kind.assumed,
         "kind_source": costs.kind.source,
         "link": {"name": link.name, "bandwidth": link.bandwidth, "latency": link.latency,
                  "source": link.source},
+        "speed_over_profiled": costs.speed,
+        "host": {"cores": host.cores, "gemm_flops": host.gemm_flops,
+                 "copy_bandwidth": host.copy_bandwidth},
+        "dispatch_seconds_per_task": costs.profile.dispatch,
+        "contention_median": (statistics.median(costs.profile.contention.values())
+                              if costs.profile.contention else 1.0),
         "profile_shard_size": costs.profile.shard_size,
         "profiled_step_seconds": costs.profile.step_seconds,
         "step_seconds": sim.step_seconds,
@@ -40,8 +48,13 @@ def _ms(seconds: float) -> str:
 
 def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig) -> str:
     kind, link = costs.kind, costs.link
-    what = ("compute times as profiled on this machine" if not kind.assumed else
-            f"ASSUMED device kind '{kind.name}': {kind.source}")
+    host, contention = costs.profile.host, costs.profile.contention
+    what = (f"compute times as profiled on this machine ({host.cores} cores, one worker "
+            f"thread each; workers slow each other by "
+            f"{statistics.median(contention.values()) if contention else 1.0:.2f}x, the "
+            f"median over operations)" if not kind.assumed else
+            f"ASSUMED device kind '{kind.name}': {kind.source}; compute "
+            f"{costs.speed:.3g}x the profiled host's")
     lines = ["Simulation (one training step)",
              f"  {what}; transfers over {link.name} ({link.bandwidth / 1e9:g} GB/s, "
              f"{link.latency * 1e6:g} us; {link.source})",

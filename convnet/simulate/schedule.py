@@ -1,25 +1,31 @@
-"""The simulated training step: a list schedule of the plan's operations.
+"""The simulated training step: the executor's tasks, run by simulated workers.
 
-Each device runs its operations in plan order, one at a time; an operation
-starts once the operations it depends on have ended and every device it runs
-on is free (an all-reduce occupies all of its replicas' devices).  Logical
-devices on one compute resource (one physical GPU listed twice, or the worker
-threads of the cpu backend, which share the host's cores) run one operation at
-a time between them.  Because the plan's list is one valid global order,
-walking it once gives every start time.
+The plan becomes the executor's task list (:func:`convnet.runtime.tasks.make_tasks`,
+with the all-reduces split into per-rank slices where the executor's collective
+does that), and one simulated worker per logical device picks its next task
+by the executor's own rule (:mod:`convnet.runtime.workers`): the first of its
+pending tasks, in list order, whose dependencies have ended, where a pending
+all-reduce part or update (deferrable) lets later tasks of other layers pass
+it.  So the all-reduce of one layer overlaps the backward pass of the layers
+below it here as it does in training.  A task on several devices (an NCCL
+all-reduce) starts once all of them have reached it and holds them all.
 
-The executor's workers may run a layer's all-reduce and update later than
-plan order, behind backward passes of layers below it; the simulation does
-not, so it may overestimate the step of data-parallel plans with large
-all-reduces.
+Logical devices on one compute resource (one GPU listed twice, or more CPU
+workers than cores) run one task at a time between them.  Where resources
+contend (cores sharing memory bandwidth and the interpreter lock), a task
+that starts while others are busy runs slower by its measured contention
+factor, in proportion to how many are busy (see :mod:`convnet.simulate.costs`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import heapq
+from dataclasses import dataclass, field, replace
 
 from convnet.plan.ops import Plan
 from convnet.plan.time_split import CATEGORY, DeviceTime
+from convnet.runtime.tasks import make_tasks
+
 
 @dataclass
 class Simulation:
@@ -28,30 +34,96 @@ class Simulation:
     devices: list[DeviceTime] = field(default_factory=list)
     timeline: list[tuple[int, str, str, float, float]] = field(default_factory=list)
 
+    def with_overhead(self, seconds: float) -> Simulation:
+        """The step lengthened by ``seconds`` of work outside the tasks (every device
+        idle meanwhile)."""
+        devices = [replace(d, idle=d.idle + seconds) for d in self.devices]
+        return replace(self, step_seconds=self.step_seconds + seconds, devices=devices)
+
     @property
     def images_per_second(self) -> float:
         return self.minibatch / self.step_seconds if self.step_seconds > 0 else 0.0
 
 
-def simulate(plan: Plan, seconds, resources: list[int] | None = None) -> Simulation:
-    """Simulate one training step of ``plan``; ``seconds(op, plan)`` is an op's duration,
-    ``resources[d]`` the compute resource of logical device ``d`` (default: its own)."""
+def _next_task(pending: list, done: set[int]) -> int | None:
+    """Position in ``pending`` of the task a worker runs next (the workers' rule)."""
+    held_layers = set()
+    for i, task in enumerate(pending):
+        if (task.layer not in held_layers and (i == 0 or not task.barrier)
+                and all(d in done for d in task.deps)):
+            return i
+        if not task.deferrable:
+            return None
+        held_layers.add(task.layer)
+    return None
+
+
+def simulate(plan: Plan, seconds, resources: list[int] | None = None,
+             sharded=lambda op: False, contended=lambda task: 1.0) -> Simulation:
+    """Simulate one training step of ``plan``: ``seconds(task, plan)`` is a task's
+    duration, ``resources[d]`` the compute resource of logical device ``d`` (default:
+    its own), ``sharded(all_reduce_op)`` whether the collective works by slices, and
+    ``contended(task)`` the factor by which a task slows with every other resource
+    busy."""
     resources = list(range(plan.num_devices)) if resources is None else resources
-    free = dict.fromkeys(resources, 0.0)
-    end: dict[int, float] = {}
+    shared = len(set(resources)) - 1  # other resources a task can contend with
+    tasks = make_tasks(plan.ops, sharded)
+    pending = [[t for t in tasks if d in t.devices] for d in range(plan.num_devices)]
+    busy_resource: set[int] = set()
+    idle = set(range(plan.num_devices))  # workers looking for a task
+    arrived: dict[int, set[int]] = {}  # multi-device task -> workers waiting in it
+    done: set[int] = set()
+    running: list[tuple[float, int]] = []  # (end, task index)
     splits = [DeviceTime(d) for d in range(plan.num_devices)]
     timeline = []
-    for op in plan.ops:
-        start = max([end[d] for d in op.deps] + [free[resources[d]] for d in op.devices],
-                    default=0.0)
-        duration = seconds(op, plan)
-        end[op.index] = start + duration
-        for d in op.devices:
-            free[resources[d]] = end[op.index]
-            category = CATEGORY[op.kind]
+    now = 0.0
+
+    def start(task, devices) -> None:
+        duration = seconds(task, plan)
+        if shared:
+            others = len(busy_resource - {resources[d] for d in devices})
+            duration *= 1 + (contended(task) - 1) * others / shared
+        for d in devices:
+            busy_resource.add(resources[d])
+            category = CATEGORY[task.kind]
             setattr(splits[d], category, getattr(splits[d], category) + duration)
-            timeline.append((d, op.kind, op.layer, start, end[op.index]))
-    step = max(end.values(), default=0.0)
+            timeline.append((d, task.kind, task.layer, now, now + duration))
+        heapq.heappush(running, (now + duration, task.index))
+
+    while True:
+        started = True
+        while started:
+            started = False
+            for d in sorted(idle):
+                if resources[d] in busy_resource:
+                    continue
+                i = _next_task(pending[d], done)
+                if i is None:
+                    continue
+                task = pending[d].pop(i)
+                idle.discard(d)
+                started = True
+                if len(task.devices) == 1:
+                    start(task, task.devices)
+                    continue
+                waiting = arrived.setdefault(task.index, set())
+                waiting.add(d)
+                if waiting == set(task.devices):
+                    start(task, task.devices)
+        if not running:
+            break
+        now, index = heapq.heappop(running)
+        finished = [index]
+        while running and running[0][0] == now:
+            finished.append(heapq.heappop(running)[1])
+        for index in finished:
+            done.add(index)
+            for d in tasks[index].devices:
+                idle.add(d)
+                busy_resource.discard(resources[d])
+    if any(pending):
+        raise RuntimeError("the simulated workers stopped with tasks left (a dependency cycle)")
+    step = now
     for split in splits:
         split.idle = max(step - split.compute - split.copy - split.allreduce, 0.0)
     return Simulation(step, plan.minibatch, splits, timeline)
