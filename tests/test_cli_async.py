@@ -44,10 +44,11 @@ def test_a_diverging_async_run_ends_with_the_training_error(tmp_path):
     assert_clean_error(proc, 1, "training diverged in epoch", "lower the learning rates")
 
 
-def test_compare_refuses_async_which_has_no_lockstep_steps_to_profile():
-    proc = run_cli("--compare", EXAMPLES / "digits-data.cfg", "--layer-params",
-                   EXAMPLES / "digits-params.cfg", "--sync", "async", timeout=60)
-    assert_clean_error(proc, 2, "--compare profiles lockstep steps", "bench/bench_sync.py")
+def test_compare_refuses_async_for_a_hybrid_config():
+    proc = run_cli("--compare", EXAMPLES / "digits-hybrid.cfg", "--layer-params",
+                   EXAMPLES / "digits-hybrid-params.cfg", "--sync", "async", timeout=60)
+    assert_clean_error(proc, 2, "digits-hybrid cannot run --sync async:4", "planned as hybrid",
+                       "--sync sync or local:K")
 
 
 def test_compare_trains_a_config_once_per_sync_mode(tmp_path):

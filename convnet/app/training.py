@@ -359,6 +359,7 @@ class Trainer:
                     self._guarded(self._train_batch, batch, progress, bar, batch_id=batch_id)
                     self.batch_index += 1
                     if (done + 1) % test_freq == 0 or self.batch_index == len(batches):
+                        self._guarded(self._settle, batch_id=batch_id)
                         test_result = self._guarded(self.test, batch_id=batch_id)
                         self.log.record(self.epoch, batch_id, test_result,
                                         self._learning_rate(progress), write=bar.write)
@@ -450,17 +451,30 @@ class Trainer:
         for part in parts:
             raise_if_stopped()
             result = self.executor.step(part, progress)
-            costs = result.costs.get(self.cost_layer, {})
-            totals["cost"] += costs.get("cost", 0.0) * result.num_cases
-            totals["error"] += costs.get("error", 0.0) * result.num_cases
-            totals["cases"] += result.num_cases
-            totals["seconds"] += result.seconds
+            self._add_step(totals, result)
             if self.opts.profile:
                 self.log.add_profile(self.executor.timings)
             bar.set_postfix_str(f"cost {totals['cost'] / max(totals['cases'], 1):.4f}",
                                 refresh=False)
             bar.update(1)
         self.log.accumulate_train(totals)
+
+    def _add_step(self, totals: dict, result) -> None:
+        costs = result.costs.get(self.cost_layer, {})
+        totals["cost"] += costs.get("cost", 0.0) * result.num_cases
+        totals["error"] += costs.get("error", 0.0) * result.num_cases
+        totals["cases"] += result.num_cases
+        totals["seconds"] += result.seconds
+
+    def _settle(self) -> None:
+        """Under ``--sync async:S`` a step only queues its shards: before a test, train
+        what is queued and count those shards and that time in the interval, so that its
+        img/s is the training's (a lockstep executor has nothing queued)."""
+        settle = getattr(self.executor, "settle", None)
+        if settle is not None:
+            totals = {"cost": 0.0, "error": 0.0, "cases": 0, "seconds": 0.0}
+            self._add_step(totals, settle())
+            self.log.accumulate_train(totals)
 
     def _learning_rate(self, progress: float) -> float:
         for ldef in self.net:

@@ -195,6 +195,18 @@ class AsyncReplicas:
             self._wait_until(lambda: not self._queue and all(s is None for s in self._in_work))
         self._on_every_replica(self._add_received)
 
+    def settle(self) -> StepResult:
+        """Drain, and return the costs of the shards finished since the last :meth:`step`
+        with the drain's wall time: the training that :meth:`step` only queued, so that
+        a training loop counts it (and its time) before it tests."""
+        start = time.perf_counter()
+        self.drain()
+        with self._cv:
+            finished, self._finished = self._finished, []
+        result = _combined([r for _, r in sorted(finished, key=lambda f: f[0])])
+        result.seconds = time.perf_counter() - start
+        return result
+
     def evaluate(self, batch: list[np.ndarray]) -> StepResult:
         """Forward only on the drained replicas.  The minibatch is cut into pieces that
         the replicas take from a shared list, so a faster replica evaluates more of
