@@ -69,7 +69,7 @@ def test_async_runs_are_trained_and_tabled_beside_the_others(async_comparison):
             timed = [r[c] for c in ("compute ms", "copy ms", "all-reduce ms", "idle ms",
                                     "step ms")]
             assert (timed == [ABSENT] * 5) is is_async
-    assert "n/a (--sync async runs): no lockstep step to profile" in text
+    assert "n/a (--sync async runs): no all-reduce" in text
 
 
 def test_one_replica_async_logs_exactly_what_sync_logs(async_comparison):
@@ -123,13 +123,32 @@ def test_picture_shows_async_panels_without_overlapping_text(async_comparison):
     assert overlaps(text_boxes(comparison_figure([data]))) == []
 
 
-def test_async_for_a_hybrid_config_is_refused_before_any_training(tmp_path):
+def test_a_hybrid_async_run_keeps_its_lockstep_steps_and_is_profiled(tmp_path):
+    """In a hybrid net async moves only the replicated layers' increments apart: the
+    steps are profiled as sync's are, and its traffic is the plan's copies plus every
+    replica's increments to the other replica instead of the all-reduces."""
     args = build_parser().parse_args([
-        "--compare", str(EXAMPLES / "digits-single.cfg"), str(EXAMPLES / "digits-hybrid.cfg"),
-        "--layer-params", str(PARAMS), str(EXAMPLES / "digits-hybrid-params.cfg"),
-        "--gpu", "0,1", "--sync", "sync", "async", "--save-path", str(tmp_path / "c")])
+        "--compare", str(EXAMPLES / "digits-hybrid.cfg"),
+        "--layer-params", str(EXAMPLES / "digits-hybrid-params.cfg"), "--gpu", "0,1",
+        "--mini", "64", "--train-range", "1", "--test-range", "6", "--no-progress",
+        "--sync", "sync", "async:1"])
     printed = []
-    with pytest.raises(UsageError, match="digits-hybrid-async4 cannot run --sync async:4: "
-                                         "it is planned as hybrid"):
-        compare(args, out=printed.append)
-    assert printed == [] and not (tmp_path / "c").exists()
+    results, _ = compare(args, out=printed.append, profile_steps=1)
+    synced, hybrid = results
+    assert hybrid.scheme == "hybrid" and hybrid.lockstep and hybrid.is_async
+    assert len(hybrid.step_seconds) == 1 and hybrid.timeline
+    assert {t.kind for t in hybrid.timeline} >= {"forward", "backward", "update", "copy"}
+    assert "allreduce" not in {t.kind for t in hybrid.timeline}
+    scheme_table, device_table = parse_tables("\n".join(printed))[:2]
+    assert scheme_table[1]["all-reduced"] == ABSENT and scheme_table[1]["img/s profiled"] != \
+        ABSENT
+    reduced = [op for op in hybrid.plan.ops if op.kind == "allreduce"]
+    increments = sum(op.nbytes for op in reduced)  # R - 1 = 1 other replica per layer
+    for device, (plain, asynced) in enumerate(zip(synced.totals, hybrid.device_traffic)):
+        copies_sent = sum(op.nbytes for op in hybrid.plan.ops
+                          if op.kind in ("copy", "gradcopy") and op.src == device)
+        assert asynced[0] == copies_sent + increments
+        row = [r for r in device_table if r["config"] == hybrid.name][device]
+        assert row["sent"] == fmt_bytes(copies_sent + increments)
+        assert row["compute ms"] != ABSENT
+        assert plain.sent_bytes > copies_sent  # sync's sent counts its all-reduces

@@ -16,7 +16,7 @@ Where each figure comes from:
 * the time split per device (compute / copy / all-reduce / idle) and the
   per-device timeline: :data:`PROFILE_STEPS` training steps on the first
   minibatch of the first training batch, run after training with the
-  executor's op timings switched on (after one warm-up step).  A
+  executor's op timings switched on (after one warm-up step).  A data-parallel
   ``--sync async:S`` run has no lockstep step to time: it gets no time split
   and no timeline (the table says ``n/a``, the picture says why), and its
   traffic is measured instead: the shards each replica trained, each of whose
@@ -97,9 +97,10 @@ class ConfigResult:
     # ------------------------------------------------------------- planner
     @property
     def lockstep(self) -> bool:
-        """Whether the run trains in lockstep steps (every --sync mode but async), so
-        that a step can be profiled per operation."""
-        return async_staleness(self.sync) is None
+        """Whether the run trains in lockstep steps, so that a step can be profiled per
+        operation: all but a data-parallel net under --sync async (a hybrid net keeps its
+        lockstep steps; only its replicated layers' increments move apart)."""
+        return async_staleness(self.sync) is None or async_replica_devices(self.plan) is None
 
     @property
     def scheme(self) -> str:
@@ -119,12 +120,16 @@ class ConfigResult:
         return sum(op.nbytes for op in self.plan.ops if isinstance(op, (Copy, GradCopy)))
 
     @property
+    def is_async(self) -> bool:
+        return async_staleness(self.sync) is not None
+
+    @property
     def allreduce_bytes(self) -> int:
         """Bytes each device sends in ring all-reduces, summed over devices, per minibatch
         (the planner's figure: 2(R-1)/R of the gradient per device); under ``local:K``
         the weight average every K-th step moves as much, so 1/K of it per minibatch;
         under ``async`` none (its replicas send increments: :attr:`increment_bytes`)."""
-        if not self.lockstep:
+        if self.is_async:
             return 0
         total = 0
         for op in self.plan.ops:
@@ -142,21 +147,44 @@ class ConfigResult:
 
     @property
     def increment_sends(self) -> list[tuple[float, float]]:
-        """An async run's measured (sent, received) bytes per minibatch of every device:
-        a replica sends the increment of each shard it trains to each other replica."""
-        replicas = async_replica_devices(self.plan) or ()
-        count, total = len(replicas), sum(self.replica_shards)
-        steps = max(self.trained_steps, 1)
-        traffic = [(0.0, 0.0)] * self.plan.num_devices
-        for device, shards in zip(replicas, self.replica_shards):
-            traffic[device] = (shards * (count - 1) * self.weight_bytes / steps,
-                               (total - shards) * self.weight_bytes / steps)
-        return traffic
+        """An async run's (sent, received) increment bytes per minibatch of every device.
+        A data-parallel net's replica sends the increment of each shard it trains to each
+        other replica (measured: the shards each replica trained); in a lockstep (hybrid)
+        net every replica of a replicated layer sends each of its updates to the others
+        (the plan's updates)."""
+        traffic = [[0.0, 0.0] for _ in range(self.plan.num_devices)]
+        replicas = async_replica_devices(self.plan)
+        if replicas is not None:
+            count, total = len(replicas), sum(self.replica_shards)
+            steps = max(self.trained_steps, 1)
+            for device, shards in zip(replicas, self.replica_shards):
+                traffic[device] = [shards * (count - 1) * self.weight_bytes / steps,
+                                   (total - shards) * self.weight_bytes / steps]
+        else:
+            for op in self.plan.ops:
+                if isinstance(op, AllReduce):
+                    for device in op.replica_devices:
+                        traffic[device][0] += (len(op.replica_devices) - 1) * op.nbytes
+                        traffic[device][1] += (len(op.replica_devices) - 1) * op.nbytes
+        return [tuple(t) for t in traffic]
 
     @property
     def increment_bytes(self) -> float:
-        """All increment bytes an async run's replicas sent per minibatch (measured)."""
+        """All increment bytes an async run's replicas sent per minibatch."""
         return sum(sent for sent, _ in self.increment_sends)
+
+    @property
+    def device_traffic(self) -> list[tuple[float, float]]:
+        """(sent, received) bytes per minibatch of every device: the planner's, or under
+        async the plan's copies plus the increments instead of the all-reduces."""
+        if not self.is_async:
+            return [(t.sent_bytes, t.received_bytes) for t in self.totals]
+        traffic = [list(t) for t in self.increment_sends]
+        for op in self.plan.ops:
+            if isinstance(op, (Copy, GradCopy)):
+                traffic[op.src][0] += op.nbytes
+                traffic[op.dst][1] += op.nbytes
+        return [tuple(t) for t in traffic]
 
     @property
     def moved_bytes(self) -> int:
@@ -274,12 +302,6 @@ def compare(args: argparse.Namespace, out=print, provider=None,
         count = max(training.devices_needed(training.load_net_for(o, provider)) for o in options)
         options = [replace(o, gpu=tuple(range(count))) for o in options]
     planned = [training.build_net_and_plan(o, provider) for o in options]
-    for name, o, (_, plan) in zip(names, options, planned):
-        if async_staleness(o.sync) is not None and async_replica_devices(plan) is None:
-            raise UsageError(f"--compare: {name} cannot run --sync {o.sync}: it is planned as "
-                             f"{plan.scheme}, and async runs the replicas of a data-parallel "
-                             "net apart (every layer replicated on the same devices); compare "
-                             "it with --sync sync or local:K")
 
     save_root = Path(args.save_path) if args.save_path else None
     scratch = None if save_root else tempfile.TemporaryDirectory(prefix="convnet-compare-")

@@ -62,7 +62,7 @@ def scheme_rows(results) -> list[list[str]]:
         final = r.final
         rows.append([r.name, r.scheme, str(r.num_passes),
                      f"{r.devices_used} of {r.plan.num_devices}", fmt_bytes(r.copy_bytes),
-                     fmt_bytes(r.allreduce_bytes) if r.lockstep else ABSENT,
+                     ABSENT if r.is_async else fmt_bytes(r.allreduce_bytes),
                      fmt_rate(r.train_images_per_sec),
                      fmt_ratio(speedup(r, base)), fmt_share(efficiency(r, base)),
                      fmt_rate(r.profiled_images_per_sec) if r.lockstep else ABSENT,
@@ -75,25 +75,15 @@ def scheme_rows(results) -> list[list[str]]:
 def device_rows(results) -> list[list[str]]:
     rows = []
     for r in results:
-        if not r.lockstep:
-            rows += _async_device_rows(r)
-            continue
-        for totals, time in zip(r.totals, r.times):
+        for totals, (sent, received), time in zip(r.totals, r.device_traffic,
+                                                  r.times or [None] * len(r.totals)):
+            timed = ([fmt_ms(time.compute), fmt_ms(time.copy), fmt_ms(time.allreduce),
+                      fmt_ms(time.idle), fmt_ms(r.mean_step_seconds)] if r.lockstep
+                     else [ABSENT] * 5)
             rows.append([r.name, f"{totals.device} ({totals.physical})",
                          fmt_bytes(totals.param_bytes), fmt_bytes(totals.activation_bytes),
-                         fmt_bytes(totals.sent_bytes), fmt_bytes(totals.received_bytes),
-                         fmt_ms(time.compute), fmt_ms(time.copy), fmt_ms(time.allreduce),
-                         fmt_ms(time.idle), fmt_ms(r.mean_step_seconds)])
+                         fmt_bytes(sent), fmt_bytes(received)] + timed)
     return rows
-
-
-def _async_device_rows(r) -> list[list[str]]:
-    """An async run's devices: the planner's memory, the measured increment traffic, and
-    no time split (there is no lockstep step to split)."""
-    return [[r.name, f"{totals.device} ({totals.physical})", fmt_bytes(totals.param_bytes),
-             fmt_bytes(totals.activation_bytes), fmt_bytes(sent), fmt_bytes(received)]
-            + [ABSENT] * 5
-            for totals, (sent, received) in zip(r.totals, r.increment_sends)]
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -148,9 +138,10 @@ def comparison_table(results, warnings: list[str] = ()) -> str:
               "compute: load + forward + backward + update; copy: activation and gradient "
               "copies; all-reduce includes waiting for the other replicas; idle: the rest of "
               "the step (waiting for inputs from other devices)."]
-    if any(not r.lockstep for r in results):
-        lines.append(f"{ABSENT} (--sync async runs): no lockstep step to profile per operation "
-                     "and no all-reduce; each replica sends the increment of every shard it "
-                     "trains (all its weights) to the other replicas, and sent/received count "
-                     "those per minibatch, from the shards each replica trained.")
+    if any(r.is_async for r in results):
+        lines.append(f"{ABSENT} (--sync async runs): no all-reduce: each replica sends the "
+                     "increment of each of its updates to the other replicas, and sent/received "
+                     "count those per minibatch (a data-parallel net's from the shards each "
+                     "replica trained); and a data-parallel net's replicas have no lockstep "
+                     "step to profile per operation.")
     return "\n".join(lines)

@@ -135,7 +135,9 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
 def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor | AsyncReplicas:
     """The executor on the devices and backend the options name (this process's share
     of them in a multi-process run), once the plan is known to fit in memory; under
-    ``--sync async:S`` the replicas that train apart (:class:`AsyncReplicas`)."""
+    ``--sync async:S`` the replicas that train apart (:class:`AsyncReplicas`) for a
+    data-parallel net, and for any other the lockstep executor whose replicated layers
+    exchange their increments apart."""
     backend = choose_backend(opts.backend)
     cluster = launch.cluster_for(opts.gpu)
     check_memory(plan, net, backend, cluster.is_local)
@@ -144,17 +146,15 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor | As
         saved = opts.resume is not None and opts.resume.saved_options.get("sync") == opts.sync
         launch.require_one_process(f"--sync {opts.sync}" + (
             " (the checkpoint's; give --sync sync to resume it under mpiexec)" if saved else ""))
-    if staleness is not None and async_replica_devices(plan) is None:
-        raise UsageError(f"--sync {opts.sync} runs the replicas of a data-parallel net apart, "
-                         f"but {Path(opts.layer_def).name} is planned as {plan.scheme} "
-                         "(not every layer replicated on the same devices); give --sync sync "
-                         "or --sync local:K")
     devices = cluster_devices(cluster, opts.gpu, backend)
     slowdown = dict([opts.slow_device]) if opts.slow_device is not None else None
-    if staleness is not None:
+    if staleness is not None and async_replica_devices(plan) is not None:
         return AsyncReplicas(net, plan, devices, staleness, seed=opts.seed, slowdown=slowdown)
+    # Any other plan keeps its lockstep steps; under async:S only the replicated layers'
+    # increments move apart (convnet.runtime.increment_exchange).
     return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential,
-                    cluster=cluster, local_sgd=local_sgd, slowdown=slowdown)
+                    cluster=cluster, local_sgd=local_sgd, slowdown=slowdown,
+                    async_staleness=staleness)
 
 
 def run(opts: RunOptions) -> int:
