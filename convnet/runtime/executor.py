@@ -120,10 +120,10 @@ class Executor:
     ``local_sgd``, where given, is the K of local SGD (see the module docstring);
     None is synchronous SGD.  ``async_staleness``, where given, is the S of the
     asynchronous exchange of the replicated layers' increments (see the module
-    docstring; ``exchange_delay`` is the exchange's test hook).  ``slowdown`` maps a device index to a factor F > 1:
-    every task on that device then takes F times its time (it sleeps F - 1 times
-    what the task took), a test-only way to make one device slower
-    (``--slow-device``, see docs/DESIGN.md).
+    docstring; ``exchange_delay`` is the exchange's test hook).  ``slowdown``
+    maps a device index to a factor F > 1: every task on that device then takes
+    F times its time (it sleeps F - 1 times what the task took), a test-only way
+    to make one device slower (``--slow-device``, see docs/DESIGN.md).
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, seed: int = 0,
@@ -312,7 +312,7 @@ class Executor:
         if self.exchange is None:
             return
         self.exchange.drain()
-        for (layer, replica_devices) in self.exchange.replicas.items():
+        for layer, replica_devices in self.exchange.replicas.items():
             for replica, device in enumerate(replica_devices):
                 self.devices[device].activate()
                 self._add_increments(layer, replica, self.step_count)
