@@ -295,3 +295,19 @@ def test_slowing_a_device_changes_no_result_of_a_lockstep_step():
             executor.close()
     for key in states[0]:
         assert np.array_equal(states[0][key], states[1][key]), key
+
+
+def test_settle_hands_over_every_queued_shard_once():
+    """What the training loop counts before a test: the costs of every shard the steps
+    queued and did not yet return, none twice, and none left for the next step."""
+    net = fc_net(DATA_PARALLEL)
+    apart = _async(net)
+    try:
+        returned = sum(apart.step(batch).num_cases for batch in _fc_batches(5))
+        settled = _within(HANG_SECONDS, apart.settle)
+        assert returned + settled.num_cases == 5 * MINI and settled.seconds >= 0
+        assert "cost" in settled.costs or settled.num_cases == 0
+        assert _within(HANG_SECONDS, apart.settle).num_cases == 0
+        assert apart.step(_fc_batches(1)[0]).num_cases <= MINI
+    finally:
+        apart.close()

@@ -101,8 +101,12 @@ def sync_text(sync: str, plan) -> str | None:
                 f"their own shards and average their weights every {period} step(s); not "
                 f"bitwise reproducible against --sync sync.")
     if async_replica_devices(plan) is None:
-        return (f"Sync: async:{staleness} needs a data-parallel net (every layer replicated on "
-                f"the same devices); training refuses this {plan.scheme} plan.")
+        return (f"Sync: async:{staleness} in a {plan.scheme} plan: the steps stay lockstep "
+                f"(the other layers keep their schedule); the replicated layers "
+                f"({', '.join(replicated)}) update from their own shards at once and add "
+                f"the other replicas' increments as they arrive, at most {staleness} step(s) "
+                f"late; NOT bitwise reproducible (the order of the updates depends on "
+                f"timing).")
     return (f"Sync: asynchronous: the {plan.num_shards} replicas train apart on shards of a "
             f"shared queue, each applying its own update at once and the others' as they "
             f"arrive, at most {staleness} step(s) ahead of the slowest; NOT bitwise "

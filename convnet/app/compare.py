@@ -16,7 +16,11 @@ Where each figure comes from:
 * the time split per device (compute / copy / all-reduce / idle) and the
   per-device timeline: :data:`PROFILE_STEPS` training steps on the first
   minibatch of the first training batch, run after training with the
-  executor's op timings switched on (after one warm-up step).
+  executor's op timings switched on (after one warm-up step).  A data-parallel
+  ``--sync async:S`` run has no lockstep step to time: it gets no time split
+  and no timeline (the table says ``n/a``, the picture says why), and its
+  traffic is measured instead: the shards each replica trained, each of whose
+  increments went to the other replicas.
 
 ``--layer-params`` is given once (shared by all configs) or once per config,
 in the same order.  Without ``--save-path`` the runs' logs go to a temporary
@@ -41,7 +45,7 @@ from convnet.app.compare_plot import write_comparison_png
 from convnet.app.compare_table import comparison_table
 from convnet.app.compare_verdict import equivalence_warnings
 from convnet.app.options import RunOptions, resolve_options
-from convnet.app.option_values import local_sgd_period
+from convnet.app.option_values import async_staleness, local_sgd_period
 from convnet.app.run_folder import check_checkpoint_slot, claim_run_folder
 from convnet.app.run_log import CSV_NAME, read_log
 from convnet.app.run_summary import oversubscription_warning
@@ -50,6 +54,7 @@ from convnet.optional import require_matplotlib
 from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan
 from convnet.plan.report import DeviceTotals, device_totals
 from convnet.plan.time_split import CATEGORIES, CATEGORY, DeviceTime
+from convnet.runtime.async_replicas import async_replica_devices
 from convnet.runtime.backends import choose_backend
 
 #: Profiled training steps after training (after one warm-up step).
@@ -85,8 +90,18 @@ class ConfigResult:
     times: list[DeviceTime] = field(default_factory=list)
     timeline: list = field(default_factory=list)  # OpTiming of one step (the median one)
     timeline_seconds: float = 0.0
+    # An async run's measured traffic: shards each replica trained, over this many steps.
+    replica_shards: list[int] = field(default_factory=list)
+    trained_steps: int = 0
 
     # ------------------------------------------------------------- planner
+    @property
+    def lockstep(self) -> bool:
+        """Whether the run trains in lockstep steps, so that a step can be profiled per
+        operation: all but a data-parallel net under --sync async (a hybrid net keeps its
+        lockstep steps; only its replicated layers' increments move apart)."""
+        return async_staleness(self.sync) is None or async_replica_devices(self.plan) is None
+
     @property
     def scheme(self) -> str:
         return self.plan.scheme
@@ -105,10 +120,17 @@ class ConfigResult:
         return sum(op.nbytes for op in self.plan.ops if isinstance(op, (Copy, GradCopy)))
 
     @property
+    def is_async(self) -> bool:
+        return async_staleness(self.sync) is not None
+
+    @property
     def allreduce_bytes(self) -> int:
         """Bytes each device sends in ring all-reduces, summed over devices, per minibatch
         (the planner's figure: 2(R-1)/R of the gradient per device); under ``local:K``
-        the weight average every K-th step moves as much, so 1/K of it per minibatch."""
+        the weight average every K-th step moves as much, so 1/K of it per minibatch;
+        under ``async`` none (its replicas send increments: :attr:`increment_bytes`)."""
+        if self.is_async:
+            return 0
         total = 0
         for op in self.plan.ops:
             if isinstance(op, AllReduce):
@@ -116,6 +138,53 @@ class ConfigResult:
                 total += r * (2 * (r - 1) * op.nbytes // r)
         period = local_sgd_period(self.sync)
         return total // period if period else total
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of one replica's replicated weights (float32): the size of one increment
+        an async replica sends after each shard."""
+        return sum(op.nbytes for op in self.plan.ops if isinstance(op, AllReduce))
+
+    @property
+    def increment_sends(self) -> list[tuple[float, float]]:
+        """An async run's (sent, received) increment bytes per minibatch of every device.
+        A data-parallel net's replica sends the increment of each shard it trains to each
+        other replica (measured: the shards each replica trained); in a lockstep (hybrid)
+        net every replica of a replicated layer sends each of its updates to the others
+        (the plan's updates)."""
+        traffic = [[0.0, 0.0] for _ in range(self.plan.num_devices)]
+        replicas = async_replica_devices(self.plan)
+        if replicas is not None:
+            count, total = len(replicas), sum(self.replica_shards)
+            steps = max(self.trained_steps, 1)
+            for device, shards in zip(replicas, self.replica_shards):
+                traffic[device] = [shards * (count - 1) * self.weight_bytes / steps,
+                                   (total - shards) * self.weight_bytes / steps]
+        else:
+            for op in self.plan.ops:
+                if isinstance(op, AllReduce):
+                    for device in op.replica_devices:
+                        traffic[device][0] += (len(op.replica_devices) - 1) * op.nbytes
+                        traffic[device][1] += (len(op.replica_devices) - 1) * op.nbytes
+        return [tuple(t) for t in traffic]
+
+    @property
+    def increment_bytes(self) -> float:
+        """All increment bytes an async run's replicas sent per minibatch."""
+        return sum(sent for sent, _ in self.increment_sends)
+
+    @property
+    def device_traffic(self) -> list[tuple[float, float]]:
+        """(sent, received) bytes per minibatch of every device: the planner's, or under
+        async the plan's copies plus the increments instead of the all-reduces."""
+        if not self.is_async:
+            return [(t.sent_bytes, t.received_bytes) for t in self.totals]
+        traffic = [list(t) for t in self.increment_sends]
+        for op in self.plan.ops:
+            if isinstance(op, (Copy, GradCopy)):
+                traffic[op.src][0] += op.nbytes
+                traffic[op.dst][1] += op.nbytes
+        return [tuple(t) for t in traffic]
 
     @property
     def moved_bytes(self) -> int:
@@ -187,11 +256,6 @@ def _check_args(args: argparse.Namespace) -> None:
     for key, text in _NOT_WITH_COMPARE:
         if getattr(args, key):
             raise UsageError(f"--compare cannot be combined with {text}")
-    for mode in args.sync or ():
-        if mode.startswith("async:"):
-            raise UsageError(f"--compare profiles lockstep steps, which --sync {mode} does not "
-                             "have; compare it with the other --sync modes with "
-                             "bench/bench_sync.py")
 
 
 def config_options(args: argparse.Namespace,
@@ -316,7 +380,11 @@ def _train_and_profile(result: ConfigResult, opts: RunOptions, provider, net, pl
             if not result.log_rows:
                 raise ConvnetError(f"{result.name}: the run logged no test line to "
                                    f"{result.log_path}")
-            profile(result, executor, provider, opts.mini, profile_steps)
+            if result.lockstep:
+                profile(result, executor, provider, opts.mini, profile_steps)
+            else:  # no lockstep step to time: what the replicas trained instead
+                result.replica_shards = list(executor.record.shards)
+                result.trained_steps = executor.step_count
         finally:
             executor.close()
 

@@ -11,6 +11,8 @@ One PNG, top to bottom:
   device, coloured spans for compute (load, forward, backward, update),
   copies and all-reduces; the grey between spans is time a device waits.
   All the Gantt charts share one time axis, so their lengths compare.
+  A ``--sync async:S`` run has no lockstep step, so its panel says so and
+  shows, per device, how many of the run's shards its replica trained.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 from pathlib import Path
 
 from convnet.errors import ConvnetError
+from convnet.runtime.async_replicas import async_replica_devices
 
 DPI = 100
 WIDTH_IN = 13.0
@@ -61,11 +64,15 @@ def comparison_figure(results):
     _error_curves(fig.add_subplot(grid[0, 0]), results, colours)
     _throughput_bars(fig.add_subplot(grid[0, 1]), results, colours)
     span = max((r.timeline_seconds for r in results), default=0.0) * 1000 * 1.02 or 1.0
+    lockstep = [row for row, r in enumerate(results, start=1) if r.lockstep]
     first = None
     for row, result in enumerate(results, start=1):
+        if not result.lockstep:
+            _async_panel(fig.add_subplot(grid[row, :]), result)
+            continue
         ax = fig.add_subplot(grid[row, :], sharex=first)
         first = first or ax
-        _gantt(ax, result, span, last=row == len(results))
+        _gantt(ax, result, span, last=row == lockstep[-1])
     if first is not None:
         _kind_legend(fig, results)
     return fig
@@ -107,8 +114,10 @@ def _throughput_bars(ax, results, colours) -> None:
     bars = ax.bar([x - width / 2 for x in xs], train, width, color=colours)
     bars2 = ax.bar([x + width / 2 for x in xs], steps, width, color=colours, alpha=0.45,
                    hatch="//", edgecolor="white")
-    for group in (bars, bars2):  # upright numbers: side by side they never overlap
-        ax.bar_label(group, fmt="%.0f", rotation=90, padding=2, fontsize=7)
+    # Upright numbers: side by side they never overlap.  An async run has no profiled step.
+    ax.bar_label(bars, fmt="%.0f", rotation=90, padding=2, fontsize=7)
+    ax.bar_label(bars2, [f"{v:.0f}" if r.lockstep else "n/a" for v, r in zip(steps, results)],
+                 rotation=90, padding=2, fontsize=7)
     # The numbers of the error panel's legend: names as long as the ImageNet configs'
     # would overlap one another under narrow bars.
     ax.set_xticks(list(xs), [f"{i}: {r.scheme}" for i, r in enumerate(results, start=1)],
@@ -144,6 +153,25 @@ def _gantt(ax, result, span_ms: float, last: bool) -> None:
         ax.set_xlabel("time within the step (ms); grey = waiting")
     else:
         ax.tick_params(labelbottom=False)
+
+
+def _async_panel(ax, result) -> None:
+    """An async run's panel: no step to draw, and why; per device, the shards its replica
+    took from the shared queue (a faster replica takes more)."""
+    num_devices = result.plan.num_devices
+    replicas = dict(zip(async_replica_devices(result.plan) or (), result.replica_shards))
+    total = sum(result.replica_shards) or 1
+    for d in range(num_devices):
+        text = (f"replica trained {replicas[d]} of the run's {total} shards "
+                f"({100 * replicas[d] / total:.0f}%)" if d in replicas else "no replica")
+        ax.text(0.01, d, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+    ax.set_yticks(range(num_devices),
+                  [f"device {d} ({p})" for d, p in enumerate(result.plan.physical_devices)],
+                  fontsize=8)
+    ax.set_ylim(num_devices - 0.5, -0.5)
+    ax.set_xticks([])
+    ax.set_title(f"{result.name}: {result.scheme}, --sync {result.sync}: asynchronous, "
+                 "no lockstep step to profile", fontsize=9, loc="left")
 
 
 def _kind_legend(fig, results) -> None:

@@ -43,6 +43,11 @@ def fmt_error(error: float) -> str:
     return f"{100 * error:.2f}%"
 
 
+#: The cell of a figure that a ``--sync async:S`` run cannot have (no lockstep step to
+#: profile, no all-reduce).
+ABSENT = "n/a"
+
+
 SCHEME_HEADER = ["config", "scheme", "passes", "devices used", "copied", "all-reduced",
                  "img/s train", "speedup", "efficiency", "img/s profiled", "wall s",
                  "train cost", "train err", "test cost", "test err"]
@@ -57,9 +62,11 @@ def scheme_rows(results) -> list[list[str]]:
         final = r.final
         rows.append([r.name, r.scheme, str(r.num_passes),
                      f"{r.devices_used} of {r.plan.num_devices}", fmt_bytes(r.copy_bytes),
-                     fmt_bytes(r.allreduce_bytes), fmt_rate(r.train_images_per_sec),
+                     ABSENT if r.is_async else fmt_bytes(r.allreduce_bytes),
+                     fmt_rate(r.train_images_per_sec),
                      fmt_ratio(speedup(r, base)), fmt_share(efficiency(r, base)),
-                     fmt_rate(r.profiled_images_per_sec), fmt_seconds(r.wall_seconds),
+                     fmt_rate(r.profiled_images_per_sec) if r.lockstep else ABSENT,
+                     fmt_seconds(r.wall_seconds),
                      fmt_cost(final["cost"]), fmt_error(final["error"]),
                      fmt_cost(final["test_cost"]), fmt_error(final["test_error"])])
     return rows
@@ -68,12 +75,14 @@ def scheme_rows(results) -> list[list[str]]:
 def device_rows(results) -> list[list[str]]:
     rows = []
     for r in results:
-        for totals, time in zip(r.totals, r.times):
+        for totals, (sent, received), time in zip(r.totals, r.device_traffic,
+                                                  r.times or [None] * len(r.totals)):
+            timed = ([fmt_ms(time.compute), fmt_ms(time.copy), fmt_ms(time.allreduce),
+                      fmt_ms(time.idle), fmt_ms(r.mean_step_seconds)] if r.lockstep
+                     else [ABSENT] * 5)
             rows.append([r.name, f"{totals.device} ({totals.physical})",
                          fmt_bytes(totals.param_bytes), fmt_bytes(totals.activation_bytes),
-                         fmt_bytes(totals.sent_bytes), fmt_bytes(totals.received_bytes),
-                         fmt_ms(time.compute), fmt_ms(time.copy), fmt_ms(time.allreduce),
-                         fmt_ms(time.idle), fmt_ms(r.mean_step_seconds)])
+                         fmt_bytes(sent), fmt_bytes(received)] + timed)
     return rows
 
 
@@ -90,7 +99,7 @@ def format_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _numeric(cell: str) -> bool:
-    if cell == "-":
+    if cell in ("-", ABSENT):
         return True
     text = cell.replace("%", "").replace(".", "", 1).replace(" of ", "").rstrip("x")
     for unit in (" B", " KiB", " MiB", " GiB"):
@@ -104,9 +113,11 @@ def comparison_table(results, warnings: list[str] = ()) -> str:
     if not results:
         return "(nothing compared)"
     first = results[0]
-    steps = len(first.step_seconds)
+    steps = max(len(r.step_seconds) for r in results)
+    modes = {r.sync for r in results}
+    shared_mode = f", --sync {first.sync}" if modes != {"sync"} and len(modes) == 1 else ""
     lines = [f"Schemes compared (minibatch {first.plan.minibatch}, "
-             f"--gpu {','.join(map(str, first.plan.physical_devices))})"]
+             f"--gpu {','.join(map(str, first.plan.physical_devices))}{shared_mode})"]
     lines += format_table(SCHEME_HEADER, scheme_rows(results))
     lines += ["", verdict(results, fmt_bytes)] + [f"warning: {w}" for w in warnings]
     lines += ["", "Per device (memory and traffic per minibatch from the planner; time per "
@@ -127,4 +138,10 @@ def comparison_table(results, warnings: list[str] = ()) -> str:
               "compute: load + forward + backward + update; copy: activation and gradient "
               "copies; all-reduce includes waiting for the other replicas; idle: the rest of "
               "the step (waiting for inputs from other devices)."]
+    if any(r.is_async for r in results):
+        lines.append(f"{ABSENT} (--sync async runs): no all-reduce: each replica sends the "
+                     "increment of each of its updates to the other replicas, and sent/received "
+                     "count those per minibatch (a data-parallel net's from the shards each "
+                     "replica trained); and a data-parallel net's replicas have no lockstep "
+                     "step to profile per operation.")
     return "\n".join(lines)

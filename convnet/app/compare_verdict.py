@@ -52,6 +52,8 @@ def verdict(results, fmt_bytes) -> str:
         costs.append(f"copies {fmt_bytes(best.copy_bytes)}")
     if best.allreduce_bytes:
         costs.append(f"all-reduces {fmt_bytes(best.allreduce_bytes)}")
+    if best.is_async and best.increment_bytes:
+        costs.append(f"increment sends {fmt_bytes(best.increment_bytes)}")
     if costs:
         text += f"; it pays {' and '.join(costs)} per minibatch"
     if best.times:

@@ -293,8 +293,10 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError(f"--dummy-cases sets the size of dummy batches; the "
                          f"'{opts.data_provider}' data has its own")
     if opts.profile and opts.sync.startswith("async:"):
-        raise UsageError(f"--profile times the operations of lockstep steps; --sync {opts.sync} "
-                         "has none: give --sync sync or local:K to profile")
+        raise UsageError(f"--profile times the operations of lockstep steps; under --sync "
+                         f"{opts.sync} a data-parallel net has none, and a hybrid net's would "
+                         "leave out the increments moving beside them: give --sync sync or "
+                         "local:K to profile")
     if opts.slow_device is not None and opts.slow_device[0] >= len(opts.gpu):
         raise UsageError(f"--slow-device {opts.slow_device[0]}:...: --gpu lists "
                          f"{len(opts.gpu)} device(s), numbered from 0")

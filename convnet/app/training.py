@@ -135,7 +135,9 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
 def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor | AsyncReplicas:
     """The executor on the devices and backend the options name (this process's share
     of them in a multi-process run), once the plan is known to fit in memory; under
-    ``--sync async:S`` the replicas that train apart (:class:`AsyncReplicas`)."""
+    ``--sync async:S`` the replicas that train apart (:class:`AsyncReplicas`) for a
+    data-parallel net, and for any other the lockstep executor whose replicated layers
+    exchange their increments apart."""
     backend = choose_backend(opts.backend)
     cluster = launch.cluster_for(opts.gpu)
     check_memory(plan, net, backend, cluster.is_local)
@@ -144,17 +146,15 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor | As
         saved = opts.resume is not None and opts.resume.saved_options.get("sync") == opts.sync
         launch.require_one_process(f"--sync {opts.sync}" + (
             " (the checkpoint's; give --sync sync to resume it under mpiexec)" if saved else ""))
-    if staleness is not None and async_replica_devices(plan) is None:
-        raise UsageError(f"--sync {opts.sync} runs the replicas of a data-parallel net apart, "
-                         f"but {Path(opts.layer_def).name} is planned as {plan.scheme} "
-                         "(not every layer replicated on the same devices); give --sync sync "
-                         "or --sync local:K")
     devices = cluster_devices(cluster, opts.gpu, backend)
     slowdown = dict([opts.slow_device]) if opts.slow_device is not None else None
-    if staleness is not None:
+    if staleness is not None and async_replica_devices(plan) is not None:
         return AsyncReplicas(net, plan, devices, staleness, seed=opts.seed, slowdown=slowdown)
+    # Any other plan keeps its lockstep steps; under async:S only the replicated layers'
+    # increments move apart (convnet.runtime.increment_exchange).
     return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential,
-                    cluster=cluster, local_sgd=local_sgd, slowdown=slowdown)
+                    cluster=cluster, local_sgd=local_sgd, slowdown=slowdown,
+                    async_staleness=staleness)
 
 
 def run(opts: RunOptions) -> int:
@@ -359,6 +359,7 @@ class Trainer:
                     self._guarded(self._train_batch, batch, progress, bar, batch_id=batch_id)
                     self.batch_index += 1
                     if (done + 1) % test_freq == 0 or self.batch_index == len(batches):
+                        self._guarded(self._settle, batch_id=batch_id)
                         test_result = self._guarded(self.test, batch_id=batch_id)
                         self.log.record(self.epoch, batch_id, test_result,
                                         self._learning_rate(progress), write=bar.write)
@@ -450,17 +451,30 @@ class Trainer:
         for part in parts:
             raise_if_stopped()
             result = self.executor.step(part, progress)
-            costs = result.costs.get(self.cost_layer, {})
-            totals["cost"] += costs.get("cost", 0.0) * result.num_cases
-            totals["error"] += costs.get("error", 0.0) * result.num_cases
-            totals["cases"] += result.num_cases
-            totals["seconds"] += result.seconds
+            self._add_step(totals, result)
             if self.opts.profile:
                 self.log.add_profile(self.executor.timings)
             bar.set_postfix_str(f"cost {totals['cost'] / max(totals['cases'], 1):.4f}",
                                 refresh=False)
             bar.update(1)
         self.log.accumulate_train(totals)
+
+    def _add_step(self, totals: dict, result) -> None:
+        costs = result.costs.get(self.cost_layer, {})
+        totals["cost"] += costs.get("cost", 0.0) * result.num_cases
+        totals["error"] += costs.get("error", 0.0) * result.num_cases
+        totals["cases"] += result.num_cases
+        totals["seconds"] += result.seconds
+
+    def _settle(self) -> None:
+        """Under ``--sync async:S`` a step only queues its shards: before a test, train
+        what is queued and count those shards and that time in the interval, so that its
+        img/s is the training's (a lockstep executor has nothing queued)."""
+        settle = getattr(self.executor, "settle", None)
+        if settle is not None:
+            totals = {"cost": 0.0, "error": 0.0, "cases": 0, "seconds": 0.0}
+            self._add_step(totals, settle())
+            self.log.accumulate_train(totals)
 
     def _learning_rate(self, progress: float) -> float:
         for ldef in self.net:

@@ -55,6 +55,7 @@ from convnet.plan.ops import Plan, shard_bounds
 from convnet.plan.planner import make_plan
 from convnet.runtime.batch_check import check_batch
 from convnet.runtime.executor import Executor, StepResult
+from convnet.runtime.learning_rules import ScaledRate, scale_rates
 
 _POLL_SECONDS = 0.05
 EVAL_PIECES = 2  # pieces per replica that an evaluation's minibatch is cut into
@@ -72,18 +73,6 @@ def one_device_net(net: NetConfig) -> NetConfig:
     layers = {name: dataclasses.replace(ldef, gpu=None if ldef.gpu is None else (0,))
               for name, ldef in net.layers.items()}
     return dataclasses.replace(net, layers=layers)
-
-
-@dataclass(frozen=True)
-class ScaledRate:
-    """A learning-rate schedule times a constant factor (``value`` is all the optimizer
-    reads)."""
-
-    schedule: object
-    factor: float
-
-    def value(self, progress: float) -> float:
-        return self.schedule.value(progress) * self.factor
 
 
 @dataclass
@@ -144,10 +133,8 @@ class AsyncReplicas:
                          for d in replica_devices]
         if count > 1:
             for replica in self.replicas:
-                rules = replica.store.rules
-                for name in rules:
-                    rules[name] = {k: dataclasses.replace(r, eps=ScaledRate(r.eps, 1.0 / count))
-                                   for k, r in rules[name].items()}
+                for name in replica.store.rules:
+                    scale_rates(replica.store.rules, name, 1.0 / count)
         self.step_count = 0
         self.timings = None  # per-operation profiles are a lockstep figure: not recorded
         self.record = StalenessRecord(shards=[0] * count)
@@ -194,6 +181,18 @@ class AsyncReplicas:
         with self._cv:
             self._wait_until(lambda: not self._queue and all(s is None for s in self._in_work))
         self._on_every_replica(self._add_received)
+
+    def settle(self) -> StepResult:
+        """Drain, and return the costs of the shards finished since the last :meth:`step`
+        with the drain's wall time: the training that :meth:`step` only queued, so that
+        a training loop counts it (and its time) before it tests."""
+        start = time.perf_counter()
+        self.drain()
+        with self._cv:
+            finished, self._finished = self._finished, []
+        result = _combined([r for _, r in sorted(finished, key=lambda f: f[0])])
+        result.seconds = time.perf_counter() - start
+        return result
 
     def evaluate(self, batch: list[np.ndarray]) -> StepResult:
         """Forward only on the drained replicas.  The minibatch is cut into pieces that

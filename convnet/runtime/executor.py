@@ -27,6 +27,14 @@ every K-th step the replicas' weights are replaced by their mean (see
 replica keeps its own, as in plain local SGD (no outer optimizer step as in
 DiLoCo).  K=1 with momentum 0 is synchronous SGD up to float rounding (the
 mean of the updated weights, not the update with the mean gradient).
+
+With ``async_staleness=S`` (a hybrid net under ``--sync async:S``) the steps
+stay lockstep, but the replicated layers' replicas do not wait for each other:
+each updates from its own shards at once, with the learning rates divided by
+its layer's replica count, and the increments move between the replicas
+beside the steps (:mod:`convnet.runtime.increment_exchange`); a replica adds
+the ones that arrived before its first forward of the layer in a later step,
+never more than S steps late.  Momentum is each replica's own.
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ from convnet.plan.ops import AllReduce, Copy, Forward, Load, Plan, Update, shard
 from convnet.runtime.batch_check import check_batch
 from convnet.runtime.cluster import Cluster, single_process
 from convnet.runtime.collectives import ChunkedAllReduce, make_all_reduce
+from convnet.runtime.increment_exchange import IncrementExchange
+from convnet.runtime.learning_rules import scale_rates
 from convnet.runtime.non_finite import non_finite_cost_error, non_finite_gradient_error
 from convnet.runtime.optimizer import MomentumSGD
 from convnet.runtime.rank_tasks import tasks_for_rank
@@ -108,20 +118,27 @@ class Executor:
     then holds :class:`~convnet.runtime.cluster.RemoteDevice` stand-ins for
     the other ranks' devices); by default the run is this process alone.
     ``local_sgd``, where given, is the K of local SGD (see the module docstring);
-    None is synchronous SGD.  ``slowdown`` maps a device index to a factor F > 1:
-    every task on that device then takes F times its time (it sleeps F - 1 times
-    what the task took), a test-only way to make one device slower
-    (``--slow-device``, see docs/DESIGN.md).
+    None is synchronous SGD.  ``async_staleness``, where given, is the S of the
+    asynchronous exchange of the replicated layers' increments (see the module
+    docstring; ``exchange_delay`` is the exchange's test hook).  ``slowdown``
+    maps a device index to a factor F > 1: every task on that device then takes
+    F times its time (it sleeps F - 1 times what the task took), a test-only way
+    to make one device slower (``--slow-device``, see docs/DESIGN.md).
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, seed: int = 0,
                  parallel: bool = True, check_finite: bool = True,
                  cluster: Cluster | None = None, local_sgd: int | None = None,
-                 slowdown: dict[int, float] | None = None):
+                 slowdown: dict[int, float] | None = None,
+                 async_staleness: int | None = None, exchange_delay=None):
         if len(devices) != plan.num_devices:
             raise ValueError("one device per logical index of the plan is needed")
         if local_sgd is not None and local_sgd < 1:
             raise ValueError(f"local SGD averages every K >= 1 steps, not {local_sgd}")
+        if local_sgd is not None and async_staleness is not None:
+            raise ValueError("local SGD and the asynchronous exchange exclude each other")
+        if async_staleness is not None and cluster is not None and cluster.size > 1:
+            raise ValueError("the asynchronous exchange runs in one process only")
         self.net = net
         self.plan = plan
         self.devices = devices
@@ -141,15 +158,24 @@ class Executor:
         # bounds.
         self._chunked = {devs: c if c.sharded else ChunkedAllReduce(c.devices)
                          for devs, c in self.collectives.items()}
+        self.own_updates = local_sgd is not None or async_staleness is not None
         self.store = WeightStore(net, plan, devices, self.layers, seed, self.collectives,
                                  self.cluster.is_local,
-                                 momentum_sliced=local_sgd is None)
+                                 momentum_sliced=not self.own_updates)
+        self.exchange = None
+        if async_staleness is not None:
+            replicated = {op.layer: op.replica_devices for op in plan.ops
+                          if isinstance(op, AllReduce)}
+            for layer, replica_devices in replicated.items():
+                scale_rates(self.store.rules, layer, 1.0 / len(replica_devices))
+            self.exchange = IncrementExchange(replicated, devices, async_staleness,
+                                              delay=exchange_delay)
+            self._added: dict[tuple[str, int], int] = {}  # (layer, replica) -> step added
         self.optimizer = MomentumSGD()
         self.transfers = Transfers(self.cluster.comm, net, devices, self.store, self._collective)
         self._tasks_by_sync = {sync: self._rank_tasks(make_tasks(plan.ops, self._sharded,
                                                                self._constrained, sync))
-                             for sync in ((ReplicaSync.ALL_REDUCE,) if local_sgd is None
-                                          else (ReplicaSync.LOCAL, ReplicaSync.AVERAGE))}
+                             for sync in self._syncs(local_sgd, async_staleness)}
         self._eval_tasks = self._rank_tasks(make_tasks(
             [op for op in plan.ops if isinstance(op, FORWARD_OPS)], self._sharded))
         self._actions = {  # the method that carries out each task action
@@ -175,6 +201,15 @@ class Executor:
         self.workers = (DeviceWorkers(devices, wait_after_error=self.cluster.size == 1)
                         if parallel else None)
         self.timings: list[OpTiming] | None = None
+
+    @staticmethod
+    def _syncs(local_sgd, async_staleness) -> tuple[ReplicaSync, ...]:
+        """What the training steps may do with the replicated layers' weights."""
+        if async_staleness is not None:
+            return (ReplicaSync.ASYNC,)
+        if local_sgd is not None:
+            return (ReplicaSync.LOCAL, ReplicaSync.AVERAGE)
+        return (ReplicaSync.ALL_REDUCE,)
 
     def _constrained(self, layer: str) -> bool:
         """Whether ``layer``'s weights are rescaled after each update (``wball``)."""
@@ -202,6 +237,8 @@ class Executor:
 
     def replica_sync(self) -> ReplicaSync:
         """What the next training step does with the replicated layers' weights."""
+        if self.exchange is not None:
+            return ReplicaSync.ASYNC
         if self.local_sgd is None:
             return ReplicaSync.ALL_REDUCE
         return (ReplicaSync.AVERAGE if (self.step_count + 1) % self.local_sgd == 0
@@ -216,6 +253,7 @@ class Executor:
 
         With several processes every rank must call it: each sends its share to
         rank 0, which returns the whole state; the others return an empty dict."""
+        self.drain()
         if self.cluster.size == 1:
             return self.store.state_arrays()
         shares = self.cluster.comm.gather(self.store.local_state(), root=0)
@@ -223,6 +261,7 @@ class Executor:
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Put checkpointed weights and momentum onto every replica."""
+        self.drain()  # no increment of the old weights may be added to the loaded ones
         self.store.load_state_arrays(arrays)
 
     # ------------------------------------------------------------------- steps
@@ -249,10 +288,12 @@ class Executor:
 
     def evaluate(self, batch: list[np.ndarray]) -> StepResult:
         """Forward only, in test mode (no dropout), no update."""
+        self.drain()
         return self._execute(batch, self._eval_tasks, train=False, progress=0.0)
 
     def features(self, batch: list[np.ndarray], layer: str) -> np.ndarray:
         """The test-mode output of ``layer`` for every case of ``batch``, on the host."""
+        self.drain()
         buffers = self._run_tasks(batch, self._eval_tasks, train=False, progress=0.0)
         placement = self.plan.layers[layer]
         parts = {}
@@ -265,7 +306,20 @@ class Executor:
         return (np.concatenate([parts[s] for s in range(self.plan.num_shards)])
                 if placement.devices else np.empty((0,)))
 
+    def drain(self) -> None:
+        """Under the asynchronous exchange: wait until every increment has arrived and add
+        it, so that the replicas agree (up to float rounding); nothing otherwise."""
+        if self.exchange is None:
+            return
+        self.exchange.drain()
+        for layer, replica_devices in self.exchange.replicas.items():
+            for replica, device in enumerate(replica_devices):
+                self.devices[device].activate()
+                self._add_increments(layer, replica, self.step_count)
+
     def close(self) -> None:
+        if self.exchange is not None:
+            self.exchange.close()
         if self.workers is not None:
             self.workers.close()
             self.workers = None
@@ -350,6 +404,9 @@ class Executor:
         op = task.op
         ldef = self.net[op.layer]
         layer = self.layers[op.layer]
+        if self.exchange is not None and buffers.ctx_base["train"] and \
+                self._added.get((op.layer, op.replica)) != self.step_count:
+            self._add_increments(op.layer, op.replica, self.step_count)
         inputs = [buffers.acts[(i, op.shard, op.device)] for i in ldef.inputs]
         ctx = self._ctx(buffers, op.shard)
         output, state = layer.forward(inputs, self.store.weights[op.layer][op.replica], ctx)
@@ -411,6 +468,24 @@ class Executor:
                            self.store.momentum[op.layer][op.replica],
                            self.store.grads[op.layer][op.replica])
         self._constrain(op.layer, op.replica)
+        if self.exchange is not None and op.layer in self.exchange.replicas:
+            self.exchange.post(op.layer, op.replica, self.step_count,
+                               self.store.momentum[op.layer][op.replica])
+
+    def _add_increments(self, layer: str, replica: int, step: int) -> None:
+        """Add the other replicas' increments that replica ``replica`` of ``layer`` takes
+        before its forward in ``step`` (then redo ``wball``); once per step."""
+        self._added[(layer, replica)] = step
+        if layer not in self.exchange.replicas:
+            return
+        received = self.exchange.take(layer, replica, step)
+        if not received:
+            return
+        weights = self.store.weights[layer][replica]
+        for increments in received:
+            for k, inc in increments.items():
+                weights[k] += inc
+        self._constrain(layer, replica)
 
     def _reduce_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         op = task.op
@@ -486,7 +561,7 @@ class Executor:
         u = placement.update_period
         first = (op.pass_index - u + 1) * self.plan.rmin
         last = (op.pass_index + 1) * self.plan.rmin
-        if self.local_sgd is None:
+        if not self.own_updates:
             num_cases = buffers.bounds[last - 1][1] - buffers.bounds[first][0]
         else:
             num_cases = sum(buffers.bounds[s][1] - buffers.bounds[s][0]

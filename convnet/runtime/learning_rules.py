@@ -12,6 +12,7 @@ reads the rule of each array from it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from convnet.config.model import LayerDef
@@ -60,3 +61,22 @@ def learning_rules(ldef: LayerDef) -> dict[str, LearningRule]:
              for i in range(len(ldef.inputs))}
     rules[BIAS_KEY] = LearningRule(params["epsB"], params["momB"], 0.0)
     return rules
+
+
+@dataclass(frozen=True)
+class ScaledRate:
+    """A learning-rate schedule times a constant factor (``value`` is all the optimizer
+    reads)."""
+
+    schedule: object
+    factor: float
+
+    def value(self, progress: float) -> float:
+        return self.schedule.value(progress) * self.factor
+
+
+def scale_rates(rules: dict[str, dict[str, LearningRule]], layer: str, factor: float) -> None:
+    """Multiply the learning rates of ``layer``'s rules by ``factor`` (asynchronous
+    replicas: R updates of a step, each with 1/R of the rate, add up to one)."""
+    rules[layer] = {k: dataclasses.replace(r, eps=ScaledRate(r.eps, factor))
+                    for k, r in rules[layer].items()}

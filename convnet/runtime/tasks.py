@@ -103,6 +103,9 @@ class ReplicaSync(enum.Enum):
     ALL_REDUCE = "all-reduce"  # synchronous SGD: sum the gradients, then the same update
     LOCAL = "local"  # local SGD between averages: each replica updates from its own gradient
     AVERAGE = "average"  # local SGD's K-th step: local updates, then average the weights
+    # async:S in a lockstep net: local updates whose increments move beside the steps
+    # (convnet.runtime.increment_exchange); the tasks are LOCAL's
+    ASYNC = "async"
 
 
 @dataclass(frozen=True)
