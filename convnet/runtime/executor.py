@@ -171,6 +171,7 @@ class Executor:
         self.workers = (DeviceWorkers(devices, wait_after_error=self.cluster.size == 1)
                         if parallel else None)
         self.timings: list[OpTiming] | None = None
+        self.memory = None  # a runtime.memory.MemoryMeter, sampled after every task when set
 
     def _constrained(self, layer: str) -> bool:
         """Whether ``layer``'s weights are rescaled after each update (``wball``)."""
@@ -295,6 +296,7 @@ class Executor:
         actions = self._actions
         t0 = time.perf_counter()
         timings = [] if self.timings is not None else None
+        meter = self.memory
 
         def run(task: Task, device: int | None) -> None:
             """Carry out ``task``; ``device`` is the calling worker's (None: all of the task's)."""
@@ -304,6 +306,8 @@ class Executor:
                 for d in ([device] if device is not None else task.devices):
                     timings.append(OpTiming(d, task.kind, task.layer, began - t0,
                                             time.perf_counter() - t0))
+            if meter is not None:
+                meter.sample(buffers)
 
         if self.workers is None:
             for task in tasks:
