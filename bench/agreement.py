@@ -3,15 +3,21 @@ step: both start from the engine's initial weights, take one step on the same
 minibatch, and every weight's first momentum increment is compared element by element
 (engine ``inc = -eps * (grad / N + wc * W)``, PyTorch ``-lr * momentum_buffer``).
 
-Float32 sums in a different order differ by rounding, and occasionally a pre-activation
-within rounding of zero lands on the other side of a relu, or two inputs of a max-pool
-window tie: that element's gradient takes the other branch, and the weight updates it
-feeds differ in a few elements.  So the check counts the elements that differ by more
-than ``rel_tol`` of their value plus ``abs_tol`` of the tensor's largest element, per
-tensor and in total, and passes when the differing elements are isolated (at most
-``max_fraction`` of all elements) and the costs agree to ``cost_tol``; a net that
-computes something else differs almost everywhere.  The worst relative difference
-(of the tensor's largest element) is reported too, not judged.
+Float32 sums in a different order differ by rounding, and now and then a
+pre-activation within rounding of zero lands on the other side of a relu (or two
+inputs of a max-pool window tie): that element's gradient takes the other branch.
+One such flip in a conv layer's output changes that filter's whole weight update
+(every channel and tap) and, a little, everything below it.  So the check counts
+the elements that differ by more than ``REL_TOL`` of their value plus ``ABS_TOL`` of
+their tensor's largest element, per tensor and in total, and passes when the costs
+agree to ``COST_TOL``, at most ``MAX_FRACTION`` of all elements differ and no tensor
+has more than ``MAX_TENSOR_FRACTION`` of its elements differing.  Measured: the
+CIFAR-10 net, minibatch 128, seed-0 batch: two relu flips in conv2 give 796 of
+3,672,906 elements (2.2e-4; 680 in two filters of conv2, 116 in conv1, largest
+difference 7e-3 of conv1's largest update); every other case tried gives 0 or 1.  A
+net that computes something else (tests/test_bench_agreement.py: PyTorch drawing its
+own dropout masks, a changed norm constant) differs in most elements of every tensor
+below the change.  The worst relative difference is reported, not judged.
 
 Dropout: the PyTorch net is given the engine's own masks for the step (a function of
 seed, step, layer and case, :func:`convnet.layers.dropout.keep_mask`), so the check
@@ -27,8 +33,9 @@ import numpy as np
 import torch_net
 
 REL_TOL = 1e-3
-ABS_TOL = 1e-4
-MAX_FRACTION = 1e-4
+ABS_TOL = 1e-3
+MAX_FRACTION = 1e-3
+MAX_TENSOR_FRACTION = 0.1
 COST_TOL = 1e-4
 
 
@@ -64,14 +71,15 @@ class Agreement:
 
     @property
     def passed(self) -> bool:
-        return self.cost_rel <= COST_TOL and self.differing <= MAX_FRACTION * self.size
+        return (self.cost_rel <= COST_TOL and self.differing <= MAX_FRACTION * self.size
+                and all(t.differing <= MAX_TENSOR_FRACTION * t.size for t in self.tensors))
 
     def text(self) -> str:
         where = ", ".join(f"{t.key} {t.differing}" for t in self.tensors if t.differing)
         worst = self.worst
         verdict = ("same computation" + (" (isolated differences: relu or max-pool ties)"
                                          if self.differing else "")
-                   if self.passed else "warning: the two nets do not compute the same thing")
+                   if self.passed else "WARNING: the two nets do not compute the same thing")
         return (f"cost {self.engine_cost:.6f} (engine) vs {self.torch_cost:.6f} (PyTorch); "
                 f"weight updates: {self.differing:,} of {self.size:,} elements differ by more "
                 f"than {REL_TOL:g} of their value + {ABS_TOL:g} of their tensor's largest"
@@ -116,6 +124,20 @@ def engine_masks(net, seed: int = 0, step: int = 0):
         return keep_mask(np.zeros(shape, np.float32), float(net[name].params["keep"]), name,
                          ctx)
     return masks
+
+
+def initial_weights(net, gpus: tuple, mini: int) -> dict:
+    """The engine's initial weights (seed 0) of ``net`` on ``gpus``, {layer: {key: array}}."""
+    from convnet.plan.planner import make_plan
+    from convnet.runtime.devices import make_devices
+    from convnet.runtime.executor import Executor
+
+    ex = Executor(net, make_plan(net, tuple(gpus), mini), make_devices(tuple(gpus), "cpu"),
+                  seed=0, parallel=False)
+    try:
+        return engine_weights(ex.state_arrays())
+    finally:
+        ex.close()
 
 
 def one_step(torch, net, gpus: tuple, batch: list) -> Agreement:

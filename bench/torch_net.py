@@ -59,6 +59,17 @@ class TorchNet:
     def optimizer(self, torch):
         return torch.optim.SGD(self.groups, lr=self.groups[0]["lr"] if self.groups else 0.0)
 
+    def trainer(self, torch, images, labels):
+        """A function that runs one SGD step of the net on these numpy arrays."""
+        opt = self.optimizer(torch)
+        x, y = torch.from_numpy(images), torch.from_numpy(labels)
+
+        def step():
+            opt.zero_grad(set_to_none=False)
+            self.loss(x, y).backward()
+            opt.step()
+        return step
+
     def key_of(self, tensor) -> str:
         """'layer/key' of a parameter tensor."""
         for name, ts in self.tensors.items():
