@@ -113,22 +113,6 @@ def load(num_devices: int, size: int, folder: Path):
                     data_dims={0: (3, size, size), 1: (1,)}, num_classes=NUM_CLASSES)
 
 
-def gemm_flops(net, mini: int) -> float:
-    """FLOPs of one training step's conv/local/fc GEMMs (forward, dW and dx: 3x forward)."""
-    total = 0
-    for ldef in net:
-        a = ldef.attrs
-        if ldef.type in ("conv", "local"):
-            outputs = a["modulesX"] ** 2
-            for i in range(len(ldef.inputs)):
-                k = a["channels"][i] // a["groups"][i] * a["filterSize"][i] ** 2
-                total += 2 * a["filters"] * k * outputs * mini
-        elif ldef.type == "fc":
-            for shape in ldef.input_shapes:
-                total += 2 * math.prod(shape) * a["outputs"] * mini
-    return 3.0 * total
-
-
 def make_batch(mini: int, size: int, seed: int = 0):
     import numpy as np
 
@@ -314,7 +298,7 @@ def main(argv=None) -> int:
     common = ["--mini", str(args.mini), "--size", str(args.size)]
     with tempfile.TemporaryDirectory() as tmp:
         net = load(1, args.size, Path(tmp))
-    flops = gemm_flops(net, args.mini)
+    flops = harness.gemm_flops(net, args.mini)
     start_load = os.getloadavg()
     began = time.perf_counter()
     print(f"CIFAR-10 reference net ({LAYER_DEF.name}), 3x{args.size}x{args.size} dummy data, "

@@ -20,6 +20,22 @@ import sys
 import time
 
 
+def gemm_flops(net, mini: int) -> float:
+    """FLOPs of one training step's conv/local/fc GEMMs (forward, dW and dx: 3x forward)."""
+    total = 0
+    for ldef in net:
+        a = ldef.attrs
+        if ldef.type in ("conv", "local"):
+            outputs = a["modulesX"] ** 2
+            for i in range(len(ldef.inputs)):
+                k = a["channels"][i] // a["groups"][i] * a["filterSize"][i] ** 2
+                total += 2 * a["filters"] * k * outputs * mini
+        elif ldef.type == "fc":
+            for shape in ldef.input_shapes:
+                total += 2 * math.prod(shape) * a["outputs"] * mini
+    return 3.0 * total
+
+
 def reply(obj) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
