@@ -22,9 +22,11 @@ files differ only in the learning rates, which change no operation), so one
 PyTorch process times both.
 
 Before timing, each net is checked (``bench/agreement.py``, in its own process): the
-engine, on the devices it is timed on, and PyTorch start from the engine's initial
-weights and take one step on the same minibatch, PyTorch with the engine's dropout
-masks; the costs and every element of every weight update are compared.
+engine, on the devices it is timed on, PyTorch and PyTorch in float64 (the referee)
+start from the engine's initial weights and take one step on the same minibatch,
+PyTorch with the engine's dropout masks; the costs and every element of every weight
+update are compared, and the engine passes when it is as close to the float64 step
+as PyTorch float32 is.
 
 Speed: every configuration runs in its own process; they take turns (``--rounds``
 rounds of ``--steps`` steps after a warm-up round, ``bench/harness.py``).  img/s =
@@ -257,7 +259,8 @@ def main(argv=None) -> int:
     try:
         if not args.no_torch:
             print("\nSame-net checks (one step from the engine's weights, the engine on the "
-                  "devices it is timed on, PyTorch with the engine's dropout masks):")
+                  "devices it is timed on,\nPyTorch float32 and float64 with the engine's "
+                  "dropout masks):")
             by_signature: dict = {}
             for name, net in nets.items():
                 weights = os.path.join(tmp.name, f"{name}.npz")

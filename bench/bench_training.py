@@ -40,10 +40,11 @@ config's momentum, weight decay and per-layer learning rates, and the mean of
 The torch net is built from the parsed config by ``bench/torch_net.py``, the one
 builder every benchmark uses.  Before timing, the script checks that the two
 compute the same thing (``bench/agreement.py``): both start from the engine's
-initial weights and take one step on the same minibatch; it prints the costs, how
-many elements of the weight updates differ beyond float32 tolerance (an isolated
-relu or max-pool tie flips a few, a different computation almost all) and the
-largest difference.
+initial weights and take one step on the same minibatch, and so does PyTorch in
+float64 as the referee; it prints the costs and how many elements of the weight
+updates are off the float64 step for the engine and for PyTorch float32 (relu and
+max-pool switches within rounding put a few off in both; a different computation,
+almost all), and passes when the engine is as close as PyTorch float32.
 
 Every configuration runs in its own process (so that thread settings and the
 allocator of one do not affect the others; ``bench/harness.py``), and the processes take turns:
