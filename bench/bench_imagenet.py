@@ -329,8 +329,7 @@ def main(argv=None) -> int:
         if w.label.startswith("engine"):
             cells = []
             for dev, est in zip(m["devices"], m["estimate"]):
-                act = sum(dev[k] for k in ("activations", "kept_for_backward", "gradients",
-                                           "scratch"))
+                act = dev["activation_bytes"]
                 cells.append(f"dev {dev['device']}: {_mib(dev['peak_bytes'])} / "
                              f"{_mib(est['peak_bytes'])} "
                              f"({est['peak_bytes'] / dev['peak_bytes'] - 1:+.0%}; act "

@@ -8,7 +8,8 @@ what each layer's forward call leaves for its backward call (the layer type's
 masks, norm denominators) until that backward call; the gradient of each activation
 from the first backward call that adds to it until its layer's backward call
 consumes it (or, for an input on another device, until that device pulls it); and
-during an all-reduce, the replica's summed slice of the gradient until its update.
+during an all-reduce, the replica's summed slice of the weight gradient until its
+update (counted with the weight gradients).
 A replicated layer's all-reduce and update wait for the other replicas, and the
 device's worker goes on with the backward pass below meanwhile
 (:mod:`convnet.runtime.workers`): so its gradient and summed slice are counted
@@ -124,9 +125,10 @@ def memory_peaks(plan: Plan, net: NetConfig) -> list[MemoryPeak]:
         elif isinstance(op, AllReduce):
             share = param_bytes[op.layer] // len(op.replica_devices)
             for d in op.replica_devices:
-                devices[d].add("gradients", ("reduced", op.layer), share)
+                devices[d].add("weight_grads", ("reduced", op.layer), share)
         elif isinstance(op, Update):
-            done = [("weight_grads", (op.layer, op.replica)), ("gradients", ("reduced", op.layer))]
+            done = [("weight_grads", (op.layer, op.replica)),
+                    ("weight_grads", ("reduced", op.layer))]
             if len(plan.layers[op.layer].devices) > 1:  # may wait for the other replicas
                 devices[op.device].deferred += done
             else:

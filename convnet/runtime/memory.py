@@ -2,12 +2,13 @@
 own memory accounting (``Executor.memory``), and the process's peak resident size.
 
 A :class:`MemoryMeter` set as ``executor.memory`` is sampled after every task of a
-step: it walks what the step keeps (activations, the state each layer keeps for its
-backward pass (im2col columns, masks, norm denominators), gradients in flight, all-
-reduce scratch) and the weight store (weights, weight-gradient accumulators,
-momentum), attributes each array to the device that holds it, and keeps each
-device's high-water mark with what it held at that moment, per category.  An
-array and its views count once (by the array that owns the memory).
+step: it walks the weight store (weights, momentum, weight-gradient accumulators)
+and what the step keeps (activations, the state each layer keeps for its backward
+pass (im2col columns, padded inputs, masks, norm denominators), the gradients of
+activations in flight, and the all-reduce's summed gradient slices, counted with
+the weight gradients), attributes each array to the device that holds it, and
+keeps each device's high-water mark with what it held at that moment, per
+category.  An array and its views count once (by the array that owns the memory).
 
 What it does not see: temporaries that live only inside one task (a kernel's
 scratch and GEMM outputs before they become the layer's output) and the kernels'
@@ -24,11 +25,11 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from convnet.plan.memory import PARAMETERS, STEP
 from convnet.plan.ops import AllReduce
 
-#: The categories, in report order.
-CATEGORIES = ("weights", "momentum", "weight_grads", "activations", "kept_for_backward",
-              "gradients", "scratch")
+#: The categories, in report order: the same as the plan's estimate.
+CATEGORIES = PARAMETERS + STEP
 
 
 def _owner(a):
@@ -60,6 +61,11 @@ class DevicePeak:
     device: int
     peak_bytes: int = 0
     at_peak: dict = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+
+    @property
+    def activation_bytes(self) -> int:
+        """What the step itself held at the peak: activations, kept state, gradients."""
+        return sum(self.at_peak[k] for k in STEP)
 
 
 class MemoryMeter:
@@ -108,12 +114,12 @@ class MemoryMeter:
             yield device, "gradients", a
         for (layer, _, rank), reduced in dict(buffers.reduced).items():
             for a in _arrays(reduced):
-                yield layers[layer].devices[rank], "gradients", a
+                yield layers[layer].devices[rank], "weight_grads", a
         for index, scratch in dict(buffers.collectives).items():
             devices = self._reducers[index]
             for rank, chunk in dict(scratch.get("chunks", {})).items():
                 for a in _arrays(chunk):
-                    yield devices[rank], "scratch", a
+                    yield devices[rank], "weight_grads", a
 
     def sample(self, buffers=None) -> None:
         """Take the current holdings into the high-water marks (thread-safe)."""
@@ -140,7 +146,8 @@ class MemoryMeter:
 
     def summary(self) -> dict:
         """JSON-able: per device its peak and the categories at the peak."""
-        return {"devices": [{"device": p.device, "peak_bytes": p.peak_bytes, **p.at_peak}
+        return {"devices": [{"device": p.device, "peak_bytes": p.peak_bytes,
+                             "activation_bytes": p.activation_bytes, **p.at_peak}
                             for p in self.peaks],
                 "process_peak_bytes": self.process_peak_bytes}
 
