@@ -119,25 +119,29 @@ def _padded(F, x, fs: int, pad: int, stride: int, modules: int, value: float = 0
 
 
 def _conv(torch, xs, w, a, n: int, modules: int):
+    """The conv's output, bias included (passed to ``conv2d`` when shared)."""
     F = torch.nn.functional
     geoms = [(a["filterSize"][i], a["padding"][i], a["stride"][i], a["groups"][i])
              for i in range(len(xs))]
     images = [x.reshape(n, a["channels"][i], a["imgSize"][i], a["imgSize"][i])
               for i, x in enumerate(xs)]
+    shared = w["b"] if w["b"].dim() == 1 else None
     if len(set(geoms)) == 1 and geoms[0][3] == 1 and len(set(a["imgSize"])) == 1:
         fs, pad, st, _ = geoms[0]
         x = torch.cat(images, 1) if len(images) > 1 else images[0]
         weight = torch.cat([w[f"W{i}"] for i in range(len(xs))], 1) if len(xs) > 1 else w["W0"]
         right = (modules - 1) * st + fs - x.shape[-1] - pad
         if right == pad:
-            return F.conv2d(x, weight, None, stride=st, padding=pad)
-        return F.conv2d(_padded(F, x, fs, pad, st, modules), weight, None, stride=st)
-    y = 0
-    for i, x in enumerate(images):
-        fs, pad, st, g = geoms[i]
-        y = y + F.conv2d(_padded(F, x, fs, pad, st, modules), w[f"W{i}"], None, stride=st,
-                         groups=g)
-    return y
+            y = F.conv2d(x, weight, shared, stride=st, padding=pad)
+        else:
+            y = F.conv2d(_padded(F, x, fs, pad, st, modules), weight, shared, stride=st)
+    else:
+        y = 0
+        for i, x in enumerate(images):
+            fs, pad, st, g = geoms[i]
+            y = y + F.conv2d(_padded(F, x, fs, pad, st, modules), w[f"W{i}"],
+                             shared if i == 0 else None, stride=st, groups=g)
+    return y if shared is not None else y + w["b"].view(1, -1, modules, modules)
 
 
 def _local(torch, xs, w, a, n: int, modules: int):
@@ -147,12 +151,13 @@ def _local(torch, xs, w, a, n: int, modules: int):
         fs, pad, st, g = a["filterSize"][i], a["padding"][i], a["stride"][i], a["groups"][i]
         x = _padded(F, x.reshape(n, a["channels"][i], a["imgSize"][i], a["imgSize"][i]),
                     fs, pad, st, modules)
-        cols = F.unfold(x, fs, stride=st).permute(2, 1, 0)  # (P, K, N)
-        wl = w[f"W{i}"].reshape(modules * modules, w[f"W{i}"].shape[1], -1)
-        fg, kg = wl.shape[1] // g, cols.shape[1] // g
-        parts = [torch.bmm(wl[:, j * fg:(j + 1) * fg], cols[:, j * kg:(j + 1) * kg])
-                 for j in range(g)]
-        y = y + torch.cat(parts, 1).permute(2, 1, 0).reshape(n, -1, modules, modules)
+        cols = F.unfold(x, fs, stride=st).permute(2, 0, 1)  # (P, N, K)
+        wl = w[f"W{i}"].reshape(modules * modules, w[f"W{i}"].shape[1], -1)  # (P, F, K)
+        fg, kg = wl.shape[1] // g, cols.shape[2] // g
+        parts = [torch.bmm(cols[:, :, j * kg:(j + 1) * kg],
+                           wl[:, j * fg:(j + 1) * fg].transpose(1, 2)) for j in range(g)]
+        out = parts[0] if g == 1 else torch.cat(parts, 2)  # (P, N, F)
+        y = y + out.permute(1, 2, 0).reshape(n, -1, modules, modules)
     return y
 
 
@@ -226,11 +231,11 @@ def build(torch, net, weights: dict, device: str = "cpu",
                 continue
             xs = [acts[i] for i in ldef.inputs]
             w = tensors.get(name, {})
-            if t in ("conv", "local"):
+            if t == "conv":
+                y = _conv(torch, xs, w, a, n, a["modulesX"])
+            elif t == "local":
                 m = a["modulesX"]
-                y = (_conv if t == "conv" else _local)(torch, xs, w, a, n, m)
-                b = w["b"]
-                y = y + (b.view(1, -1, 1, 1) if b.dim() == 1 else b.view(1, -1, m, m))
+                y = _local(torch, xs, w, a, n, m) + w["b"].view(1, -1, m, m)
             elif t == "fc":
                 if ldef.params.get("dropout"):
                     raise NotImplementedError("the dropout fork's fc dropout= in the PyTorch model")
