@@ -140,6 +140,19 @@ def test_the_plans_peak_estimate_is_close_to_the_measured_peak(name):
             measured
 
 
+def test_simulates_peak_memory_is_the_estimate_and_within_15_percent():
+    from convnet.plan.report import device_totals
+    from convnet.simulate.report import peak_memory
+
+    make_net, gpus, mini = NETS["digits-hybrid"]
+    net = make_net()
+    plan, meter = _measure(net, gpus, mini)
+    predicted = peak_memory(plan, net)
+    assert predicted == [t.peak_bytes for t in device_totals(plan, net)]
+    for measured, peak in zip(meter.peaks, predicted):
+        assert peak == pytest.approx(measured.peak_bytes, rel=0.15)
+
+
 def test_the_accounting_counts_parameters_exactly_and_views_once():
     net = _imagenet()
     plan, meter = _measure(net, (0, 1), 8, steps=1)
