@@ -3,8 +3,8 @@
 
 * Every layer type's memory rule (convnet/config/memory_rules.py) says exactly what
   its forward call keeps for the backward call, checked on the layers' real state
-  for every layer of the all-layers example and of an ImageNet net (both conv
-  column layouts, the model-parallel towers).
+  for every layer of the all-layers example, the ImageNet nets and the CIFAR-10 net
+  (every conv column order, the model-parallel towers).
 * The whole-step estimate is within 15% of the measured per-device peak, and its
   activation part within 20% of what the step held at the measured peak, on the
   bundled digits nets (one device, data-, model- and hybrid-parallel) and the
@@ -79,8 +79,12 @@ def _arrays(obj):
 
 
 @pytest.mark.parametrize("make_net, gpus", [(_all_layers, (0,)), (_imagenet, (0, 1)),
-                                            (lambda: _imagenet("imagenet-1gpu", 64), (0,))],
-                         ids=["all-layers", "imagenet-2gpu-model", "imagenet-1gpu"])
+                                            (lambda: _imagenet("imagenet-1gpu", 128), (0,)),
+                                            (lambda: load_net(REF / "layers-cifar10-11pct.cfg",
+                                                              REF / "layer-params-cifar10-11pct.cfg",
+                                                              data_dims={0: (3, 32, 32), 1: (1,)},
+                                                              num_classes=10), (0,))],
+                         ids=["all-layers", "imagenet-2gpu-model", "imagenet-1gpu", "cifar10"])
 def test_each_layer_types_rule_is_what_its_forward_call_keeps(make_net, gpus):
     net, mini = make_net(), 4
     buffers, ex = _forward_buffers(net, gpus, mini)

@@ -18,6 +18,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# The kernel's own choice of column order, so that the rule cannot drift from it.
+from convnet.kernels.conv import _layout as conv_layout
 from convnet.kernels.neurons import NEURONS
 
 FLOAT = 4
@@ -50,20 +52,22 @@ def _input_elements(layer, i: int = 0) -> int:
 
 
 def conv_memory(layer) -> LayerMemory:
-    """im2col conv (kernels/conv.py): with many weights per filter (``C/groups * fs^2``
-    summed over the inputs at least 4 x filters) each input's zero-padded copy
-    (C, T, T) with T = (modulesX - 1) * stride + filterSize; otherwise each input's
-    columns (C * fs^2, modulesX^2)."""
+    """im2col conv (kernels/conv.py), by the column order the kernel picks for the layer:
+    ``cases`` (large output maps) keeps nothing, the backward pass rebuilds the
+    columns; ``chwn`` keeps each input's zero-padded copy (C, T, T) with
+    T = (modulesX - 1) * stride + filterSize; ``nchw`` each input's columns
+    (C * fs^2, modulesX^2)."""
     a = layer.attrs
     m, n = a["modulesX"], len(layer.inputs)
-    chwn = sum(a["channels"][i] // a["groups"][i] * a["filterSize"][i] ** 2
-               for i in range(n)) >= 4 * a["filters"]
+    weights_per_filter = sum(a["channels"][i] // a["groups"][i] * a["filterSize"][i] ** 2
+                             for i in range(n))
+    layout = conv_layout(weights_per_filter, a["filters"], m)
     kept = 0
     for i in range(n):
         c, fs = a["channels"][i], a["filterSize"][i]
-        if chwn:
+        if layout == "chwn":
             kept += c * ((m - 1) * a["stride"][i] + fs) ** 2
-        else:
+        elif layout == "nchw":
             kept += c * fs * fs * m * m
     return _with_neuron(layer, LayerMemory(True, FLOAT * kept))
 
