@@ -8,10 +8,11 @@
    its params) on dummy 3x32x32 images, minibatch 128, one logical device:
    images/s of a full training step (host-to-GPU copy of the minibatch,
    forward, backward, momentum update) for this engine's CUDA backend, and
-   for the same computation written with PyTorch on the same GPU (conv2d on
-   an explicitly padded input for the ceiling-rule sizes, unfold + batched
-   matmul for the locally-connected layers, max-pool, local_response_norm,
-   linear, softmax, -log p[label], SGD with each layer's epsW/momW/wc).  Both
+   for the same computation written with PyTorch on the same GPU
+   (``bench/torch_net.py``, the builder every benchmark uses: conv2d on
+   the ceiling rule's padding, unfold + batched matmul for the locally-
+   connected layers, max-pool, local_response_norm, linear, cross_entropy,
+   SGD with each layer's epsW/momW/wc).  Both
    start from the same weights; their first costs are printed as a check
    that they compute the same net.  TF32 is off in PyTorch (CuPy does not
    use it), cuDNN autotuning is on.
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -40,6 +40,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import torch_net  # noqa: E402  (bench/, next to this script)
 
 REF = ROOT / "examples" / "cuda-convnet2"
 CIFAR = (REF / "layers-cifar10-11pct.cfg", REF / "layer-params-cifar10-11pct.cfg")
@@ -99,133 +101,12 @@ def engine_run(layer_def, params, gpus, mini, dims, classes, steps, warmup, chec
 
 # -------------------------------------------------------------------- PyTorch
 
-def torch_model(torch, net, weights, device="cuda"):
-    """The single-device training computation of ``net`` as PyTorch ops.
-
-    ``weights``: layer -> {key: numpy array} in the engine's layouts.
-    Returns (loss function of (images, labels), parameter groups for SGD, the
-    parameter tensors {layer: {key: tensor}}).
-    """
-    F = torch.nn.functional
-    dev = torch.device(device)
-    tensors = {name: {k: torch.tensor(v, device=dev, requires_grad=True) for k, v in ws.items()}
-               for name, ws in weights.items()}
-
-    def padded(x, fs, pad, stride, modules):
-        right = (modules - 1) * stride + fs - x.shape[-1] - pad
-        return F.pad(x, (pad, right, pad, right))
-
-    def pool(x, a):
-        size, stride, start = int(a["sizeX"]), int(a.get("stride", 1)), int(a.get("start", 0) or 0)
-        s = x.shape[-1]
-        outs = int(a.get("outputsX") or 1 + math.ceil((s - start - size) / stride))
-        left = max(0, -start)
-        right = max(0, start + (outs - 1) * stride + size - s)
-        kind = a.get("pool", "max")
-        if kind == "max":
-            xp = F.pad(x, (left, right, left, right), value=-math.inf)
-            y = F.max_pool2d(xp[..., left + start:, left + start:], size, stride)
-            return y[..., :outs, :outs]
-        if kind == "avg":
-            xp = F.pad(x, (left, right, left, right))
-            ones = F.pad(torch.ones_like(x[:1, :1]), (left, right, left, right))
-            total = F.avg_pool2d(xp[..., left + start:, left + start:], size, stride) * size * size
-            count = F.avg_pool2d(ones[..., left + start:, left + start:], size, stride) * size * size
-            return (total / count.clamp_min(1))[..., :outs, :outs]
-        raise NotImplementedError(f"pool={kind}")
-
-    def neuron(y, spec):
-        if spec is None or spec.name == "ident":
-            return y
-        a = spec.args
-        table = {"relu": lambda: F.relu(y), "logistic": lambda: torch.sigmoid(y),
-                 "tanh": lambda: a[0] * torch.tanh(a[1] * y), "abs": lambda: y.abs(),
-                 "softrelu": lambda: F.softplus(y), "square": lambda: y * y}
-        if spec.name not in table:
-            raise NotImplementedError(f"neuron {spec.name}")
-        return table[spec.name]()
-
-    def loss_fn(images, labels):
-        acts = {}
-        total = 0.0
-        n = images.shape[0]
-        for ldef in net:
-            a, name = ldef.attrs, ldef.name
-            if ldef.is_data:
-                acts[name] = images if a["dataIdx"] == 0 else labels
-                continue
-            xs = [acts[i] for i in ldef.inputs]
-            w = tensors.get(name, {})
-            t = ldef.type
-            if t in ("conv", "local"):
-                y = 0
-                for i, x in enumerate(xs):
-                    c, s = a["channels"][i], a["imgSize"][i]
-                    fs, pad, st, g = (a["filterSize"][i], a.get("padding", [0])[i],
-                                      a.get("stride", [1])[i], a.get("groups", [1])[i])
-                    x = padded(x.reshape(n, c, s, s), fs, pad, st, a["modulesX"])
-                    if t == "conv":
-                        y = y + F.conv2d(x, w[f"W{i}"], None, stride=st, groups=g)
-                    else:
-                        m = a["modulesX"]
-                        cols = F.unfold(x, fs, stride=st).permute(2, 1, 0)  # (P, K, N)
-                        wl = w[f"W{i}"].reshape(m * m, w[f"W{i}"].shape[1], -1)
-                        fg, kg = wl.shape[1] // g, cols.shape[1] // g
-                        parts = [torch.bmm(wl[:, j * fg:(j + 1) * fg], cols[:, j * kg:(j + 1) * kg])
-                                 for j in range(g)]
-                        y = y + torch.cat(parts, 1).permute(2, 1, 0).reshape(n, -1, m, m)
-                b = w["b"]
-                y = y + (b.view(1, -1, 1, 1) if b.dim() == 1 else b.unsqueeze(0))
-            elif t == "fc":
-                y = sum(x.reshape(n, -1) @ w[f"W{i}"] for i, x in enumerate(xs)) + w["b"]
-            elif t == "pool":
-                y = pool(xs[0].reshape((n,) + tuple(ldef.input_shapes[0])), a)
-            elif t == "cmrnorm":
-                p = ldef.params
-                y = F.local_response_norm(xs[0].reshape((n,) + tuple(ldef.input_shapes[0])),
-                                          int(a["size"]), alpha=float(p.get("scale", 0)),
-                                          beta=float(p.get("pow", 0)),
-                                          k=float(p.get("minDiv", 1.0)))
-            elif t == "softmax":
-                y = F.softmax(xs[0].reshape(n, -1), dim=1)
-            elif t in ("pass", "concat"):
-                y = torch.cat([x.reshape(n, -1) for x in xs], 1) if len(xs) > 1 else xs[0]
-            elif t == "dropout":
-                keep = float(ldef.params.get("keep", 0.5))
-                y = F.dropout(xs[0], 1 - keep, training=bool(ldef.params.get("enable", True)))
-            elif t == "cost.logreg":
-                lab = xs[0].reshape(-1).long()
-                p = xs[1].reshape(n, -1).gather(1, lab.view(-1, 1)).clamp_min(1e-30)
-                cost = -torch.log(p).mean()
-                total = total + float(ldef.params.get("coeff", 1.0)) * cost
-                acts[name] = cost
-                continue
-            else:
-                raise NotImplementedError(f"layer type {t} in the PyTorch model")
-            if ldef.neuron is not None and t not in ("softmax",):
-                y = neuron(y, ldef.neuron)
-            acts[name] = y
-        return total
-
-    groups = []
-    for name, ts in tensors.items():
-        p = net[name].params
-        for k, tensor in ts.items():
-            if k == "b":
-                eps, mom, wc = p["epsB"].value(0.0), p["momB"], 0.0
-            else:
-                i = int(k[1:])
-                eps, mom, wc = p["epsW"][i].value(0.0), p["momW"][i], p["wc"][i]
-            groups.append({"params": [tensor], "lr": eps, "momentum": mom, "weight_decay": wc})
-    return loss_fn, groups, tensors
-
-
 def torch_run(torch, net, weights, mini, dims, classes, steps, warmup):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
-    loss_fn, groups, _ = torch_model(torch, net, weights)
-    opt = torch.optim.SGD(groups, lr=groups[0]["lr"])
+    tnet = torch_net.build(torch, net, weights, device="cuda")
+    loss_fn, opt = tnet.loss, tnet.optimizer(torch)
     images, labels = _dummy_batch(mini, dims, classes)
     with torch.no_grad():
         first = float(loss_fn(torch.from_numpy(images).cuda(), torch.from_numpy(labels).cuda()))

@@ -37,12 +37,17 @@ config's momentum, weight decay and per-layer learning rates, and the mean of
 * fc, then ``F.cross_entropy`` (log-softmax and the mean negative log
   likelihood in one op).
 
-Before timing, the script checks that the two compute the same thing: both
-start from the engine's initial weights, take one step on the same minibatch,
-and the cost and every updated weight must agree (float32 tolerance).
+The torch net is built from the parsed config by ``bench/torch_net.py``, the one
+builder every benchmark uses.  Before timing, the script checks that the two
+compute the same thing (``bench/agreement.py``): both start from the engine's
+initial weights and take one step on the same minibatch, and so does PyTorch in
+float64 as the referee; it prints the costs and how many elements of the weight
+updates are off the float64 step for the engine and for PyTorch float32 (relu and
+max-pool switches within rounding put a few off in both; a different computation,
+almost all), and passes when the engine is as close as PyTorch float32.
 
 Every configuration runs in its own process (so that thread settings and the
-allocator of one do not affect the others), and the processes take turns:
+allocator of one do not affect the others; ``bench/harness.py``), and the processes take turns:
 each round runs ``--steps`` steps of each, after one warm-up round.  The table
 gives the median step time over all rounds (images/s = minibatch / median)
 and the spread (the 10th and 90th percentiles of the per-step images/s).
@@ -63,13 +68,11 @@ summed over devices.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -77,6 +80,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import agreement  # noqa: E402  (bench/, next to this script)
+import harness  # noqa: E402
+import torch_net  # noqa: E402
 
 REF = ROOT / "examples" / "cuda-convnet2"
 LAYER_DEF = REF / "layers-cifar10-11pct.cfg"
@@ -105,22 +112,6 @@ def load(num_devices: int, size: int, folder: Path):
 
     return load_net(layer_def_for(num_devices, folder), LAYER_PARAMS,
                     data_dims={0: (3, size, size), 1: (1,)}, num_classes=NUM_CLASSES)
-
-
-def gemm_flops(net, mini: int) -> float:
-    """FLOPs of one training step's conv/local/fc GEMMs (forward, dW and dx: 3x forward)."""
-    total = 0
-    for ldef in net:
-        a = ldef.attrs
-        if ldef.type in ("conv", "local"):
-            outputs = a["modulesX"] ** 2
-            for i in range(len(ldef.inputs)):
-                k = a["channels"][i] // a["groups"][i] * a["filterSize"][i] ** 2
-                total += 2 * a["filters"] * k * outputs * mini
-        elif ldef.type == "fc":
-            for shape in ldef.input_shapes:
-                total += 2 * math.prod(shape) * a["outputs"] * mini
-    return 3.0 * total
 
 
 def make_batch(mini: int, size: int, seed: int = 0):
@@ -159,40 +150,13 @@ def halves_worker(args) -> None:
 
     for _ in range(2):
         step()
-    _reply({"ready": True})
+    harness.reply({"ready": True})
     try:
-        _serve(step)
+        harness.serve(step)
     finally:
         pool.shutdown()
         for ex in executors:
             ex.close()
-
-
-def _reply(obj) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def _serve(step, profile=None, extra=None) -> None:
-    """Answer the parent: ``run K`` times K steps, ``profile K`` profiles them."""
-    for line in sys.stdin:
-        cmd, *arg = line.split()
-        if cmd == "run":
-            walls, cpus = [], []
-            for _ in range(int(arg[0])):
-                w, c = time.perf_counter(), time.process_time()
-                step()
-                walls.append(time.perf_counter() - w)
-                cpus.append(time.process_time() - c)
-            _reply({"wall": walls, "cpu": cpus})
-        elif cmd == "profile" and profile is not None:
-            _reply(profile(int(arg[0])))
-        elif cmd == "extra" and extra is not None:
-            _reply(extra())
-        elif cmd == "quit":
-            return
-        else:
-            _reply({"error": f"unknown command {line.strip()!r}"})
 
 
 def engine_worker(args) -> None:
@@ -208,141 +172,11 @@ def engine_worker(args) -> None:
     batch = make_batch(args.mini, args.size)
     for _ in range(2):
         ex.step(batch)
-
-    def profile(steps: int):
-        per: dict = {}
-        walls = []
-        ex.timings = []
-        for _ in range(steps):
-            w = time.perf_counter()
-            ex.step(batch)
-            walls.append(time.perf_counter() - w)
-            for t in ex.timings:
-                key = f"{t.layer}|{t.kind}|{t.device}"
-                per[key] = per.get(key, 0.0) + (t.end - t.start) / steps
-        ex.timings = None
-        return {"ops": per, "wall": walls}
-
-    _reply({"ready": True})
+    harness.reply({"ready": True})
     try:
-        _serve(lambda: ex.step(batch), profile)
+        harness.serve(lambda: ex.step(batch), lambda k: harness.engine_profile(ex, batch, k))
     finally:
         ex.close()
-
-
-def _torch_net(torch, net, params: dict):
-    """The engine's net in torch ops; ``params`` maps 'layer/key' to float32 arrays."""
-    F = torch.nn.functional
-    tensors = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
-
-    def pad_for(a, i=0):
-        fs, p, s = a["filterSize"][i], a["padding"][i], a["stride"][i]
-        m, img = a["modulesX"], a["imgSize"][i]
-        right = (m - 1) * s + fs - img - p
-        return fs, s, (p, right, p, right)
-
-    def forward(x, labels):
-        acts = {}
-        for ldef in net:
-            a = ldef.attrs
-            if ldef.is_data:
-                continue
-            inp = acts[ldef.inputs[-1]] if ldef.inputs[-1] in acts else x
-            name, t = ldef.name, ldef.type
-            if t == "conv":
-                fs, s, pads = pad_for(a)
-                if pads[0] == pads[1]:
-                    y = F.conv2d(inp, tensors[f"{name}/W0"], tensors[f"{name}/b"], stride=s,
-                                 padding=pads[0])
-                else:
-                    y = F.conv2d(F.pad(inp, pads), tensors[f"{name}/W0"], tensors[f"{name}/b"],
-                                 stride=s)
-            elif t == "local":
-                fs, s, pads = pad_for(a)
-                m = a["modulesX"]
-                n = inp.shape[0]
-                w = tensors[f"{name}/W0"]
-                cols = F.unfold(F.pad(inp, pads), fs, stride=s)          # (N, K, P)
-                y = torch.bmm(cols.permute(2, 0, 1),                      # (P, N, K)
-                              w.reshape(m * m, w.shape[1], -1).transpose(1, 2))  # (P, K, F)
-                y = y.permute(1, 2, 0).reshape(n, -1, m, m) + tensors[f"{name}/b"]
-            elif t == "pool":
-                assert a["pool"] == "max" and a["start"] == 0
-                y = F.max_pool2d(inp, a["sizeX"], a["stride"], ceil_mode=True)
-                assert y.shape[-1] == a["outputsX"]
-            elif t == "cmrnorm":
-                p = ldef.params
-                y = F.local_response_norm(inp, a["size"], alpha=p["scale"], beta=p["pow"],
-                                          k=p.get("minDiv", 1.0))
-            elif t == "fc":
-                y = inp.reshape(inp.shape[0], -1) @ tensors[f"{name}/W0"] + tensors[f"{name}/b"]
-            elif t == "softmax":
-                acts[name] = inp  # fused into cross_entropy below
-                continue
-            elif t == "cost.logreg":
-                return F.cross_entropy(acts[ldef.inputs[1]], labels)
-            else:
-                raise NotImplementedError(t)
-            if ldef.neuron is not None and ldef.neuron.name != "ident":
-                assert ldef.neuron.name == "relu"
-                y = F.relu(y)
-            acts[name] = y
-        raise ValueError("no cost layer")
-
-    groups = []
-    for key, tensor in tensors.items():
-        layer, k = key.split("/")
-        p = net[layer].params
-        if k == "b":
-            lr, mom, wc = p["epsB"].value(0.0), p["momB"], 0.0
-        else:
-            i = int(k[1:])
-            lr, mom, wc = p["epsW"][i].value(0.0), p["momW"][i], p["wc"][i]
-        groups.append({"params": [tensor], "lr": lr, "momentum": mom, "weight_decay": wc})
-    opt = torch.optim.SGD(groups)
-    return tensors, forward, opt
-
-
-def _engine_initial(net, mini: int):
-    """A one-device engine executor and its initial weights as 'layer/key' arrays."""
-    from convnet.runtime.devices import CpuDevice
-    from convnet.runtime.executor import Executor
-    from convnet.plan.planner import make_plan
-
-    ex = Executor(net, make_plan(net, (0,), mini), [CpuDevice(0, 0)], seed=0, parallel=False)
-    params = {f"{name}/{k}": v.copy() for name, reps in ex.store.weights.items()
-              for k, v in reps[0].items()}
-    return ex, params
-
-
-def check_equivalence(torch, net, mini: int, size: int) -> dict:
-    """One step of the engine and of the torch net from the same weights: relative
-    differences of the cost and of every weight's first momentum increment
-    (engine ``inc = -eps * (grad / N + wc * W)``, PyTorch ``-lr * momentum_buffer``)."""
-    import numpy as np
-
-    ex, params = _engine_initial(net, mini)
-    tensors, forward, opt = _torch_net(torch, net, params)
-    x, labels = make_batch(mini, size, seed=1)
-    result = ex.step([x, labels])
-    ex.close()
-    opt.zero_grad()
-    loss = forward(torch.from_numpy(x), torch.from_numpy(labels.reshape(-1).astype(np.int64)))
-    loss.backward()
-    opt.step()
-    cost, tcost = result.costs["logprob"]["cost"], float(loss.detach())
-    worst, where = 0.0, ""
-    for group in opt.param_groups:
-        (t,) = group["params"]
-        key = next(k for k, v in tensors.items() if v is t)
-        layer, k = key.split("/")
-        ours = ex.store.momentum[layer][0][k]
-        theirs = -group["lr"] * opt.state[t]["momentum_buffer"].numpy()
-        diff = float(np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30))
-        if diff > worst:
-            worst, where = diff, key
-    return {"engine_cost": cost, "torch_cost": tcost, "cost_rel": abs(cost - tcost) / abs(cost),
-            "update_rel": worst, "update_worst": where}
 
 
 def torch_worker(args) -> None:
@@ -350,27 +184,18 @@ def torch_worker(args) -> None:
         from convnet.runtime.devices import keep_freed_memory
 
         keep_freed_memory()
-    import numpy as np
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
         net = load(1, args.size, Path(tmp))
-    check = check_equivalence(torch, net, args.mini, args.size)
-    _, params = _engine_initial(net, args.mini)
-    tensors, forward, opt = _torch_net(torch, net, params)
-    x, labels = make_batch(args.mini, args.size)
-    xt, lt = torch.from_numpy(x), torch.from_numpy(labels.reshape(-1).astype(np.int64))
-
-    def step():
-        opt.zero_grad(set_to_none=False)
-        forward(xt, lt).backward()
-        opt.step()
-
+    check = agreement.one_step(torch, net, (0,), make_batch(args.mini, args.size, seed=1))
+    tnet = torch_net.build(torch, net, agreement.initial_weights(net, (0,), args.mini))
+    step = tnet.trainer(torch, *make_batch(args.mini, args.size))
     for _ in range(2):
         step()
-    _reply({"ready": True, "check": check, "threads": torch.get_num_threads(),
-            "version": torch.__version__})
-    _serve(step, extra=lambda: {"torch_gemm": torch_gemm_gflops(torch)})
+    harness.reply({"ready": True, "check": check.as_json(), "threads": torch.get_num_threads(),
+                   "version": torch.__version__})
+    harness.serve(step, extra=lambda: {"torch_gemm": torch_gemm_gflops(torch)})
 
 
 # ---------------------------------------------------------------- GEMM peak
@@ -431,73 +256,11 @@ def torch_gemm_gflops(torch) -> float:
 
 
 def gemm_worker(args) -> None:
-    _reply({"ready": True})
-    _serve(lambda: None, extra=numpy_gemm_gflops)
+    harness.reply({"ready": True})
+    harness.serve(lambda: None, extra=numpy_gemm_gflops)
 
 
 # ------------------------------------------------------------------- parent
-
-class Worker:
-    def __init__(self, label: str, argv: list[str]):
-        self.label = label
-        self.proc = subprocess.Popen([sys.executable, __file__] + argv, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, cwd=str(ROOT))
-        self.hello = self._read()
-
-    def _read(self):
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.label}: worker exited (code {self.proc.wait()})")
-        return json.loads(line)
-
-    def ask(self, command: str):
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        reply = self._read()
-        if "error" in reply:
-            raise RuntimeError(f"{self.label}: {reply['error']}")
-        return reply
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.flush()
-        except OSError:
-            pass
-        self.proc.wait(timeout=60)
-
-
-def _pct(values, q: float) -> float:
-    values = sorted(values)
-    i = (len(values) - 1) * q
-    lo, hi = math.floor(i), math.ceil(i)
-    return values[lo] + (values[hi] - values[lo]) * (i - lo)
-
-
-def print_profile(label: str, prof: dict) -> None:
-    per: dict = {}
-    devices = set()
-    for key, ms in prof["ops"].items():
-        layer, kind, dev = key.split("|")
-        devices.add(int(dev))
-        per.setdefault((layer, kind), {})[int(dev)] = 1e3 * ms
-    devices = sorted(devices)
-    wall = 1e3 * statistics.median(prof["wall"])
-    print(f"\nProfile of {label}: mean ms per step of each operation, per device "
-          f"(median step {wall:.1f} ms)")
-    head = f"{'layer':<10} {'operation':<10}" + "".join(f" {'dev ' + str(d):>8}" for d in devices)
-    print(head)
-    rows = sorted(per.items(), key=lambda kv: -sum(kv[1].values()))
-    totals = dict.fromkeys(devices, 0.0)
-    for (layer, kind), by_dev in rows:
-        cells = ""
-        for d in devices:
-            v = by_dev.get(d)
-            cells += f" {v:8.2f}" if v is not None else f" {'':>8}"
-            totals[d] += v or 0.0
-        print(f"{layer:<10} {kind:<10}{cells}")
-    print(f"{'total':<10} {'':<10}" + "".join(f" {totals[d]:8.2f}" for d in devices))
-
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -536,7 +299,7 @@ def main(argv=None) -> int:
     common = ["--mini", str(args.mini), "--size", str(args.size)]
     with tempfile.TemporaryDirectory() as tmp:
         net = load(1, args.size, Path(tmp))
-    flops = gemm_flops(net, args.mini)
+    flops = harness.gemm_flops(net, args.mini)
     start_load = os.getloadavg()
     began = time.perf_counter()
     print(f"CIFAR-10 reference net ({LAYER_DEF.name}), 3x{args.size}x{args.size} dummy data, "
@@ -544,6 +307,9 @@ def main(argv=None) -> int:
           f"per training step")
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
           f"Python {platform.python_version()}, numpy {np.__version__}")
+
+    def Worker(label, argv):
+        return harness.Worker(label, __file__, argv, str(ROOT))
 
     gemm = Worker("gemm", ["--worker", "gemm"])
     peaks = [gemm.ask("extra")]
@@ -559,29 +325,14 @@ def main(argv=None) -> int:
     if not args.no_torch:
         tw = Worker("PyTorch", ["--worker", "torch"] + common)
         workers.append(tw)
-        c = tw.hello["check"]
         print(f"PyTorch {tw.hello['version']}, {tw.hello['threads']} threads.  Same net check "
-              f"(one step from the engine's weights): cost {c['engine_cost']:.6f} (engine) vs "
-              f"{c['torch_cost']:.6f} (PyTorch); largest difference of a weight update "
-              f"{c['update_rel']:.1e} of its largest element ({c['update_worst']})")
-        if c["cost_rel"] > 1e-4 or c["update_rel"] > 1e-3:
-            print("warning: the two nets do not compute the same thing")
+              f"(one step from the engine's weights): {tw.hello['check']['text']}")
         peaks[0]["torch"] = tw.ask("extra")["torch_gemm"]
         if args.torch_keep_freed:
             workers.append(Worker("PyTorch keep-freed", ["--worker", "torch", "--keep-freed"]
                                   + common))
 
-    for w in workers:  # warm-up round
-        w.ask("run 2")
-    walls = {w.label: [] for w in workers}
-    cpus = {w.label: [] for w in workers}
-    for r in range(args.rounds):
-        order = workers if r % 2 == 0 else workers[::-1]
-        for w in order:
-            time.sleep(0.3)  # let the previous process's spinning threads go idle
-            res = w.ask(f"run {args.steps}")
-            walls[w.label] += res["wall"]
-            cpus[w.label] += res["cpu"]
+    walls, cpus = harness.take_turns(workers, args.rounds, args.steps)
     profiles = {}
     if args.profile:
         for w in workers:
@@ -614,7 +365,7 @@ def main(argv=None) -> int:
         util = sum(cpus[w.label]) / sum(walls[w.label])
         gf = flops / med / 1e9
         print(f"{w.label:<18} {1e3 * med:8.1f} {args.mini / med:8.1f} "
-              f"{_pct(ips, 0.1):6.1f}-{_pct(ips, 0.9):6.1f} {util:5.2f} {gf:8.1f} "
+              f"{harness.pct(ips, 0.1):6.1f}-{harness.pct(ips, 0.9):6.1f} {util:5.2f} {gf:8.1f} "
               f"{100 * gf / machine_peak:6.1f}%")
     labels = [w.label for w in workers]
     print()
@@ -632,7 +383,7 @@ def main(argv=None) -> int:
           f"{start_load[0]:.2f} at the start, {end_load[0]:.2f} at the end; "
           f"{time.perf_counter() - began:.0f} s in all")
     for label, prof in profiles.items():
-        print_profile(label, prof)
+        harness.print_profile(label, prof)
     return 0
 
 

@@ -25,9 +25,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from convnet.config import memory_rules as memory
 from convnet.config import shape_rules as shape
 from convnet.config import weight_shapes as weights
 from convnet.config.location import Where
+from convnet.config.memory_rules import MemoryRule
 from convnet.config.schedules import ScheduleValue
 from convnet.config.shape_rules import ShapeRule
 from convnet.config.values import Bool, Choice, Float, Int, Unsupported
@@ -74,7 +76,9 @@ class LayerType:
 
     ``shape`` infers the per-case output shape; an output or weight array too
     large to hold is blamed on ``size_key``.  ``weights`` gives the weight
-    shapes, exactly when the kind is ``WEIGHTED``.  ``implementation`` is the
+    shapes, exactly when the kind is ``WEIGHTED``.  ``memory`` says what a
+    forward call leaves for the backward call (:mod:`convnet.config.memory_rules`),
+    which the plan's memory estimate adds up.  ``implementation`` is the
     ``"module:Class"`` path of the layer class.
     """
 
@@ -93,6 +97,7 @@ class LayerType:
     hints: tuple[Key, ...] = ()
     aliases: Mapping[str, str] = field(default_factory=dict)
     finish: Callable[[dict, Callable[[str], Where]], None] | None = None
+    memory: MemoryRule = memory.plain_memory
 
     def __post_init__(self):
         if (self.weights is not None) != (self.kind is Kind.WEIGHTED):
@@ -202,30 +207,33 @@ def _table(*types: LayerType) -> dict[str, LayerType]:
 _FILTER_TYPE = dict(kind=Kind.WEIGHTED, shape=shape.filter_shape, size_key="filters",
                     max_inputs=None, aliases=_V1_FILTERS, finish=_grouped_filters)
 _NORM_TYPE = dict(kind=Kind.PLAIN, implementation="convnet.layers.norms:NormLayer", attrs=_NORM_ATTRS,
-                  params=_NORM_PARAMS)
+                  params=_NORM_PARAMS, memory=memory.norm_memory)
 _COST_TYPE = dict(kind=Kind.COST, neuron="forbidden", params=_COST_PARAMS)
 _PAIR = dict(min_inputs=2, max_inputs=2)
 
 LAYER_TYPES: dict[str, LayerType] = _table(
     # Data layers run wherever their readers run.
     LayerType("data", Kind.DATA, "convnet.layers.data:DataLayer", shape.data_shape, size_key="dataIdx",
+              memory=memory.data_memory,
               min_inputs=0, max_inputs=0, neuron="forbidden", takes_gpu=False,
               attrs=(Key("dataIdx", Int(lo=0)),)),
     LayerType("conv", implementation="convnet.layers.weights:ConvLayer", weights=weights.conv_weights,
+              memory=memory.conv_memory,
               hints=_FILTER_HINTS, params=_WEIGHT_PARAMS + (_WBALL,),
               attrs=_FILTER_ATTRS + (Key("sharedBiases", Bool(), default=True),),
               **_FILTER_TYPE),
     LayerType("local", implementation="convnet.layers.weights:LocalLayer", weights=weights.local_weights,
+              memory=memory.local_memory,
               attrs=_FILTER_ATTRS, params=_WEIGHT_PARAMS + (_WBALL_LOCAL,),
               # Local layers always have one bias per output position.
               hints=_FILTER_HINTS + (Key("sharedBiases", Bool(), default=None),),
               **_FILTER_TYPE),
     LayerType("fc", Kind.WEIGHTED, "convnet.layers.weights:FCLayer", shape.fc_shape, size_key="outputs",
-              weights=weights.fc_weights, max_inputs=None,
+              weights=weights.fc_weights, max_inputs=None, memory=memory.fc_memory,
               params=_WEIGHT_PARAMS + (_WBALL, _FORK_DROPOUT),
               attrs=(Key("outputs", _POSITIVE),) + _INIT, aliases={"numOutputs": "outputs"}),
     LayerType("pool", Kind.PLAIN, "convnet.layers.pooling:PoolLayer", shape.pool_shape,
-              size_key="outputsX", finish=_pool_stride, attrs=(
+              size_key="outputsX", finish=_pool_stride, memory=memory.pool_memory, attrs=(
                   Key("pool", Choice("max", "avg", "maxabs")),
                   Key("sizeX", _POSITIVE),
                   Key("stride", _POSITIVE),
@@ -241,22 +249,23 @@ LAYER_TYPES: dict[str, LayerType] = _table(
     LayerType("cnorm", shape=shape.norm_shape("pixels across"), aliases={"sizeX": "size"},
               **_NORM_TYPE),
     LayerType("neuron", Kind.PLAIN, "convnet.layers.neurons:NeuronLayer", shape.same_shape,
-              neuron="required"),
-    LayerType("softmax", Kind.PLAIN, "convnet.layers.softmax:SoftmaxLayer", shape.same_shape),
+              neuron="required", memory=memory.neuron_layer_memory),
+    LayerType("softmax", Kind.PLAIN, "convnet.layers.softmax:SoftmaxLayer", shape.same_shape,
+              memory=memory.softmax_memory),
     LayerType("dropout", Kind.PLAIN, "convnet.layers.dropout:DropoutLayer", shape.same_shape,
-              params=_DROPOUT_PARAMS),
+              params=_DROPOUT_PARAMS, memory=memory.dropout_memory),
     LayerType("dropout2", Kind.PLAIN, "convnet.layers.dropout:Dropout2Layer", shape.same_shape,
-              params=_DROPOUT_PARAMS),
+              params=_DROPOUT_PARAMS, memory=memory.dropout_memory),
     # pass is the model-parallel gather: the placement differs from concat, not the math.
     LayerType("pass", Kind.PLAIN, "convnet.layers.combine:ConcatLayer", shape.concat_shape,
-              max_inputs=None),
+              max_inputs=None, memory=memory.combine_memory),
     LayerType("concat", Kind.PLAIN, "convnet.layers.combine:ConcatLayer", shape.concat_shape,
-              max_inputs=None),
+              max_inputs=None, memory=memory.combine_memory),
     LayerType("eltsum", Kind.PLAIN, "convnet.layers.combine:EltSumLayer", shape.eltwise_shape,
               max_inputs=None, attrs=(
                   Key("coeffs", Float(), default=1.0, per_input=True, also_in_params=True),)),
     LayerType("eltmax", Kind.PLAIN, "convnet.layers.combine:EltMaxLayer", shape.eltwise_shape,
-              min_inputs=2, max_inputs=None),
+              min_inputs=2, max_inputs=None, memory=memory.eltmax_memory),
     LayerType("sum", Kind.PLAIN, "convnet.layers.combine:SumLayer", shape.sum_shape,
               attrs=(Key("stride", _POSITIVE, default=None),)),
     LayerType("cost.logreg", implementation="convnet.layers.costs:LogregCost", shape=shape.logreg_shape,

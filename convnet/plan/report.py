@@ -1,11 +1,12 @@
 """What a plan costs, for a person (``--print-plan``) and for tools (``--print-plan=json``).
 
 The figures are derived from the plan alone: parameter memory (weights, their
-gradients and momentum, float32), an activation-memory estimate (every
-activation and gradient buffer a device holds during one minibatch, copies
-included: each is kept until the backward pass that needs it) and the bytes
-each device sends and receives per minibatch through copies and all-reduces
-(a ring-style all-reduce moves 2(R-1)/R of the gradient per device).
+gradients and momentum, float32), the estimated peak memory of a training step
+and the activation memory held at that peak (activations, copies included, the
+state layers keep for their backward pass, gradients in flight; see
+:mod:`convnet.plan.memory`), and the bytes each device sends and receives per
+minibatch through copies and all-reduces (a ring-style all-reduce moves 2(R-1)/R
+of the gradient per device).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import json
 from dataclasses import asdict, dataclass
 
 from convnet.config.model import NetConfig
-from convnet.plan.ops import FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load, Plan
+from convnet.plan.memory import memory_peaks
+from convnet.plan.ops import FLOAT_BYTES, AllReduce, Copy, GradCopy, Load, Plan
 
 PARAM_COPIES = 3  # weights, gradient accumulator, momentum
 
@@ -24,7 +26,8 @@ class DeviceTotals:
     device: int
     physical: int
     param_bytes: int = 0
-    activation_bytes: int = 0
+    activation_bytes: int = 0  # held by the step at the device's peak
+    peak_bytes: int = 0  # everything at the peak: weights, momentum, gradients, activations
     sent_bytes: int = 0
     received_bytes: int = 0
     loaded_bytes: int = 0
@@ -32,23 +35,18 @@ class DeviceTotals:
 
 def device_totals(plan: Plan, net: NetConfig) -> list[DeviceTotals]:
     """Per-device memory and traffic of one minibatch."""
-    totals = [DeviceTotals(d, plan.physical_devices[d]) for d in range(plan.num_devices)]
+    totals = [DeviceTotals(d, plan.physical_devices[d], activation_bytes=peak.activation_bytes,
+                           peak_bytes=peak.peak_bytes)
+              for d, peak in enumerate(memory_peaks(plan, net))]
     for placement in plan.layers.values():
         for device in placement.devices:
             totals[device].param_bytes += placement.param_count * FLOAT_BYTES * PARAM_COPIES
-    shard_bytes = {name: net[name].outputs * plan.shard_size * FLOAT_BYTES for name in plan.layers}
     for op in plan.ops:
         if isinstance(op, Load):
             totals[op.device].loaded_bytes += op.nbytes
-            totals[op.device].activation_bytes += op.nbytes
-        elif isinstance(op, Forward):
-            totals[op.device].activation_bytes += shard_bytes[op.layer]
-        elif isinstance(op, Backward):
-            totals[op.device].activation_bytes += shard_bytes[op.layer]  # its gradient buffer
         elif isinstance(op, (Copy, GradCopy)):
             totals[op.src].sent_bytes += op.nbytes
             totals[op.dst].received_bytes += op.nbytes
-            totals[op.dst].activation_bytes += op.nbytes if isinstance(op, Copy) else 0
         elif isinstance(op, AllReduce):
             r = len(op.replica_devices)
             moved = 2 * (r - 1) * op.nbytes // r
@@ -186,8 +184,10 @@ def plan_text(plan: Plan, net: NetConfig) -> str:
     lines += schedule_text(plan)
     lines += ["", "Totals per device (per minibatch)"]
     totals = device_totals(plan, net)
-    fields = ("param_bytes", "activation_bytes", "sent_bytes", "received_bytes", "loaded_bytes")
-    names = ("param memory", "activation memory (est.)", "sent", "received", "loaded from host")
+    fields = ("param_bytes", "activation_bytes", "peak_bytes", "sent_bytes", "received_bytes",
+              "loaded_bytes")
+    names = ("param memory", "activation memory (est.)", "peak memory (est.)", "sent", "received",
+             "loaded from host")
     units = [byte_unit([getattr(t, f) for t in totals]) for f in fields]
     rows = [[t.device, t.physical] + [f"{getattr(t, f) / size:.1f}" for f, (_, size) in
                                       zip(fields, units)] for t in totals]

@@ -201,6 +201,7 @@ class Executor:
         self.workers = (DeviceWorkers(devices, wait_after_error=self.cluster.size == 1)
                         if parallel else None)
         self.timings: list[OpTiming] | None = None
+        self.memory = None  # a runtime.memory.MemoryMeter, sampled after every task when set
 
     @staticmethod
     def _syncs(local_sgd, async_staleness) -> tuple[ReplicaSync, ...]:
@@ -353,6 +354,7 @@ class Executor:
         actions, slowdown = self._actions, self.slowdown
         t0 = time.perf_counter()
         timings = [] if self.timings is not None else None
+        meter = self.memory
 
         def run(task: Task, device: int | None) -> None:
             """Carry out ``task``; ``device`` is the calling worker's (None: all of the task's)."""
@@ -364,6 +366,8 @@ class Executor:
                 for d in ([device] if device is not None else task.devices):
                     timings.append(OpTiming(d, task.kind, task.layer, began - t0,
                                             time.perf_counter() - t0))
+            if meter is not None:
+                meter.sample(buffers)
 
         if self.workers is None:
             for task in tasks:

@@ -14,8 +14,8 @@ SPLIT = ("compute", "copy", "allreduce", "idle")
 
 
 def peak_memory(plan: Plan, net: NetConfig) -> list[int]:
-    """Bytes each device holds at most: parameters plus the activation estimate."""
-    return [t.param_bytes + t.activation_bytes for t in device_totals(plan, net)]
+    """Bytes each device holds at most: the plan's peak estimate (convnet.plan.memory)."""
+    return [t.peak_bytes for t in device_totals(plan, net)]
 
 
 def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig) -> dict:

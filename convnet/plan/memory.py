@@ -1,0 +1,139 @@
+"""The plan's estimate of the memory each device holds at its peak during a step.
+
+The executor keeps, per device: the weights and momentum of its replicas (always);
+each replica's weight-gradient accumulator from its first backward call of the step
+to its update; every activation (loaded, computed or copied in) until the step ends;
+what each layer's forward call leaves for its backward call (the layer type's
+:mod:`memory rule <convnet.config.memory_rules>`: im2col columns, padded inputs,
+masks, norm denominators) until that backward call; the gradient of each activation
+from the first backward call that adds to it until its layer's backward call
+consumes it (or, for an input on another device, until that device pulls it); and
+during an all-reduce, the replica's summed slice of the weight gradient until its
+update (counted with the weight gradients).
+A replicated layer's all-reduce and update wait for the other replicas, and the
+device's worker goes on with the backward pass below meanwhile
+(:mod:`convnet.runtime.workers`): so its gradient and summed slice are counted
+until the device's next backward call of a layer with weights has run (when the
+device is not behind the others they are freed sooner, and the estimate is high by
+that layer's gradient).
+
+:func:`memory_peaks` walks the plan's operations in order, adds and frees those
+buffers as the executor does, and keeps each device's high-water mark with what it
+held then.  It is the estimate ``--print-plan`` reports and ``--simulate`` predicts
+peak memory from; tests/test_memory_estimate.py holds it to the executor's own
+accounting (:mod:`convnet.runtime.memory`), which looks between operations: like it,
+the estimate does not count what exists only during one operation (a backward call
+holds its output gradient and kept state while it makes its input gradients; kernel
+temporaries) nor the kernels' reusable scratch buffers.  Those show in the
+process's resident size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from convnet.config.model import NetConfig
+from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load,
+                              Plan, Update)
+
+#: What the estimate separates, in report order.
+PARAMETERS = ("weights", "momentum", "weight_grads")
+STEP = ("activations", "kept_for_backward", "gradients")
+
+
+@dataclass
+class MemoryPeak:
+    """One device's estimated high-water mark and what it held then (bytes)."""
+
+    device: int
+    peak_bytes: int = 0
+    at_peak: dict = field(default_factory=dict)
+
+    @property
+    def activation_bytes(self) -> int:
+        """What the step itself holds at the peak: activations, kept state, gradients."""
+        return sum(self.at_peak.get(k, 0) for k in STEP)
+
+
+class _Device:
+    def __init__(self):
+        self.held: dict[str, dict] = {k: {} for k in PARAMETERS + STEP}
+        self.deferred: list = []  # (category, key) freed after the next backward call
+
+    def add(self, category: str, key, nbytes: int) -> None:
+        self.held[category].setdefault(key, nbytes)
+
+    def free(self, category: str, key) -> None:
+        self.held[category].pop(key, None)
+
+    def totals(self) -> dict:
+        return {k: sum(v.values()) for k, v in self.held.items()}
+
+
+def memory_peaks(plan: Plan, net: NetConfig) -> list[MemoryPeak]:
+    """Each device's estimated peak during one training step (see the module docstring)."""
+    devices = [_Device() for _ in range(plan.num_devices)]
+    peaks = [MemoryPeak(d) for d in range(plan.num_devices)]
+    shard_bytes = {name: net[name].outputs * plan.shard_size * FLOAT_BYTES for name in plan.layers}
+    param_bytes = {name: p.param_count * FLOAT_BYTES for name, p in plan.layers.items()}
+    memory = {name: net[name].layer_type.memory(net[name]) for name in plan.layers}
+    for name, placement in plan.layers.items():
+        for replica, d in enumerate(placement.devices):
+            if param_bytes[name]:
+                devices[d].add("weights", (name, replica), param_bytes[name])
+                devices[d].add("momentum", (name, replica), param_bytes[name])
+
+    def note(d: int) -> None:
+        now = devices[d].totals()
+        total = sum(now.values())
+        if total > peaks[d].peak_bytes:
+            peaks[d].peak_bytes, peaks[d].at_peak = total, now
+
+    for op in plan.ops:
+        if isinstance(op, Load):
+            devices[op.device].add("activations", (op.layer, op.shard), op.nbytes)
+        elif isinstance(op, Copy):
+            devices[op.dst].add("activations", (op.layer, op.shard), op.nbytes)
+        elif isinstance(op, Forward):
+            dev, mem = devices[op.device], memory[op.layer]
+            if mem.new_output:
+                dev.add("activations", (op.layer, op.shard), shard_bytes[op.layer])
+            if mem.kept_per_case:
+                dev.add("kept_for_backward", (op.layer, op.shard),
+                        mem.kept_per_case * plan.shard_size)
+        elif isinstance(op, Backward):
+            dev = devices[op.device]
+            ldef, placement = net[op.layer], plan.layers[op.layer]
+            for inp, wanted in zip(ldef.inputs, placement.input_grads):
+                if not wanted:
+                    continue
+                source = plan.producer_of(inp, op.shard)[1]
+                key = (inp, op.shard) if source == op.device else (op.layer, inp, op.shard)
+                dev.add("gradients", key, shard_bytes[inp])
+            if param_bytes[op.layer]:
+                dev.add("weight_grads", (op.layer, op.replica), param_bytes[op.layer])
+            dev.free("kept_for_backward", (op.layer, op.shard))
+            dev.free("gradients", (op.layer, op.shard))
+            if param_bytes[op.layer]:
+                note(op.device)
+                for category, key in dev.deferred:
+                    dev.free(category, key)
+                dev.deferred = []
+        elif isinstance(op, GradCopy):
+            devices[op.src].free("gradients", (op.consumer, op.layer, op.shard))
+            devices[op.dst].add("gradients", (op.layer, op.shard), op.nbytes)
+        elif isinstance(op, AllReduce):
+            share = param_bytes[op.layer] // len(op.replica_devices)
+            for d in op.replica_devices:
+                devices[d].add("weight_grads", ("reduced", op.layer), share)
+        elif isinstance(op, Update):
+            done = [("weight_grads", (op.layer, op.replica)),
+                    ("weight_grads", ("reduced", op.layer))]
+            if len(plan.layers[op.layer].devices) > 1:  # may wait for the other replicas
+                devices[op.device].deferred += done
+            else:
+                for category, key in done:
+                    devices[op.device].free(category, key)
+        for d in op.devices:
+            note(d)
+    return peaks
