@@ -75,10 +75,16 @@ def _scratch(xp, name: str, shape, dtype, zero: bool = False):
     return out
 
 
-def _use_chwn(k: int, filters: int) -> bool:
+CASES_MIN_PIXELS = 512  # output maps at least this large take the ``cases`` layout
+
+
+def _layout(k: int, filters: int, modules: int) -> str:
+    """The column order of a conv layer (see the module docstring)."""
     if LAYOUT is not None:
-        return LAYOUT == "chwn"
-    return k >= 4 * filters
+        return LAYOUT
+    if modules * modules >= CASES_MIN_PIXELS:
+        return "cases"
+    return "chwn" if k >= 4 * filters else "nchw"
 
 
 def out_size(img_size: int, filter_size: int, padding: int, stride: int) -> int:
@@ -204,7 +210,10 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
     xp = array_module(xs[0])
     filters = ws[0].shape[0]
     geom = _ConvGeometry(filter_sizes, paddings, strides, channels, groups, img_sizes, modules)
-    if _use_chwn(sum(w[0].size for w in ws), filters):
+    layout = _layout(sum(w[0].size for w in ws), filters, modules)
+    if layout == "cases":
+        return _conv_forward_cases(xp, xs, ws, b, geom)
+    if layout == "chwn":
         return _conv_forward_chwn(xp, xs, ws, b, geom, keep_cache)
     return _conv_forward_nchw(xp, xs, ws, b, geom, keep_cache)
 
@@ -223,8 +232,10 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
     if cache is not None:
         layout, saved = cache
     else:
-        layout = "chwn" if _use_chwn(sum(w[0].size for w in ws), filters) else "nchw"
+        layout = _layout(sum(w[0].size for w in ws), filters, modules)
         saved = None
+    if layout == "cases":
+        return _conv_backward_cases(xp, gy, xs, ws, need_dx, geom, shared_biases)
     if layout == "chwn":
         return _conv_backward_chwn(xp, gy, xs, ws, saved, need_dx, geom, shared_biases)
     return _conv_backward_nchw(xp, gy, xs, ws, saved, need_dx, geom, shared_biases)
@@ -310,14 +321,22 @@ def _conv_backward_nchw(xp, gy, xs, ws, cols_all, need_dx, geom, shared_biases):
         if not need_dx[i]:
             dxs.append(None)
             continue
-        dcols = _scratch(xp, "dcols", (g * kg, n * p), gy.dtype)
-        for gi in range(g):
-            fsl = slice(gi * fg, (gi + 1) * fg)
-            xp.matmul(wm[fsl].T, gt[fsl], out=dcols[gi * kg:(gi + 1) * kg])
-        shape = (n, geom.channels[i], geom.img[i], geom.img[i])
-        dx = _col2im_conv(xp, dcols, shape, fs, geom.pad[i], geom.stride[i], modules)
-        dxs.append(dx.reshape(x.shape))
+        dxs.append(_conv_dx_nchw(xp, gt, wm, geom, i, n).reshape(x.shape))
     return dxs, dws, db
+
+
+def _conv_dx_nchw(xp, gt, wm, geom, i: int, n: int):
+    """dx of input i from the output gradient gt (F, N*M*M): the column gradient
+    W.T @ gt, group by group, scattered back by :func:`_col2im_conv`."""
+    g = geom.groups[i]
+    filters, kg = wm.shape
+    fg = filters // g
+    dcols = _scratch(xp, "dcols", (g * kg, gt.shape[1]), gt.dtype)
+    for gi in range(g):
+        fsl = slice(gi * fg, (gi + 1) * fg)
+        xp.matmul(wm[fsl].T, gt[fsl], out=dcols[gi * kg:(gi + 1) * kg])
+    shape = (n, geom.channels[i], geom.img[i], geom.img[i])
+    return _col2im_conv(xp, dcols, shape, geom.fs[i], geom.pad[i], geom.stride[i], geom.modules)
 
 
 # ------------------------------------------------------- conv, chwn blocks
@@ -471,7 +490,7 @@ def _conv_backward_chwn(xp, gy, xs, ws, xpads, need_dx, geom, shared_biases):
         wm = w.reshape(filters, -1)
         k = wm.shape[1] * g
         # dW = sum over blocks of gt_block @ cols_block.T
-        dw = xp.empty_like(wm)
+        dwt = _scratch(xp, "dwt", (wm.shape[1], filters), dtype)
         tmp = None
         unit = n * max(k, filters) * item
         columns = _Columns(xp, xpad, fs, stride, m, m, _block_size(m, m, unit), "cols0")
@@ -479,13 +498,13 @@ def _conv_backward_chwn(xp, gy, xs, ws, xpads, need_dx, geom, shared_biases):
             cols = columns(y0, y1, x0, x1)
             gmat = gt[:, y0:y1, x0:x1].reshape(filters, -1)
             if bi == 0:
-                _gemm_groups_dw(xp, gmat, cols, dw, g)
+                _gemm_groups_dwt(xp, gmat, cols, dwt, g)
             else:
                 if tmp is None:
-                    tmp = _scratch(xp, "dw_tmp", dw.shape, dtype)
-                _gemm_groups_dw(xp, gmat, cols, tmp, g)
-                dw += tmp
-        dws.append(dw.reshape(w.shape))
+                    tmp = _scratch(xp, "dw_tmp", dwt.shape, dtype)
+                _gemm_groups_dwt(xp, gmat, cols, tmp, g)
+                dwt += tmp
+        dws.append(xp.ascontiguousarray(dwt.T).reshape(w.shape))
         if not need_dx[i]:
             dxs.append(None)
             continue
@@ -497,13 +516,16 @@ def _conv_backward_chwn(xp, gy, xs, ws, xpads, need_dx, geom, shared_biases):
     return dxs, dws, db
 
 
-def _gemm_groups_dw(xp, gmat, cols, out, groups: int) -> None:
-    """out (F, K/groups) = per group gmat_g (F_g, L) @ cols_g (K_g, L).T."""
+def _gemm_groups_dwt(xp, gmat, cols, out, groups: int) -> None:
+    """out (K/groups, F) = the transposed weight gradient: per group, cols_g (K_g, L) @
+    gmat_g (F_g, L).T.  This order of the GEMM (the long weight dimension as its rows)
+    runs 5-25% faster in OpenBLAS than gmat @ cols.T for these shapes; callers sum the
+    blocks into one (K/groups, F) buffer and transpose it once."""
     filters = gmat.shape[0]
     fg, kg = filters // groups, cols.shape[0] // groups
     for gi in range(groups):
-        xp.matmul(gmat[gi * fg:(gi + 1) * fg], cols[gi * kg:(gi + 1) * kg].T,
-                  out=out[gi * fg:(gi + 1) * fg])
+        xp.matmul(cols[gi * kg:(gi + 1) * kg], gmat[gi * fg:(gi + 1) * fg].T,
+                  out=out[:, gi * fg:(gi + 1) * fg])
 
 
 def _conv_dx_correlation(xp, gt, wm, n, c, img, fs, pad, groups):
@@ -563,6 +585,135 @@ def _conv_dx_scatter(xp, gt, wm, n, c, img, fs, pad, stride, groups, m):
                 acc[:, ys:ys + stride * (r - 1) + 1:stride,
                     xs_:xs_ + stride * (w - 1) + 1:stride] += d[:, ky, kx]
     return _crop(xp, acc.transpose(3, 0, 1, 2), (n, c, img, img), pad, total)
+
+
+# ------------------------------------------------------ conv, blocks of cases
+
+def _case_block(per_case_bytes: int, n: int) -> int:
+    """Cases per block: columns of about CHUNK_BYTES (at least one case)."""
+    return max(1, min(n, CHUNK_BYTES // max(1, per_case_bytes)))
+
+
+class _CaseColumns:
+    """Columns of blocks of cases of one input: the block is copied into a zero-padded
+    (B, C, T, T) scratch buffer, whose window view (B, C, fs, fs, M, M) is copied into
+    (B, K, M*M) columns (``order='bkp'``, for one batched GEMM per block) or (K, B*M*M)
+    (``order='kbp'``, for the weight gradient)."""
+
+    def __init__(self, xp, x, geom, i: int, block: int, order: str):
+        self.xp, self.x, self.order = xp, x, order
+        self.fs, self.pad, self.stride = geom.fs[i], geom.pad[i], geom.stride[i]
+        self.c, self.img, self.m = geom.channels[i], geom.img[i], geom.modules
+        self.total = geom.span(i)
+        self.k = self.c * self.fs * self.fs
+        self.keep = max(0, min(self.img, self.total - self.pad))
+        dtype = x.dtype
+        self.xpad = _scratch(xp, f"case_pad{i}", (block, self.c, self.total, self.total), dtype)
+        _zero_border(self.xpad.reshape(block * self.c, self.total, self.total, 1), self.pad,
+                     self.keep)
+        self.buf = _scratch(xp, f"case_cols{i}", (block * self.k * self.m * self.m,), dtype)
+
+    def __call__(self, b0: int, b1: int):
+        nb, c, fs, m, s = b1 - b0, self.c, self.fs, self.m, self.stride
+        pad, keep = self.pad, self.keep
+        xpad = self.xpad[:nb]
+        if keep:
+            xpad[:, :, pad:pad + keep, pad:pad + keep] = self.x[b0:b1, :, :keep, :keep]
+        sb, sc, sy, sx = xpad.strides
+        if self.order == "bkp":
+            shape = (nb, c, fs, fs, m, m)
+            view = _as_strided(self.xp, xpad, shape, (sb, sc, sy, sx, s * sy, s * sx))
+            cols = self.buf[:nb * self.k * m * m].reshape(shape)
+            cols[...] = view
+            return cols.reshape(nb, self.k, m * m)
+        shape = (c, fs, fs, nb, m, m)
+        view = _as_strided(self.xp, xpad, shape, (sc, sy, sx, sb, s * sy, s * sx))
+        cols = self.buf[:nb * self.k * m * m].reshape(shape)
+        cols[...] = view
+        return cols.reshape(self.k, nb * m * m)
+
+
+def _conv_forward_cases(xp, xs, ws, b, geom):
+    """Cases-outermost conv for large output maps: per block of cases, the columns
+    (B, K, M*M) in cache-sized scratch and one batched GEMM per input and group whose
+    result is already the (B, F, M*M) block of the output, so no transpose follows.
+    Nothing is kept for the backward pass, which rebuilds the columns."""
+    n = xs[0].shape[0]
+    filters = ws[0].shape[0]
+    p = geom.modules * geom.modules
+    dtype = xs[0].dtype
+    item = xp.dtype(dtype).itemsize
+    k = max(w[0].size * g for w, g in zip(ws, geom.groups))
+    block = _case_block(max(k, filters) * p * item, n)
+    columns = [_CaseColumns(xp, _as_image(x, geom.channels[i], geom.img[i]), geom, i, block,
+                            "bkp") for i, x in enumerate(xs)]
+    wms = [w.reshape(filters, -1) for w in ws]
+    y = xp.empty((n, filters, p), dtype=dtype)
+    tmp = _scratch(xp, "case_out", (block, filters, p), dtype) if len(xs) > 1 else None
+    bias = b.reshape(1, filters, 1) if b.ndim == 1 else b.reshape(1, filters, p)
+    for b0 in range(0, n, block):
+        b1 = min(n, b0 + block)
+        out = y[b0:b1]
+        for i, wm in enumerate(wms):
+            cols = columns[i](b0, b1)
+            dst = out if i == 0 else tmp[:b1 - b0]
+            g = geom.groups[i]
+            fg, kg = filters // g, wm.shape[1]
+            for gi in range(g):
+                xp.matmul(wm[gi * fg:(gi + 1) * fg], cols[:, gi * kg:(gi + 1) * kg],
+                          out=dst[:, gi * fg:(gi + 1) * fg])
+            if i > 0:
+                out += dst
+        out += bias
+    return y.reshape(n, filters, geom.modules, geom.modules), ("cases", None)
+
+
+def _conv_backward_cases(xp, gy, xs, ws, need_dx, geom, shared_biases):
+    """Backward of :func:`_conv_forward_cases`.  Weight gradients: per block of cases,
+    the columns in (K, B*M*M) order and the output gradient in (F, B*M*M) order, one
+    GEMM per group.  Input gradients as in the nchw layout (the large maps of this
+    layout make its scatter of the column gradient cheaper than the chwn ways)."""
+    n = gy.shape[0]
+    filters = ws[0].shape[0]
+    m = geom.modules
+    p = m * m
+    dtype = gy.dtype
+    item = xp.dtype(dtype).itemsize
+    g3 = gy.reshape(n, filters, p)
+    db = g3.sum(axis=(0, 2)) if shared_biases else g3.sum(axis=0).reshape(filters, m, m)
+    k = max(w[0].size * g for w, g in zip(ws, geom.groups))
+    block = _case_block(max(k, filters) * p * item, n)
+    gbuf = _scratch(xp, "case_gt", (filters, block, p), dtype)
+    wms = [w.reshape(filters, -1) for w in ws]
+    dwts = [_scratch(xp, f"dwt{i}", (wm.shape[1], filters), dtype) for i, wm in enumerate(wms)]
+    tmp = _scratch(xp, "dw_tmp", (k, filters), dtype)
+    columns = [_CaseColumns(xp, _as_image(x, geom.channels[i], geom.img[i]), geom, i, block,
+                            "kbp") for i, x in enumerate(xs)]
+    for b0 in range(0, n, block):
+        b1 = min(n, b0 + block)
+        gt = gbuf[:, :b1 - b0]
+        gt[...] = g3[b0:b1].transpose(1, 0, 2)
+        gmat = gt.reshape(filters, -1)
+        for i, dwt in enumerate(dwts):
+            cols = columns[i](b0, b1)
+            if b0 == 0:
+                _gemm_groups_dwt(xp, gmat, cols, dwt, geom.groups[i])
+            else:
+                part = tmp[:dwt.shape[0]]
+                _gemm_groups_dwt(xp, gmat, cols, part, geom.groups[i])
+                dwt += part
+    dxs = []
+    gt_full = None
+    for i, x in enumerate(xs):
+        if not need_dx[i]:
+            dxs.append(None)
+            continue
+        if gt_full is None:
+            gt_full = _scratch(xp, "gt_nchw", (filters, n, p), dtype)
+            gt_full[...] = g3.transpose(1, 0, 2)
+        dxs.append(_conv_dx_nchw(xp, gt_full.reshape(filters, n * p), wms[i], geom, i,
+                                 n).reshape(x.shape))
+    return dxs, [xp.ascontiguousarray(dwt.T).reshape(w.shape) for dwt, w in zip(dwts, ws)], db
 
 
 # -------------------------------------------------------------------- local

@@ -104,7 +104,7 @@ def ref_norm(x, kind, size, scale, pow_, min_div):
     dict(in_shapes=((4, 5, 5),), filters=6, groups=2, fs=2, padding=1, stride=2),
     dict(in_shapes=((3, 6, 6), (2, 4, 4)), fs=[3, 1], padding=[1, 0], stride=[2, 1], filters=4),
 ])
-@pytest.mark.parametrize("layout", ["nchw", "chwn"])
+@pytest.mark.parametrize("layout", ["nchw", "chwn", "cases"])
 def test_conv_and_local_match_reference(type_, kw, layout, monkeypatch):
     monkeypatch.setattr(kconv, "LAYOUT", layout)
     ldef = conv_def(type_=type_, **kw)
@@ -384,3 +384,42 @@ def test_registry_and_build_layer():
     data = build_layer(LayerDef(name="d", type="data", attrs={"dataIdx": 0}))
     x = np.ones((2, 3))
     assert data.forward([x], {}, CTX)[0] is x
+
+
+@pytest.mark.parametrize("kw", [
+    dict(in_shapes=((3, 9, 9),), fs=5, padding=0, stride=2),
+    dict(in_shapes=((3, 6, 6), (2, 4, 4)), fs=[3, 1], padding=[1, 0], stride=[2, 1], filters=4),
+    dict(in_shapes=((4, 5, 5),), filters=6, groups=2, fs=3, padding=1, stride=1,
+         shared_biases=False),
+])
+def test_conv_cases_layout_in_blocks_matches_nchw(kw, monkeypatch):
+    """The cases layout split into blocks of one case (its weight gradient summed over
+    blocks) gives the outputs and all gradients of the nchw layout."""
+    ldef = conv_def(**kw)
+    layer = build_layer(ldef)
+    rng = np.random.default_rng(3)
+    xs = random_inputs(ldef, batch=3)
+    params = {k: v.astype(np.float64) for k, v in params_for(layer).items()}
+    gy = None
+    results = {}
+    for layout, chunk in (("nchw", kconv.CHUNK_BYTES), ("cases", 1)):
+        monkeypatch.setattr(kconv, "LAYOUT", layout)
+        monkeypatch.setattr(kconv, "CHUNK_BYTES", chunk)
+        y, state = layer.forward(xs, params, CTX)
+        if gy is None:
+            gy = rng.standard_normal(y.shape)
+        dxs, grads = layer.backward(gy, xs, y, params, state, CTX, [True] * len(xs))
+        results[layout] = (y, dxs, grads)
+    (y0, dx0, g0), (y1, dx1, g1) = results["nchw"], results["cases"]
+    np.testing.assert_allclose(y1, y0, rtol=1e-12, atol=1e-12)
+    for a, b in zip(dx1, dx0):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    for k in g0:
+        np.testing.assert_allclose(g1[k], g0[k], rtol=1e-12, atol=1e-12)
+
+
+def test_conv_layout_choice():
+    """Large output maps take the cases layout, small ones chwn or nchw by weights per filter."""
+    assert kconv._layout(363, 48, 31) == "cases"
+    assert kconv._layout(1200, 128, 15) == "chwn"
+    assert kconv._layout(27, 32, 15) == "nchw"

@@ -64,7 +64,7 @@ CONV_CASES = {
 }
 
 
-@pytest.mark.parametrize("layout", ["nchw", "chwn"])
+@pytest.mark.parametrize("layout", ["nchw", "chwn", "cases"])
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
 def test_conv(case, layout, monkeypatch):
     monkeypatch.setattr(kconv, "LAYOUT", layout)
