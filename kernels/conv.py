@@ -6,16 +6,24 @@ edge read zeros, as in cuda-convnet2), a strided view of it enumerates
 (channel, ky, kx) x (output position, case) and is copied into a ``cols``
 matrix, and GEMMs do the rest.
 
-Conv columns come in one of two orders, chosen per layer by cost:
+Conv columns come in one of three orders, chosen per layer by cost
+(:func:`_layout`):
 
+* ``cases`` (large output maps, at least :data:`CASES_MIN_PIXELS` pixels,
+  e.g. the first layer of an ImageNet or CIFAR-10 net): cases outermost.
+  Per block of cases the columns (B, K, M*M) fill about :data:`CHUNK_BYTES`
+  and one batched GEMM per group writes the (B, F, M*M) block of the output
+  in place, so there is no transpose of the input or the output.  Nothing
+  is kept for the backward pass: the weight gradient rebuilds each block's
+  columns in (K, B*M*M) order; input gradients as in ``nchw``.
 * ``chwn`` (many weights per filter, ``K = C/groups * fs^2`` at least
   ``4 * F``): the padded input is laid out (C, H, W, N), cases innermost as
   in cuda-convnet, so every copy moves long contiguous runs.  The output
   pixels are taken in blocks whose columns (about :data:`CHUNK_BYTES`) stay
   in the cache: per block one column copy and one GEMM per group, the block
   of the output transposed straight into the (N, F, M, M) result.  The
-  backward pass rebuilds each block's columns for ``dW += gy_block @
-  cols_block.T``; the input gradient of a stride-1 input is a correlation of
+  backward pass rebuilds each block's columns for the weight gradient; the
+  input gradient of a stride-1 input is a correlation of
   the zero-padded output gradient with the flipped filters, computed block
   by block like the forward pass (no scatter); other strides scatter each
   block's column gradient back with one strided add per filter offset.
@@ -24,6 +32,11 @@ Conv columns come in one of two orders, chosen per layer by cost:
   is already in (F, N, M*M) order and needs only a cheap transpose; the
   backward pass scatters the column gradient back with one strided add per
   filter offset.
+
+What the forward pass keeps for the backward pass (in training): ``nchw``
+the columns, ``chwn`` the padded input copy, ``cases`` nothing.  Weight
+gradients of ``chwn`` and ``cases`` are computed as ``cols @ g.T`` (K, F),
+the faster GEMM order for these shapes, and transposed once.
 
 ``LAYOUT`` forces one of them (for tests).  Local layers: one batched matmul
 over the P output positions, ``W (P, F_g, K_g) @ cols (P, K_g, N)``.
@@ -44,7 +57,7 @@ import threading
 
 from . import array_module, array_module_name, kernel
 
-LAYOUT: str | None = None  # None: choose per input; "nchw" or "chwn": force (tests)
+LAYOUT: str | None = None  # None: choose per layer; "nchw", "chwn" or "cases": force (tests)
 
 _SCRATCH = threading.local()
 _SCRATCH_LIMIT = 256 << 20  # bytes: larger temporaries are not kept between calls
