@@ -223,13 +223,9 @@ def main(argv=None) -> int:
         roles[args.worker](args)
         return 0
 
-    import importlib.util
-
     import numpy as np
 
-    if not args.no_torch and importlib.util.find_spec("torch") is None:
-        print("PyTorch is not installed: timing the engine only (pip install '.[bench]')")
-        args.no_torch = True
+    args.no_torch = harness.without_torch(args.no_torch)
     from convnet.errors import ConfigError
 
     try:

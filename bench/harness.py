@@ -20,6 +20,17 @@ import sys
 import time
 
 
+def without_torch(no_torch: bool) -> bool:
+    """``--no-torch``, or True (and said) when PyTorch is not installed: the run then
+    times the engine only."""
+    import importlib.util
+
+    if not no_torch and importlib.util.find_spec("torch") is None:
+        print("PyTorch is not installed: timing the engine only (pip install '.[bench]')")
+        return True
+    return no_torch
+
+
 def gemm_flops(net, mini: int) -> float:
     """FLOPs of one training step's conv/local/fc GEMMs (forward, dW and dx: 3x forward)."""
     total = 0

@@ -24,6 +24,7 @@ from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
 from convnet.runtime.increment_exchange import ExchangeFailed
 from plan_helpers import SMALL_HYBRID, fc_net
+from thread_helpers import within
 
 GPUS = (0, 1)
 MINI = 8
@@ -46,27 +47,9 @@ def _executor(spec, staleness=None, delay=None, parallel=True):
                     async_staleness=staleness, exchange_delay=delay)
 
 
-def _within(seconds: float, fn):
-    outcome = {}
-
-    def call():
-        try:
-            outcome["result"] = fn()
-        except BaseException as error:  # noqa: BLE001 - handed back to the test
-            outcome["error"] = error
-
-    thread = threading.Thread(target=call, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still running after {seconds} s: a hang"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("result")
-
-
 def _train(executor, batches):
     try:
-        _within(HANG_SECONDS, lambda: [executor.step(b) for b in batches])
+        within(HANG_SECONDS, lambda: [executor.step(b) for b in batches])
         return executor.state_arrays(), executor.evaluate(batches[0]).costs
     finally:
         executor.close()
@@ -148,7 +131,7 @@ def test_no_increment_is_added_more_than_s_steps_late(staleness):
     executor = _executor(SMALL_HYBRID, staleness=staleness, delay=lambda: time.sleep(0.004))
     log = _PostLog(executor.exchange, staleness)
     try:
-        _within(HANG_SECONDS, lambda: [executor.step(b) for b in _batches(20)])
+        within(HANG_SECONDS, lambda: [executor.step(b) for b in _batches(20)])
         record = executor.exchange.record
     finally:
         executor.close()
@@ -166,7 +149,7 @@ def test_the_log_sees_a_bound_broken():
     executor = _executor(SMALL_HYBRID, staleness=3, delay=lambda: time.sleep(0.004))
     log = _PostLog(executor.exchange, 0)
     try:
-        _within(HANG_SECONDS, lambda: [executor.step(b) for b in _batches(20)])
+        within(HANG_SECONDS, lambda: [executor.step(b) for b in _batches(20)])
     finally:
         executor.close()
     assert log.violations
@@ -175,8 +158,8 @@ def test_the_log_sees_a_bound_broken():
 def test_replicas_agree_once_drained():
     executor = _executor(SMALL_HYBRID, staleness=3, delay=lambda: time.sleep(0.002))
     try:
-        _within(HANG_SECONDS, lambda: [executor.step(b) for b in _batches(10)])
-        _within(HANG_SECONDS, executor.drain)
+        within(HANG_SECONDS, lambda: [executor.step(b) for b in _batches(10)])
+        within(HANG_SECONDS, executor.drain)
         first, second = executor.store.weights["fc1"]
         for key in first:
             np.testing.assert_allclose(first[key], second[key], rtol=1e-5, atol=1e-7)
@@ -196,9 +179,9 @@ def test_a_failing_replica_ends_the_step_with_its_error():
     executor._actions[next(a for a in executor._actions if a.value == "update")] = failing
     try:
         with pytest.raises(RuntimeError, match="device lost"):
-            _within(HANG_SECONDS, lambda: [executor.step(b) for b in _batches(6)])
+            within(HANG_SECONDS, lambda: [executor.step(b) for b in _batches(6)])
     finally:
-        _within(HANG_SECONDS, executor.close)
+        within(HANG_SECONDS, executor.close)
 
 
 def test_a_failing_courier_ends_the_wait_with_its_error():
@@ -212,8 +195,8 @@ def test_a_failing_courier_ends_the_wait_with_its_error():
     executor = _executor(SMALL_HYBRID, staleness=0, delay=delay)
     try:
         with pytest.raises(ExchangeFailed, match="OSError: link down"):
-            _within(HANG_SECONDS, lambda: [executor.step(b) for b in _batches(10)])
+            within(HANG_SECONDS, lambda: [executor.step(b) for b in _batches(10)])
         with pytest.raises(ExchangeFailed):  # and a test afterwards says so too
-            _within(HANG_SECONDS, lambda: executor.evaluate(_batches(1)[0]))
+            within(HANG_SECONDS, lambda: executor.evaluate(_batches(1)[0]))
     finally:
-        _within(HANG_SECONDS, executor.close)
+        within(HANG_SECONDS, executor.close)

@@ -26,6 +26,7 @@ from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
 from plan_helpers import SMALL_HYBRID, fc_net
 from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
+from thread_helpers import within
 
 MINI = 8
 GPUS = (0, 1)
@@ -46,25 +47,6 @@ def _async(net, staleness=2, slowdown=None, gpus=GPUS, mini=MINI):
     plan = make_plan(net, gpus, mini)
     return AsyncReplicas(net, plan, make_devices(gpus, "cpu"), staleness, seed=3,
                          slowdown=slowdown)
-
-
-def _within(seconds: float, fn):
-    """``fn()``'s result or error, failing the test if it has not returned in time."""
-    outcome = {}
-
-    def call():
-        try:
-            outcome["result"] = fn()
-        except BaseException as error:  # noqa: BLE001 - handed back to the test
-            outcome["error"] = error
-
-    thread = threading.Thread(target=call, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still running after {seconds} s: a hang"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("result")
 
 
 def test_one_replica_is_synchronous_sgd_bit_for_bit(tmp_path):
@@ -193,7 +175,7 @@ def test_no_replica_runs_more_than_s_steps_ahead(staleness, slow, factor):
     apart = _async(net, staleness=staleness, slowdown={slow: factor})
     log = _StartLog(apart, delays={slow: 0.02})  # a straggler even on a loaded machine
     try:
-        _within(HANG_SECONDS, lambda: [apart.step(b) for b in _fc_batches(24)] and apart.drain())
+        within(HANG_SECONDS, lambda: [apart.step(b) for b in _fc_batches(24)] and apart.drain())
     finally:
         apart.close()
     assert len([e for e in log.events if e[0] == "start"]) == 48
@@ -212,7 +194,7 @@ def test_without_a_bound_the_log_would_see_a_larger_lead():
     apart = _async(net, staleness=50)
     log = _StartLog(apart, delays={1: 0.01})
     try:
-        _within(HANG_SECONDS, lambda: [apart.step(b) for b in _fc_batches(24)] and apart.drain())
+        within(HANG_SECONDS, lambda: [apart.step(b) for b in _fc_batches(24)] and apart.drain())
     finally:
         apart.close()
     assert log.largest_lead() > 1
@@ -237,12 +219,12 @@ def test_a_failing_replica_ends_the_run_with_its_error():
     try:
         with pytest.raises(ReplicaFailed, match=r"replica [01] \(device [01]\) failed: "
                                                 r"RuntimeError: device lost"):
-            _within(HANG_SECONDS, lambda: [apart.step(b) for b in _fc_batches(40)] and
+            within(HANG_SECONDS, lambda: [apart.step(b) for b in _fc_batches(40)] and
                     apart.drain())
         with pytest.raises(ReplicaFailed):  # and every later call says so, at once
-            _within(HANG_SECONDS, lambda: apart.evaluate(_fc_batches(1)[0]))
+            within(HANG_SECONDS, lambda: apart.evaluate(_fc_batches(1)[0]))
     finally:
-        _within(HANG_SECONDS, apart.close)
+        within(HANG_SECONDS, apart.close)
 
 
 def test_a_diverging_replica_reports_the_engines_own_error():
@@ -251,10 +233,10 @@ def test_a_diverging_replica_reports_the_engines_own_error():
     _fail_on(apart, 2, DivergedError("layer 'fc2' gradient W0 is not finite"))
     try:
         with pytest.raises(DivergedError, match="fc2"):
-            _within(HANG_SECONDS, lambda: [apart.step(b) for b in _fc_batches(40)] and
+            within(HANG_SECONDS, lambda: [apart.step(b) for b in _fc_batches(40)] and
                     apart.drain())
     finally:
-        _within(HANG_SECONDS, apart.close)
+        within(HANG_SECONDS, apart.close)
 
 
 def test_a_replica_failing_on_the_last_shards_ends_the_drain():
@@ -263,10 +245,10 @@ def test_a_replica_failing_on_the_last_shards_ends_the_drain():
     _fail_on(apart, 6, RuntimeError("late failure"))
     try:
         with pytest.raises(ReplicaFailed, match="late failure"):
-            _within(HANG_SECONDS, lambda: [apart.step(b) for b in _fc_batches(7)] and
+            within(HANG_SECONDS, lambda: [apart.step(b) for b in _fc_batches(7)] and
                     apart.state_arrays())
     finally:
-        _within(HANG_SECONDS, apart.close)
+        within(HANG_SECONDS, apart.close)
 
 
 def test_only_data_parallel_nets_train_apart():
@@ -304,10 +286,10 @@ def test_settle_hands_over_every_queued_shard_once():
     apart = _async(net)
     try:
         returned = sum(apart.step(batch).num_cases for batch in _fc_batches(5))
-        settled = _within(HANG_SECONDS, apart.settle)
+        settled = within(HANG_SECONDS, apart.settle)
         assert returned + settled.num_cases == 5 * MINI and settled.seconds >= 0
         assert "cost" in settled.costs or settled.num_cases == 0
-        assert _within(HANG_SECONDS, apart.settle).num_cases == 0
+        assert within(HANG_SECONDS, apart.settle).num_cases == 0
         assert apart.step(_fc_batches(1)[0]).num_cases <= MINI
     finally:
         apart.close()
