@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -10,25 +9,7 @@ import pytest
 
 from convnet.data import BatchPrefetcher, DataOptions, make_provider
 from convnet.errors import DataError
-
-
-def within(seconds, function):
-    """Run ``function`` in a thread; fail (instead of hanging) if it takes too long."""
-    outcome = {}
-
-    def target():
-        try:
-            outcome["value"] = function()
-        except BaseException as error:  # reported to the test below
-            outcome["error"] = error
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"did not finish within {seconds} s"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+from thread_helpers import within
 
 
 class FakeProvider:

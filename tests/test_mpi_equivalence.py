@@ -23,6 +23,25 @@ PROGRAM = ROOT / "tests" / "mpi_programs" / "train_steps.py"
 pytestmark = needs_mpi
 
 
+def _assert_processes_train_as_one(tmp_path, name, ranks, gpus, local_sgd=None) -> dict:
+    """Train ``name`` on ``ranks`` processes of ``gpus`` each and in one process on all of
+    them: the same costs and bitwise the same arrays.  Returns the one-process arrays."""
+    scaled_config(name, tmp_path)
+    out = tmp_path / "mpi.npz"
+    extra = [] if local_sgd is None else [str(local_sgd)]
+    done = run_mpi(ranks, [str(PROGRAM), name, ",".join(map(str, gpus)), str(tmp_path),
+                           str(out), *extra], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = dict(np.load(out))
+    want = train_steps.run_alone(name, tmp_path, gpus * ranks, local_sgd=local_sgd)
+    assert sorted(got) == sorted(want)
+    assert json.loads(bytes(got.pop("__costs__"))) == \
+        json.loads(bytes(want.pop("__costs__")))
+    for key, value in want.items():
+        assert np.array_equal(got[key], value), key
+    return want
+
+
 @pytest.mark.parametrize("name, ranks, gpus", [
     ("imagenet-2gpu-data", 2, (0,)),          # data-parallel: the all-reduce crosses processes
     ("imagenet-2gpu-model", 2, (0,)),         # model-parallel: activations and gradients cross
@@ -30,18 +49,7 @@ pytestmark = needs_mpi
     ("imagenet-4gpu-data-model", 2, (0, 1)),  # hybrid, two devices per process
 ])
 def test_processes_train_what_one_process_trains(tmp_path, name, ranks, gpus):
-    scaled_config(name, tmp_path)
-    out = tmp_path / "mpi.npz"
-    done = run_mpi(ranks, [str(PROGRAM), name, ",".join(map(str, gpus)), str(tmp_path),
-                           str(out)], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    got = dict(np.load(out))
-    want = train_steps.run_alone(name, tmp_path, gpus * ranks)
-    assert sorted(got) == sorted(want)
-    assert json.loads(bytes(got.pop("__costs__"))) == \
-        json.loads(bytes(want.pop("__costs__")))
-    for key, value in want.items():
-        assert np.array_equal(got[key], value), key
+    want = _assert_processes_train_as_one(tmp_path, name, ranks, gpus)
     assert any(k.startswith("momentum/") and np.any(v) for k, v in want.items())
 
 
@@ -52,18 +60,7 @@ def test_processes_train_what_one_process_trains(tmp_path, name, ranks, gpus):
 def test_local_sgd_across_processes_is_local_sgd_in_one(tmp_path, name, ranks, gpus):
     """Two steps of local:2, a local step and an averaging one: the weight slices of the
     average cross processes and are summed in replica order, so bitwise as in one."""
-    scaled_config(name, tmp_path)
-    out = tmp_path / "mpi.npz"
-    done = run_mpi(ranks, [str(PROGRAM), name, ",".join(map(str, gpus)), str(tmp_path),
-                           str(out), "2"], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    got = dict(np.load(out))
-    want = train_steps.run_alone(name, tmp_path, gpus * ranks, local_sgd=2)
+    want = _assert_processes_train_as_one(tmp_path, name, ranks, gpus, local_sgd=2)
     synced = train_steps.run_alone(name, tmp_path, gpus * ranks)
-    assert sorted(got) == sorted(want)
-    assert json.loads(bytes(got.pop("__costs__"))) == \
-        json.loads(bytes(want.pop("__costs__")))
-    for key, value in want.items():
-        assert np.array_equal(got[key], value), key
     assert any(not np.array_equal(want[k], synced[k]) for k in want
                if k.startswith("weights/"))  # local SGD did train otherwise
