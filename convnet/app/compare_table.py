@@ -134,7 +134,7 @@ def comparison_table(results, warnings: list[str] = ()) -> str:
               "wall s, costs and errors: the run log's last row (train figures are means over "
               "its last test interval).",
               "param memory: weights, gradients and momentum (float32); activations: the "
-              "planner's estimate of one minibatch's buffers.",
+              "plan's estimate of what a training step holds at the device's peak.",
               "compute: load + forward + backward + update; copy: activation and gradient "
               "copies; all-reduce includes waiting for the other replicas; idle: the rest of "
               "the step (waiting for inputs from other devices)."]
