@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convnet.config import load_net
+from convnet.config.model import on_one_device
 from convnet.errors import DivergedError
 from convnet.plan.planner import make_plan
-from convnet.runtime.async_replicas import (AsyncReplicas, ReplicaFailed, async_replica_devices,
-                                            one_device_net)
+from convnet.runtime.async_replicas import AsyncReplicas, ReplicaFailed, async_replica_devices
 from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
 from plan_helpers import SMALL_HYBRID, fc_net
@@ -53,7 +53,7 @@ def test_one_replica_is_synchronous_sgd_bit_for_bit(tmp_path):
     """Convolutions, dropout and momentum: the async machinery with one replica trains
     exactly like the lockstep executor on one device."""
     layer_def, params = scaled_config("imagenet-2gpu-data", tmp_path)
-    net = one_device_net(load_net(layer_def, params, data_dims={0: IMAGE_DIMS, 1: (1,)},
+    net = on_one_device(load_net(layer_def, params, data_dims={0: IMAGE_DIMS, 1: (1,)},
                                   num_classes=NUM_CLASSES))
     rng = np.random.default_rng(11)
     batches = [[rng.standard_normal((MINI,) + IMAGE_DIMS).astype(np.float32),

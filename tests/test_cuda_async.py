@@ -38,12 +38,13 @@ def _net_and_batches(tmp_path):
 
 def test_one_replica_on_cuda_is_synchronous_sgd_bit_for_bit(tmp_path):
     from convnet.plan.planner import make_plan
-    from convnet.runtime.async_replicas import AsyncReplicas, one_device_net
+    from convnet.config.model import on_one_device
+    from convnet.runtime.async_replicas import AsyncReplicas
     from convnet.runtime.devices import make_devices
     from convnet.runtime.executor import Executor
 
     net, batches = _net_and_batches(tmp_path)
-    net = one_device_net(net)
+    net = on_one_device(net)
     plan = make_plan(net, (0,), 8)
     sync = Executor(net, plan, make_devices((0,), "cuda"), seed=3, parallel=False)
     lone = AsyncReplicas(net, plan, make_devices((0,), "cuda"), 0, seed=3)

@@ -13,7 +13,8 @@ from cli_helpers import EXAMPLES, run_cli
 from convnet.app import training
 from convnet.app.cli import build_parser
 from convnet.app.options import resolve_options
-from convnet.app.simulation import first_minibatch, measure_costs, on_one_device
+from convnet.app.simulation import first_minibatch, measure_costs, profiled_plan
+from convnet.config.model import on_one_device
 from convnet.plan.ops import AllReduce, Copy
 from convnet.plan.planner import make_plan
 from convnet.runtime.tasks import Task, TaskAction
@@ -187,9 +188,18 @@ def test_the_profile_puts_every_layer_on_one_device_without_update_periods():
     opts = _options(EXAMPLES / "digits-hybrid.cfg", "0,1",
                     params=EXAMPLES / "digits-hybrid-params.cfg")
     net = training.load_net_for(opts)
-    single = on_one_device(net, 0)
+    single = on_one_device(net)
     assert all(l.gpu == (0,) and "updatePeriod" not in l.params for l in single if not l.is_data)
     assert make_plan(single, (0,), 128).num_devices == 1
+
+
+def test_the_profile_runs_on_the_first_listed_device_whatever_its_number():
+    """gpu= names positions in --gpu: the one-device profile of --gpu 1,0 is position 0
+    of the list (1,), not the net as placed on both devices."""
+    opts = _options(EXAMPLES / "digits-data.cfg", "1,0")
+    net = training.load_net_for(opts)
+    _, plan, gpus = profiled_plan(opts, net, 128)
+    assert gpus == (1,) and plan.num_devices == 1
 
 
 def _measured(opts, nets, rounds=5) -> list[float]:
@@ -232,7 +242,7 @@ def test_cifar10_data_parallel_speedup_is_predicted_within_a_loose_factor():
                     extra=["--data-provider", "dummy", "--data-dims", "3x32x32",
                            "--num-classes", "10", "--dummy-cases", "64"])
     net = training.load_net_for(opts)
-    one = on_one_device(net, 0)
+    one = on_one_device(net)
     data = replace(net, layers={n: l if l.is_data else replace(l, gpu=(0, 1))
                                 for n, l in net.layers.items()})
     costs = measure_costs(opts, net)

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from convnet.app import launch, training
 from convnet.app.options import RunOptions
-from convnet.config.model import NetConfig
+from convnet.config.model import NetConfig, on_one_device
 from convnet.errors import PlanError
 from convnet.plan.planner import make_plan
 from convnet.runtime.backends import choose_backend
@@ -29,20 +29,11 @@ def first_minibatch(opts: RunOptions) -> list:
     return [column[:opts.mini] for column in batch]
 
 
-def on_one_device(net: NetConfig, device: int = 0) -> NetConfig:
-    """``net`` with every layer on ``device`` and every updatePeriod at its default."""
-    layers = {name: ldef if ldef.is_data else
-              replace(ldef, gpu=(device,),
-                      params={k: v for k, v in ldef.params.items() if k != "updatePeriod"})
-              for name, ldef in net.layers.items()}
-    return replace(net, layers=layers)
-
-
 def profiled_plan(opts: RunOptions, net: NetConfig, cases: int):
     """(net, plan, devices) to profile: every layer on the first device of ``opts.gpu``,
     or, where the planner refuses that (pass layers need distinct devices), the net as
     it is placed, on all of them."""
-    single = on_one_device(net, opts.gpu[0])
+    single = on_one_device(net)
     try:
         return single, make_plan(single, (opts.gpu[0],), cases), (opts.gpu[0],)
     except PlanError:

@@ -69,7 +69,7 @@ norms:         scale:float, pow:float, minDiv:float (1)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from convnet.config import layertypes
@@ -151,3 +151,15 @@ class NetConfig:
 
     def __iter__(self):
         return iter(self.layers.values())
+
+
+def on_one_device(net: NetConfig) -> NetConfig:
+    """``net`` unsplit: every layer with a placement on logical device 0 (the first of
+    a one-device ``--gpu`` list) and every ``updatePeriod`` at its default, which one
+    device needs.  What one replica of a data-parallel net trains, and what a profile
+    of the whole net on one device runs."""
+    layers = {name: ldef if ldef.is_data and ldef.gpu is None else
+              replace(ldef, gpu=(0,),
+                      params={k: v for k, v in ldef.params.items() if k != "updatePeriod"})
+              for name, ldef in net.layers.items()}
+    return replace(net, layers=layers)

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from convnet.config.model import NetConfig
+from convnet.config.model import NetConfig, on_one_device
 from convnet.errors import ConvnetError
 from convnet.plan.ops import Plan, shard_bounds
 from convnet.plan.planner import make_plan
@@ -66,13 +66,6 @@ def async_replica_devices(plan: Plan) -> tuple[int, ...] | None:
     the same devices in the same order (a data-parallel net); None otherwise."""
     lists = {p.devices for p in plan.layers.values() if p.devices}
     return next(iter(lists)) if len(lists) == 1 and plan.num_passes == 1 else None
-
-
-def one_device_net(net: NetConfig) -> NetConfig:
-    """``net`` with every ``gpu=`` list replaced by device 0: one replica's net."""
-    layers = {name: dataclasses.replace(ldef, gpu=None if ldef.gpu is None else (0,))
-              for name, ldef in net.layers.items()}
-    return dataclasses.replace(net, layers=layers)
 
 
 @dataclass
@@ -123,7 +116,7 @@ class AsyncReplicas:
         self.net, self.plan, self.staleness = net, plan, staleness
         self.replica_devices = replica_devices
         count = len(replica_devices)
-        one = one_device_net(net)
+        one = on_one_device(net)
         one_plan = make_plan(one, (plan.physical_devices[replica_devices[0]],),
                              plan.minibatch // count)
         slowdown = slowdown or {}
@@ -376,4 +369,4 @@ def _combined(results: list[StepResult]) -> StepResult:
 
 
 __all__ = ["AsyncReplicas", "ReplicaFailed", "ScaledRate",
-           "StalenessRecord", "async_replica_devices", "one_device_net"]
+           "StalenessRecord", "async_replica_devices"]
