@@ -7,7 +7,7 @@ edge read zeros, as in cuda-convnet2), a strided view of it enumerates
 matrix, and GEMMs do the rest.
 
 Conv columns come in one of three orders, chosen per layer by cost
-(:func:`_layout`):
+(:func:`conv_layout`):
 
 * ``cases`` (large output maps, at least :data:`CASES_MIN_PIXELS` pixels,
   e.g. the first layer of an ImageNet or CIFAR-10 net): cases outermost.
@@ -91,8 +91,9 @@ def _scratch(xp, name: str, shape, dtype, zero: bool = False):
 CASES_MIN_PIXELS = 512  # output maps at least this large take the ``cases`` layout
 
 
-def _layout(k: int, filters: int, modules: int) -> str:
-    """The column order of a conv layer (see the module docstring)."""
+def conv_layout(k: int, filters: int, modules: int) -> str:
+    """The column order of a conv layer (see the module docstring); public because what
+    a conv layer keeps for its backward pass, and so the memory estimate, depends on it."""
     if LAYOUT is not None:
         return LAYOUT
     if modules * modules >= CASES_MIN_PIXELS:
@@ -223,7 +224,7 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
     xp = array_module(xs[0])
     filters = ws[0].shape[0]
     geom = _ConvGeometry(filter_sizes, paddings, strides, channels, groups, img_sizes, modules)
-    layout = _layout(sum(w[0].size for w in ws), filters, modules)
+    layout = conv_layout(sum(w[0].size for w in ws), filters, modules)
     if layout == "cases":
         return _conv_forward_cases(xp, xs, ws, b, geom)
     if layout == "chwn":
@@ -245,7 +246,7 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
     if cache is not None:
         layout, saved = cache
     else:
-        layout = _layout(sum(w[0].size for w in ws), filters, modules)
+        layout = conv_layout(sum(w[0].size for w in ws), filters, modules)
         saved = None
     if layout == "cases":
         return _conv_backward_cases(xp, gy, xs, ws, need_dx, geom, shared_biases)

@@ -420,6 +420,6 @@ def test_conv_cases_layout_in_blocks_matches_nchw(kw, monkeypatch):
 
 def test_conv_layout_choice():
     """Large output maps take the cases layout, small ones chwn or nchw by weights per filter."""
-    assert kconv._layout(363, 48, 31) == "cases"
-    assert kconv._layout(1200, 128, 15) == "chwn"
-    assert kconv._layout(27, 32, 15) == "nchw"
+    assert kconv.conv_layout(363, 48, 31) == "cases"
+    assert kconv.conv_layout(1200, 128, 15) == "chwn"
+    assert kconv.conv_layout(27, 32, 15) == "nchw"

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 # The kernel's own choice of column order, so that the rule cannot drift from it.
-from convnet.kernels.conv import _layout as conv_layout
+from convnet.kernels.conv import conv_layout
 from convnet.kernels.neurons import NEURONS
 
 FLOAT = 4
