@@ -18,7 +18,9 @@ from convnet.config.model import on_one_device
 from convnet.plan.ops import AllReduce, Copy
 from convnet.plan.planner import make_plan
 from convnet.runtime.tasks import Task, TaskAction
-from convnet.simulate.costs import ComputeProfile, CostModel, OpCost, fixed_share
+from convnet.runtime.executor import OpTiming
+from convnet.simulate.costs import (ComputeProfile, CostModel, OpCost, fixed_share,
+                                    measured_contention, wake_seconds)
 from convnet.simulate.hardware import DEVICE_KINDS, LINKS, HostFigures, measure_host
 from convnet.simulate.schedule import simulate
 
@@ -70,6 +72,51 @@ def test_contention_slows_tasks_only_while_other_resources_are_busy():
     _, _, one = _plan("digits-single.cfg", "0")  # nothing to contend with
     assert simulate(one, _each(0.001), contended=lambda task: 1.5).step_seconds == \
         pytest.approx(0.001 * len(one.ops))
+
+
+def test_a_sleeping_worker_takes_the_wake_up_time_to_start_a_task():
+    _, _, one = _plan("digits-single.cfg", "0")
+    n = len(one.ops)
+    # One worker never waits for another: only the step's first task wakes it.
+    assert simulate(one, _each(0.001), wake=0.0005).step_seconds == pytest.approx(
+        0.0005 + 0.001 * n)
+    _, _, data = _plan("digits-data.cfg", "0,1")
+
+    def seconds(task, plan):  # device 1 slower: device 0 waits for it in the all-reduces
+        return 0.002 if task.devices == (1,) else 0.001
+
+    awake = simulate(data, seconds, sharded=lambda op: True)
+    sleepy = simulate(data, seconds, sharded=lambda op: True, wake=0.0005)
+    zero = sorted((start, end) for d, _, _, start, end in awake.timeline if d == 0)
+    assert any(b[0] > a[1] + 1e-9 for a, b in zip(zero, zero[1:]))  # device 0 waits
+    assert sleepy.step_seconds >= awake.step_seconds + 0.0005
+
+
+def test_contention_is_the_median_time_side_by_side_over_the_time_alone():
+    _, _, data = _plan("digits-data.cfg", "0,1")
+    forward = next(op for op in data.ops if op.kind == "forward" and op.device == 0)
+    profile = ComputeProfile(128, {("forward", forward.layer): OpCost(0.0, 1e-5)}, host=HOST)
+    model = CostModel(profile, DEVICE_KINDS["measured"])
+    tasks = [Task(0, forward, TaskAction.FORWARD, ())]
+    alone = 64 * 1e-5  # shards of 64 cases
+
+    def steps(*factors):
+        return [(0.0, [OpTiming(0, "forward", forward.layer, 1.0, 1.0 + f * alone),
+                       OpTiming(0, "backward", forward.layer, 0.0, 5.0)]) for f in factors]
+
+    key = ("forward", forward.layer)
+    assert measured_contention(model, data, tasks, steps(1.2, 1.5, 9.0)) == \
+        {key: pytest.approx(1.5)}  # not in the model: no factor for the backward
+    assert measured_contention(model, data, tasks, steps(0.5, 0.9, 0.8))[key] == 1.0
+    assert measured_contention(model, data, tasks, steps(5.0, 6.0, 7.0))[key] == HOST.cores
+
+
+def test_wake_up_is_the_median_time_to_each_workers_first_task():
+    steps = [(0.0, [OpTiming(d, "forward", "x", start, start + 1.0)
+                    for d, start in firsts]) for firsts in
+             [[(0, 0.003), (1, 0.001), (0, 0.0035)], [(0, 0.002), (1, 0.004)]]]
+    assert wake_seconds(steps) == pytest.approx(0.0025)  # of 0.003, 0.001, 0.002, 0.004
+    assert wake_seconds([]) == 0.0
 
 
 def test_deferred_all_reduce_parts_let_backward_passes_of_lower_layers_go_first():
