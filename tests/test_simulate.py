@@ -105,17 +105,22 @@ def test_contention_is_the_median_time_side_by_side_over_the_time_alone():
                        OpTiming(0, "backward", forward.layer, 0.0, 5.0)]) for f in factors]
 
     key = ("forward", forward.layer)
-    assert measured_contention(model, data, tasks, steps(1.2, 1.5, 9.0)) == \
+    assert measured_contention(model, data, tasks, [steps(1.2, 1.5, 9.0)]) == \
         {key: pytest.approx(1.5)}  # not in the model: no factor for the backward
-    assert measured_contention(model, data, tasks, steps(0.5, 0.9, 0.8))[key] == 1.0
-    assert measured_contention(model, data, tasks, steps(5.0, 6.0, 7.0))[key] == HOST.cores
+    # the least disturbed round counts
+    assert measured_contention(model, data, tasks, [steps(2.0, 2.1, 2.2), steps(1.2, 1.3, 1.4),
+                                                    steps(1.9, 2.0, 2.0)])[key] == \
+        pytest.approx(1.3)
+    assert measured_contention(model, data, tasks, [steps(0.5, 0.9, 0.8)])[key] == 1.0
+    assert measured_contention(model, data, tasks, [steps(5.0, 6.0, 7.0)])[key] == HOST.cores
 
 
 def test_wake_up_is_the_median_time_to_each_workers_first_task():
     steps = [(0.0, [OpTiming(d, "forward", "x", start, start + 1.0)
                     for d, start in firsts]) for firsts in
              [[(0, 0.003), (1, 0.001), (0, 0.0035)], [(0, 0.002), (1, 0.004)]]]
-    assert wake_seconds(steps) == pytest.approx(0.0025)  # of 0.003, 0.001, 0.002, 0.004
+    assert wake_seconds([steps]) == pytest.approx(0.0025)  # of 0.003, 0.001, 0.002, 0.004
+    assert wake_seconds([steps, steps[1:]]) == pytest.approx(0.0025)  # the least round
     assert wake_seconds([]) == 0.0
 
 
@@ -300,6 +305,34 @@ def test_cifar10_data_parallel_speedup_is_predicted_within_a_loose_factor():
     assert speedups[1] / 2 < speedups[0] < speedups[1] * 2, (predicted, measured)
     for p, m in zip(predicted, measured):
         assert m / 2 < p < m * 2, (predicted, measured)
+
+
+@pytest.mark.parametrize("config, gpu", [("1gpu", "0"), ("2gpu-data", "0,1")])
+def test_imagenet_configs_scaled_down_are_predicted_within_a_loose_factor(config, gpu):
+    """The ImageNet reference configs on 64x64 images, minibatch 8, on the devices they
+    are written for: each predicted step within 2x of the measured one, and the peak
+    memory of a device within 15% (docs/SIMULATE.md, part 4, has the tight figures
+    at 96x96)."""
+    from convnet.runtime.memory import MemoryMeter
+    from convnet.simulate.report import peak_memory
+
+    opts = _options(CIFAR / f"layers-imagenet-{config}.cfg", gpu,
+                    params=CIFAR / f"layer-params-imagenet-{config}.cfg", mini=8,
+                    extra=["--data-provider", "dummy", "--data-dims", "3x64x64",
+                           "--num-classes", "1000", "--dummy-cases", "8"])
+    net = training.load_net_for(opts)
+    plan = make_plan(net, opts.gpu, opts.mini)
+    predicted = measure_costs(opts, net).predict(plan).step_seconds
+    measured, = _measured(opts, [net], rounds=3)
+    assert measured / 2 < predicted < measured * 2, (predicted, measured)
+    executor = training.make_executor(opts, net, plan)
+    try:
+        executor.memory = MemoryMeter(executor)
+        executor.step(first_minibatch(opts), progress=1.0)
+        for peak, estimate in zip(executor.memory.peaks, peak_memory(plan, net)):
+            assert estimate == pytest.approx(peak.peak_bytes, rel=0.15)
+    finally:
+        executor.close()
 
 
 def test_print_plan_json_has_the_simulation():

@@ -36,6 +36,7 @@ bandwidth`` holding all replicas.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -52,10 +53,14 @@ COMPUTE_KINDS = ("load", "forward", "backward", "update")
 #: Profiled steps after one warm-up step, at each of the two sizes.
 PROFILE_STEPS = 5
 
-#: Steps of the data-parallel run that measures contention, after as many more not
-#: counted: a fresh executor's first steps run slow (the digits net's data-parallel
-#: step took 14-26 ms in its first 2-4 steps after another executor's, then 11 ms).
-CONTENTION_STEPS = 6
+#: The data-parallel run that measures contention: steps not counted (a fresh
+#: executor's first steps run slow: the digits net's data-parallel step took 14-26 ms
+#: in its first 2-4 steps after another executor's, then 11 ms), then rounds of
+#: counted steps.  Of the rounds, the least disturbed by other work on the machine
+#: counts: a burst of it during one round reads as a 2x contention of everything.
+CONTENTION_WARMUP = 6
+CONTENTION_ROUNDS = 3
+CONTENTION_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -82,16 +87,15 @@ class OpCost:
         return cls(fixed, slope)
 
 
-def op_seconds(steps: list[tuple[float, list]], summary=statistics.median
-               ) -> dict[tuple[str, str], float]:
-    """(kind, layer) -> ``summary`` (median) of the seconds of its compute operations
-    over the profiled steps."""
+def op_seconds(steps: list[tuple[float, list]]) -> dict[tuple[str, str], float]:
+    """(kind, layer) -> the median seconds of its compute operations over the profiled
+    steps."""
     samples: dict[tuple[str, str], list[float]] = {}
     for _, timings in steps:
         for t in timings:
             if t.kind in COMPUTE_KINDS:
                 samples.setdefault((t.kind, t.layer), []).append(t.end - t.start)
-    return {key: summary(v) for key, v in samples.items()}
+    return {key: statistics.median(v) for key, v in samples.items()}
 
 
 def fixed_share(seconds: list[float], sizes: list[int]) -> float:
@@ -126,9 +130,8 @@ class ComputeProfile:
             param_counts: dict[str, int] | None = None,
             dispatch: float = 0.0, slices: dict[str, int] | None = None) -> ComputeProfile:
         """From (cases per shard, the executor's timed steps) at two minibatch sizes; the
-        weight count of each layer; the workers'
-        seconds per task; and for layers whose profiled update was split into slices
-        over R replicas, that R."""
+        weight count of each layer; the workers' seconds per task; and for layers
+        whose profiled update was split into slices over R replicas, that R."""
         (c1, steps1), (c2, steps2) = small, big
         t1, t2 = op_seconds(steps1), op_seconds(steps2)
         for times in (t1, t2):  # a slice's update -> the whole layer's
@@ -261,48 +264,59 @@ def profile_compute(executor, batch: list, host: HostFigures, plan: Plan,
     if data_parallel is None:
         return profile
     together, together_plan = data_parallel
-    steps = together.timed_steps(batch, 2 * CONTENTION_STEPS)[CONTENTION_STEPS:]
+    counted = together.timed_steps(batch, CONTENTION_WARMUP + CONTENTION_ROUNDS *
+                                   CONTENTION_STEPS)[CONTENTION_WARMUP:]
+    rounds = [counted[i:i + CONTENTION_STEPS] for i in range(0, len(counted), CONTENTION_STEPS)]
     model = CostModel(profile, DEVICE_KINDS["measured"])
-    return replace(profile, wake=wake_seconds(steps), contention=measured_contention(
-        model, together_plan, together.train_tasks(), steps))
+    return replace(profile, wake=wake_seconds(rounds), contention=measured_contention(
+        model, together_plan, together.train_tasks(), rounds))
 
 
 def measured_contention(model: CostModel, plan: Plan, tasks: list[Task],
-                        steps: list[tuple[float, list]]) -> dict[tuple[str, str], float]:
+                        rounds: list[list[tuple[float, list]]]) -> dict[tuple[str, str], float]:
     """(kind, layer) -> how much slower its compute tasks (``tasks`` of ``plan``) ran in
-    the timed ``steps`` than ``model`` predicts them alone: the median over steps and
-    devices of their seconds over the prediction, kept within [1, the core count]
-    (sharing cores can make a task no slower than running after the others)."""
+    the rounds of timed steps than ``model`` predicts them alone: the median over a
+    round's steps and devices of their seconds over the prediction, the least over
+    the rounds, kept within [1, the core count] (sharing cores can make a task no
+    slower than running after the others)."""
     alone: dict[tuple[int, str, str], float] = {}
     for task in tasks:
         if task.kind in COMPUTE_KINDS:
             for d in task.devices:
                 key = (d, task.kind, task.layer)
                 alone[key] = alone.get(key, 0.0) + model.work(task, plan)
-    ratios: dict[tuple[str, str], list[float]] = {}
-    for _, timings in steps:
-        took: dict[tuple[int, str, str], float] = {}
-        for t in timings:
-            key = (t.device, t.kind, t.layer)
-            if alone.get(key, 0.0) > 0:
-                took[key] = took.get(key, 0.0) + t.end - t.start
-        for key, seconds in took.items():
-            ratios.setdefault(key[1:], []).append(seconds / alone[key])
+    least: dict[tuple[str, str], float] = {}
+    for steps in rounds:
+        ratios: dict[tuple[str, str], list[float]] = {}
+        for _, timings in steps:
+            took: dict[tuple[int, str, str], float] = {}
+            for t in timings:
+                key = (t.device, t.kind, t.layer)
+                if alone.get(key, 0.0) > 0:
+                    took[key] = took.get(key, 0.0) + t.end - t.start
+            for key, seconds in took.items():
+                ratios.setdefault(key[1:], []).append(seconds / alone[key])
+        for key, values in ratios.items():
+            least[key] = min(least.get(key, math.inf), statistics.median(values))
     cores = model.profile.host.cores
-    return {key: min(max(statistics.median(values), 1.0), cores)
-            for key, values in ratios.items()}
+    return {key: min(max(ratio, 1.0), cores) for key, ratio in least.items()}
 
 
-def wake_seconds(steps: list[tuple[float, list]]) -> float:
-    """The median time from the start of a step's tasks to each worker's first task, over
-    the timed parallel ``steps``: how long a sleeping worker takes to run again."""
-    firsts = []
-    for _, timings in steps:
-        first: dict[int, float] = {}
-        for t in timings:
-            first[t.device] = min(first.get(t.device, t.start), t.start)
-        firsts += first.values()
-    return statistics.median(firsts) if firsts else 0.0
+def wake_seconds(rounds: list[list[tuple[float, list]]]) -> float:
+    """How long a sleeping worker takes to run again: the median time from the start of
+    a step's tasks to each worker's first task over a round of timed parallel steps,
+    the least over the rounds."""
+    medians = []
+    for steps in rounds:
+        firsts = []
+        for _, timings in steps:
+            first: dict[int, float] = {}
+            for t in timings:
+                first[t.device] = min(first.get(t.device, t.start), t.start)
+            firsts += first.values()
+        if firsts:
+            medians.append(statistics.median(firsts))
+    return min(medians, default=0.0)
 
 
 def dispatch_seconds(tasks: list, devices: list, repeats: int = 5) -> float:
