@@ -178,6 +178,17 @@ def test_a_line_through_two_sizes_separates_overhead_from_work_per_case():
         assert OpCost.through((64, noisy), (128, 0.002)) == OpCost(0.0, 0.002 / 128)
 
 
+def test_the_fit_keeps_each_figure_in_its_place():
+    def steps(cases):  # one forward of 1 ms per 64 cases, 0.2 ms outside the tasks
+        seconds = 0.001 * cases / 64
+        return [(seconds + 0.0002, [OpTiming(0, "forward", "fc", 0.0, seconds)])] * 3
+
+    profile = ComputeProfile.fit((32, steps(32)), (64, steps(64)), HOST, dispatch=1e-5)
+    assert profile.costs[("forward", "fc")].at(64) == pytest.approx(0.001)
+    assert profile.step_overhead == pytest.approx(0.0002)
+    assert (profile.dispatch, profile.wake, profile.contention) == (1e-5, 0.0, {})
+
+
 def test_update_overhead_is_the_intercept_over_weight_counts():
     assert fixed_share([0.001 + 2e-9 * n for n in (10, 1000, 10 ** 5)],
                        [10, 1000, 10 ** 5]) == pytest.approx(0.001)

@@ -149,8 +149,9 @@ class ComputeProfile:
         overhead = fixed_share([u for u, _ in updates], [p for _, p in updates])
         outside = statistics.median(seconds - sum(t.end - t.start for t in timings)
                                     for seconds, timings in steps2)
-        return cls(c2, costs, host, [seconds for seconds, _ in steps2], {},
-                   overhead, dispatch, max(outside, 0.0))
+        return cls(c2, costs, host, [seconds for seconds, _ in steps2],
+                   update_overhead=overhead, dispatch=dispatch,
+                   step_overhead=max(outside, 0.0))
 
 
 @dataclass
