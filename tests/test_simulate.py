@@ -318,17 +318,19 @@ def test_cifar10_data_parallel_speedup_is_predicted_within_a_loose_factor():
         assert m / 2 < p < m * 2, (predicted, measured)
 
 
-@pytest.mark.parametrize("config, gpu", [("1gpu", "0"), ("2gpu-data", "0,1")])
-def test_imagenet_configs_scaled_down_are_predicted_within_a_loose_factor(config, gpu):
-    """The ImageNet reference configs on 64x64 images, minibatch 8, on the devices they
-    are written for: each predicted step within 2x of the measured one, and the peak
-    memory of a device within 15% (docs/SIMULATE.md, part 4, has the tight figures
-    at 96x96)."""
+def test_the_imagenet_data_parallel_config_scaled_down_is_predicted_within_a_loose_factor():
+    """layers-imagenet-2gpu-data on --gpu 0,1, 64x64 images, minibatch 8: the predicted
+    step within 2x of the measured one, and each device's peak memory within 15%
+    (docs/SIMULATE.md, part 4, has the tight figures at 96x96 for all three configs).
+    About 10 s: the fully-connected layers' 21 million weights make every step
+    at least 0.1 s at any image size, and the profile takes some 40 steps; the
+    other configs' steps are covered by part 4 and their memory by
+    test_memory_estimate.py."""
     from convnet.runtime.memory import MemoryMeter
     from convnet.simulate.report import peak_memory
 
-    opts = _options(CIFAR / f"layers-imagenet-{config}.cfg", gpu,
-                    params=CIFAR / f"layer-params-imagenet-{config}.cfg", mini=8,
+    opts = _options(CIFAR / "layers-imagenet-2gpu-data.cfg", "0,1",
+                    params=CIFAR / "layer-params-imagenet-2gpu-data.cfg", mini=8,
                     extra=["--data-provider", "dummy", "--data-dims", "3x64x64",
                            "--num-classes", "1000", "--dummy-cases", "8"])
     net = training.load_net_for(opts)
