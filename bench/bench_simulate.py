@@ -3,13 +3,13 @@
     python bench/bench_simulate.py [--rounds 5] [--part 1|2|3|4|all|imagenet]
 
 Every net is profiled ONCE (as ``--simulate`` and ``--auto-place`` do: every
-layer on one device, on one thread, at the minibatch and its half, plus runs on
-every core at once), and each of its placements is predicted from that
-profile.  The measured step of a placement is the median over ``--rounds``
-rounds, where each round runs a block of consecutive training steps of every
-placement of the net in turn (interleaved, so that a disturbance of the shared
-machine hits all of them alike; only the last steps of each block counted),
-parallel workers as in training.  Each table says how many cores other
+layer on one device, on one thread, at the minibatch and its half, plus a
+data-parallel run on every core), and each of its placements is predicted from
+that profile.  The measured step of a placement is the median of the counted
+steps of ``--rounds`` rounds, where each round runs a block of consecutive
+training steps of every placement of the net in turn (interleaved, so that a
+disturbance of the shared machine hits all of them alike; only the last steps
+of each block counted), parallel workers as in training.  Each table says how many cores other
 processes kept busy during its profile and measurement: on two cores, a run
 beside other work measures something else than the profile predicts.
 
