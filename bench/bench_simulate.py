@@ -9,9 +9,10 @@ that profile.  The measured step of a placement is the median of the counted
 steps of ``--rounds`` rounds, where each round runs a block of consecutive
 training steps of every placement of the net in turn (interleaved, so that a
 disturbance of the shared machine hits all of them alike; only the last steps
-of each block counted), parallel workers as in training.  Each table says how many cores other
-processes kept busy during its profile and measurement: on two cores, a run
-beside other work measures something else than the profile predicts.
+of each block counted), parallel workers as in training.  Each table says how
+many cores other processes kept busy during its profile and measurement: on two
+cores, a run beside other work measures something else than the profile
+predicts.
 
 Part 1: the digits configs of examples/ and the CIFAR-10 reference net
 (cuda-convnet2's layers-cifar10-11pct on 3x32x32 dummy images) as one device
