@@ -13,7 +13,7 @@ from cli_helpers import EXAMPLES, run_cli
 from convnet.app import training
 from convnet.app.cli import build_parser
 from convnet.app.options import resolve_options
-from convnet.app.simulation import first_minibatch, measure_costs, profiled_plan
+from convnet.app.simulation import data_parallel, first_minibatch, measure_costs, profiled_plan
 from convnet.config.model import on_one_device
 from convnet.plan.ops import AllReduce, Copy
 from convnet.plan.planner import make_plan
@@ -263,6 +263,18 @@ def test_the_profile_runs_on_the_first_listed_device_whatever_its_number():
     net = training.load_net_for(opts)
     _, plan, gpus = profiled_plan(opts, net, 128)
     assert gpus == (1,) and plan.num_devices == 1
+
+
+def test_contention_is_measured_with_every_layer_replicated_on_every_core():
+    opts = _options(EXAMPLES / "digits-model.cfg", "0,1")
+    single = on_one_device(training.load_net_for(opts))
+    executor, plan = data_parallel(opts, single, 128, 2)
+    try:
+        assert all(p.devices == (0, 1) for p in plan.layers.values() if p.devices)
+        assert executor.workers is not None  # the parallel workers, as in training
+    finally:
+        executor.close()
+    assert data_parallel(opts, single, 3, 2) is None  # 3 cases do not split in two
 
 
 def _measured(opts, nets, rounds=5) -> list[float]:
