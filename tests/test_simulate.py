@@ -17,7 +17,7 @@ from convnet.app.simulation import data_parallel, first_minibatch, measure_costs
 from convnet.config.model import on_one_device
 from convnet.plan.ops import AllReduce, Copy
 from convnet.plan.planner import make_plan
-from convnet.runtime.tasks import Task, TaskAction
+from convnet.runtime.tasks import Task, TaskAction, make_tasks
 from convnet.runtime.executor import OpTiming
 from convnet.simulate.costs import (ComputeProfile, CostModel, OpCost, fixed_share,
                                     measured_contention, wake_seconds)
@@ -77,19 +77,25 @@ def test_contention_slows_tasks_only_while_other_resources_are_busy():
 def test_a_sleeping_worker_takes_the_wake_up_time_to_start_a_task():
     _, _, one = _plan("digits-single.cfg", "0")
     n = len(one.ops)
-    # One worker never waits for another: only the step's first task wakes it.
-    assert simulate(one, _each(0.001), wake=0.0005).step_seconds == pytest.approx(
-        0.0005 + 0.001 * n)
+    # One worker never waits for another: only the step's start wakes it.
+    assert simulate(one, _each(0.001), start_wake=0.0005, wake=0.01).step_seconds == \
+        pytest.approx(0.0005 + 0.001 * n)
     _, _, data = _plan("digits-data.cfg", "0,1")
 
     def seconds(task, plan):  # device 1 slower: device 0 waits for it in the all-reduces
         return 0.002 if task.devices == (1,) else 0.001
 
     awake = simulate(data, seconds, sharded=lambda op: True)
-    sleepy = simulate(data, seconds, sharded=lambda op: True, wake=0.0005)
     zero = sorted((start, end) for d, _, _, start, end in awake.timeline if d == 0)
-    assert any(b[0] > a[1] + 1e-9 for a, b in zip(zero, zero[1:]))  # device 0 waits
-    assert sleepy.step_seconds >= awake.step_seconds + 0.0005
+    waits = sum(1 for a, b in zip(zero, zero[1:]) if b[0] > a[1] + 1e-9)
+    assert waits >= 2  # device 0 sleeps during the step
+    sleepy = simulate(data, seconds, sharded=lambda op: True, wake=0.0005)
+    late = sorted(start for d, _, _, start, _ in sleepy.timeline if d == 0)
+    shifts = [b - a for (a, _), b in zip(zero, late)]
+    assert min(shifts) > -1e-9 and max(shifts) >= 0.0005 - 1e-9  # woken later, never earlier
+    assert sleepy.step_seconds >= awake.step_seconds  # device 1, the slower, never waits
+    started = simulate(data, seconds, sharded=lambda op: True, start_wake=0.0005)
+    assert started.step_seconds == pytest.approx(awake.step_seconds + 0.0005)
 
 
 def test_contention_is_the_median_time_side_by_side_over_the_time_alone():
@@ -115,13 +121,32 @@ def test_contention_is_the_median_time_side_by_side_over_the_time_alone():
     assert measured_contention(model, data, tasks, [steps(5.0, 6.0, 7.0)])[key] == HOST.cores
 
 
-def test_wake_up_is_the_median_time_to_each_workers_first_task():
-    steps = [(0.0, [OpTiming(d, "forward", "x", start, start + 1.0)
-                    for d, start in firsts]) for firsts in
-             [[(0, 0.003), (1, 0.001), (0, 0.0035)], [(0, 0.002), (1, 0.004)]]]
-    assert wake_seconds([steps]) == pytest.approx(0.0025)  # of 0.003, 0.001, 0.002, 0.004
-    assert wake_seconds([steps, steps[1:]]) == pytest.approx(0.0025)  # the least round
-    assert wake_seconds([]) == 0.0
+def test_wake_ups_are_measured_at_a_steps_start_and_after_a_wait():
+    _, _, data = _plan("digits-data.cfg", "0,1")
+    tasks = make_tasks(data.ops, lambda op: True)
+    order = {d: [t for t in tasks if d in t.devices] for d in (0, 1)}
+
+    def step(first: float, wait: float):
+        """Device 0 starts at ``first``, device 1 a ms later; every task takes 1 ms, and
+        a task waiting for the other device's starts ``wait`` after that one's end."""
+        end: dict[int, float] = {}
+        clock = {0: first, 1: first + 0.001}
+        timings = []
+        for task in tasks:  # list order is a valid order of the whole step
+            for d in task.devices:
+                ready = max((end[i] for i in task.deps if i in end
+                             and d not in tasks[i].devices), default=0.0)
+                start = max(clock[d], ready + wait if ready > clock[d] else 0.0)
+                timings.append(OpTiming(d, task.kind, task.layer, start, start + 0.001))
+                clock[d] = end[task.index] = start + 0.001
+        return 0.0, timings
+
+    assert all(order.values())
+    rounds = [[step(0.0003, 0.0001), step(0.0005, 0.0002)], [step(0.0002, 0.0004)]]
+    start_wake, wake = wake_seconds(tasks, rounds)
+    assert start_wake == pytest.approx(0.0007)  # medians 0.9 (0.3, 1.3, 0.5, 1.5) and 0.7 ms
+    assert wake == pytest.approx(0.00015)  # round one's median, 0.1 and 0.2 ms
+    assert wake_seconds(tasks, []) == (0.0, 0.0)
 
 
 def test_deferred_all_reduce_parts_let_backward_passes_of_lower_layers_go_first():
@@ -186,7 +211,8 @@ def test_the_fit_keeps_each_figure_in_its_place():
     profile = ComputeProfile.fit((32, steps(32)), (64, steps(64)), HOST, dispatch=1e-5)
     assert profile.costs[("forward", "fc")].at(64) == pytest.approx(0.001)
     assert profile.step_overhead == pytest.approx(0.0002)
-    assert (profile.dispatch, profile.wake, profile.contention) == (1e-5, 0.0, {})
+    assert (profile.dispatch, profile.start_wake, profile.wake, profile.contention) == \
+        (1e-5, 0.0, 0.0, {})
 
 
 def test_update_overhead_is_the_intercept_over_weight_counts():

@@ -122,7 +122,8 @@ class ComputeProfile:
     contention: dict[tuple[str, str], float] = field(default_factory=dict)
     update_overhead: float = 0.0  # seconds of an update that do not shrink with its slice
     dispatch: float = 0.0  # seconds the device workers spend handing out one task
-    wake: float = 0.0  # seconds for a worker asleep to run again while the others work
+    start_wake: float = 0.0  # seconds for a worker asleep on its queue to start a step
+    wake: float = 0.0  # seconds for a worker waiting for another's task to run again
     step_overhead: float = 0.0  # seconds of a step outside its tasks (batch checks, costs)
 
     @classmethod
@@ -234,8 +235,10 @@ class CostModel:
 
     def predict(self, plan: Plan) -> Simulation:
         """The simulated training step of ``plan`` on devices of this kind."""
+        wakes = ((self.profile.start_wake, self.profile.wake) if self.shares_cores
+                 else (0.0, 0.0))
         sim = simulate(plan, self.seconds, self.resources(plan), self.sharded(plan),
-                       self.contended, self.profile.wake if self.shares_cores else 0.0)
+                       self.contended, *wakes)
         return sim.with_overhead(self.profile.step_overhead)
 
     def on(self, kind: DeviceKind) -> CostModel:
@@ -269,8 +272,10 @@ def profile_compute(executor, batch: list, host: HostFigures, plan: Plan,
                                    CONTENTION_STEPS)[CONTENTION_WARMUP:]
     rounds = [counted[i:i + CONTENTION_STEPS] for i in range(0, len(counted), CONTENTION_STEPS)]
     model = CostModel(profile, DEVICE_KINDS["measured"])
-    return replace(profile, wake=wake_seconds(rounds), contention=measured_contention(
-        model, together_plan, together.train_tasks(), rounds))
+    tasks = together.train_tasks()
+    start_wake, wake = wake_seconds(tasks, rounds)
+    return replace(profile, start_wake=start_wake, wake=wake,
+                   contention=measured_contention(model, together_plan, tasks, rounds))
 
 
 def measured_contention(model: CostModel, plan: Plan, tasks: list[Task],
@@ -303,21 +308,41 @@ def measured_contention(model: CostModel, plan: Plan, tasks: list[Task],
     return {key: min(max(ratio, 1.0), cores) for key, ratio in least.items()}
 
 
-def wake_seconds(rounds: list[list[tuple[float, list]]]) -> float:
-    """How long a sleeping worker takes to run again: the median time from the start of
-    a step's tasks to each worker's first task over a round of timed parallel steps,
-    the least over the rounds."""
-    medians = []
+def wake_seconds(tasks: list[Task], rounds: list[list[tuple[float, list]]]
+                 ) -> tuple[float, float]:
+    """How long a sleeping worker takes to run again, over rounds of timed parallel steps
+    of ``tasks``: (the time from the start of a step's tasks to each worker's first
+    task, a worker asleep on its queue; the time from the end of the last dependency
+    a worker waited for to the start of its task, a worker asleep on an event), each
+    the median over a round, the least over the rounds."""
+    own: dict[tuple[int, str, str], list[Task]] = {}  # a device's tasks of one layer
+    for task in tasks:  # run in list order on each device
+        for d in task.devices:
+            own.setdefault((d, task.kind, task.layer), []).append(task)
+    starts, waits = [], []
     for steps in rounds:
-        firsts = []
+        firsts, woken = [], []
         for _, timings in steps:
-            first: dict[int, float] = {}
-            for t in timings:
-                first[t.device] = min(first.get(t.device, t.start), t.start)
-            firsts += first.values()
+            ran: dict[tuple[int, int], tuple[float, float]] = {}  # (task, device) -> times
+            count: dict[tuple[int, str, str], int] = {}
+            for t in sorted(timings, key=lambda t: t.start):
+                key = (t.device, t.kind, t.layer)
+                count[key] = count.get(key, 0) + 1
+                ran[(own[key][count[key] - 1].index, t.device)] = (t.start, t.end)
+            last_end: dict[int, float] = {}  # device -> end of its previous task
+            for (index, d), (start, end) in sorted(ran.items(), key=lambda kv: kv[1]):
+                ready = max((e for (i, _), (_, e) in ran.items() if i in tasks[index].deps),
+                            default=0.0)
+                if d not in last_end:
+                    firsts.append(start)
+                elif ready > last_end[d]:  # it slept until another worker's task ended
+                    woken.append(start - ready)
+                last_end[d] = end
         if firsts:
-            medians.append(statistics.median(firsts))
-    return min(medians, default=0.0)
+            starts.append(statistics.median(firsts))
+        if woken:
+            waits.append(statistics.median(woken))
+    return min(starts, default=0.0), min(waits, default=0.0)
 
 
 def dispatch_seconds(tasks: list, devices: list, repeats: int = 5) -> float:

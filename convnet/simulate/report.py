@@ -30,6 +30,7 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
         "host": {"cores": host.cores, "gemm_flops": host.gemm_flops,
                  "copy_bandwidth": host.copy_bandwidth},
         "dispatch_seconds_per_task": costs.profile.dispatch,
+        "start_wake_seconds": costs.profile.start_wake,
         "wake_seconds": costs.profile.wake,
         "contention_median": (statistics.median(costs.profile.contention.values())
                               if costs.profile.contention else 1.0),
@@ -53,8 +54,9 @@ def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfi
     what = (f"compute times as profiled on this machine ({host.cores} cores, one worker "
             f"thread each; workers slow each other by "
             f"{statistics.median(contention.values()) if contention else 1.0:.2f}x, the "
-            f"median over operations, and a sleeping worker takes "
-            f"{_ms(costs.profile.wake)} ms to wake)" if not kind.assumed else
+            f"median over operations; a worker takes {_ms(costs.profile.start_wake)} ms "
+            f"to start a step and {_ms(costs.profile.wake)} ms to wake from a wait)"
+            if not kind.assumed else
             f"ASSUMED device kind '{kind.name}': {kind.source}; compute "
             f"{costs.speed:.3g}x the profiled host's")
     lines = ["Simulation (one training step)",

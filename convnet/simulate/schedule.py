@@ -17,7 +17,7 @@ that starts while others are busy runs slower by its measured contention
 factor, in proportion to how many are busy (see :mod:`convnet.simulate.costs`).
 A worker that found nothing to run sleeps until another's task ends, and then
 takes the measured wake-up time to start its next task; every worker starts a
-step asleep.
+step asleep on its queue, which takes a wake-up of its own.
 """
 
 from __future__ import annotations
@@ -63,19 +63,21 @@ def _next_task(pending: list, done: set[int]) -> int | None:
 
 def simulate(plan: Plan, seconds, resources: list[int] | None = None,
              sharded=lambda op: False, contended=lambda task: 1.0,
-             wake: float = 0.0) -> Simulation:
+             start_wake: float = 0.0, wake: float = 0.0) -> Simulation:
     """Simulate one training step of ``plan``: ``seconds(task, plan)`` is a task's
     duration, ``resources[d]`` the compute resource of logical device ``d`` (default:
     its own), ``sharded(all_reduce_op)`` whether the collective works by slices,
     ``contended(task)`` the factor by which a task slows with every other resource
-    busy, and ``wake`` the seconds a sleeping worker takes to start a task."""
+    busy, ``start_wake`` the seconds a worker takes to start a step and ``wake`` the
+    seconds a worker that slept during the step takes to start a task."""
     resources = list(range(plan.num_devices)) if resources is None else resources
     shared = len(set(resources)) - 1  # other resources a task can contend with
     tasks = make_tasks(plan.ops, sharded)
     pending = [[t for t in tasks if d in t.devices] for d in range(plan.num_devices)]
     busy_resource: set[int] = set()
     idle = set(range(plan.num_devices))  # workers looking for a task
-    asleep = set(idle)  # workers that found nothing to run
+    starting = set(idle)  # workers yet to start their first task
+    asleep: set[int] = set()  # workers that found nothing to run
     arrived: dict[int, set[int]] = {}  # multi-device task -> workers waiting in it
     done: set[int] = set()
     running: list[tuple[float, int]] = []  # (end, task index)
@@ -109,7 +111,12 @@ def simulate(plan: Plan, seconds, resources: list[int] | None = None,
                     continue
                 task = pending[d].pop(i)
                 idle.discard(d)
-                delay = wake if d in asleep else 0.0
+                # A worker is up start_wake into the step; one asleep later, wake after.
+                if d in starting and now < start_wake:
+                    delay = start_wake - now
+                else:
+                    delay = wake if d in asleep else 0.0
+                starting.discard(d)
                 asleep.discard(d)
                 started = True
                 if len(task.devices) == 1:
