@@ -16,10 +16,11 @@ the workers lose to each other: memory bandwidth, caches, and the interpreter
 lock that Python-side work holds (the replicas of a data-parallel step run the
 same operations side by side, so the small ones, mostly Python dispatch under
 the lock, slow each other the most: 2-4x on the digits net, against 1.0-1.1x
-for its convolutions).  The median time from a step's start to each worker's
-first task there is the workers' *wake-up*: a worker asleep on a queue or an
-event needs the operating system to wake it and then the interpreter lock,
-which the other workers hold while they run Python.
+for its convolutions).  The same run gives the workers' *wake-ups*: the time from
+a step's start to each worker's first task (asleep on its queue), and from the
+end of the last task a worker waited for to the start of its own (asleep on an
+event); a sleeping worker needs the operating system to wake it and then the
+interpreter lock, which the other workers hold while they run Python.
 Any plan of the same net is then predicted from that one profile: load,
 forward and backward at its shard's cases, updates (a function of the weights
 alone) at the profiled time, divided by the ranks that share a sharded update.
