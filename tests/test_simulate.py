@@ -119,6 +119,12 @@ def test_contention_is_the_median_time_side_by_side_over_the_time_alone():
         pytest.approx(1.3)
     assert measured_contention(model, data, tasks, [steps(0.5, 0.9, 0.8)])[key] == 1.0
     assert measured_contention(model, data, tasks, [steps(5.0, 6.0, 7.0)])[key] == HOST.cores
+    # an all-reduce's copies share the memory bandwidth too: against the link figures
+    op = next(op for op in data.ops if isinstance(op, AllReduce))
+    reduce = Task(1, op, TaskAction.REDUCE_SLICE, (), device=0)
+    took = [(0.0, [OpTiming(0, "allreduce", op.layer, 0.0, 1.5 * model.work(reduce, data))])]
+    assert measured_contention(model, data, [reduce], [took]) == \
+        {("allreduce", op.layer): pytest.approx(1.5)}
 
 
 def test_wake_ups_are_measured_at_a_steps_start_and_after_a_wait():

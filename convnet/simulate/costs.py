@@ -281,17 +281,17 @@ def profile_compute(executor, batch: list, host: HostFigures, plan: Plan,
 
 def measured_contention(model: CostModel, plan: Plan, tasks: list[Task],
                         rounds: list[list[tuple[float, list]]]) -> dict[tuple[str, str], float]:
-    """(kind, layer) -> how much slower its compute tasks (``tasks`` of ``plan``) ran in
-    the rounds of timed steps than ``model`` predicts them alone: the median over a
+    """(kind, layer) -> how much slower its tasks (``tasks`` of ``plan``: computations
+    and the all-reduces' parts, whose copies share the memory bandwidth) ran in the
+    rounds of timed steps than ``model`` predicts them alone: the median over a
     round's steps and devices of their seconds over the prediction, the least over
     the rounds, kept within [1, the core count] (sharing cores can make a task no
     slower than running after the others)."""
     alone: dict[tuple[int, str, str], float] = {}
     for task in tasks:
-        if task.kind in COMPUTE_KINDS:
-            for d in task.devices:
-                key = (d, task.kind, task.layer)
-                alone[key] = alone.get(key, 0.0) + model.work(task, plan)
+        for d in task.devices:
+            key = (d, task.kind, task.layer)
+            alone[key] = alone.get(key, 0.0) + model.work(task, plan)
     least: dict[tuple[str, str], float] = {}
     for steps in rounds:
         ratios: dict[tuple[str, str], list[float]] = {}
