@@ -11,16 +11,17 @@ overhead from the work per case.  Where the logical devices are worker
 threads sharing the host's cores, the net is also run data-parallel on every
 core (every layer replicated, parallel workers as in training) for a few
 consecutive steps.  The median time of each operation there over its time
-alone at the same shard size (from the lines above) is its *contention*, what
-the workers lose to each other: memory bandwidth, caches, and the interpreter
-lock that Python-side work holds (the replicas of a data-parallel step run the
-same operations side by side, so the small ones, mostly Python dispatch under
-the lock, slow each other the most: 2-4x on the digits net, against 1.0-1.1x
-for its convolutions).  The same run gives the workers' *wake-ups*: the time from
-a step's start to each worker's first task (asleep on its queue), and from the
-end of the last task a worker waited for to the start of its own (asleep on an
-event); a sleeping worker needs the operating system to wake it and then the
-interpreter lock, which the other workers hold while they run Python.
+alone at the same shard size (from the lines above; an all-reduce's parts, from
+the link figures below) is its *contention*, what the workers lose to each
+other: memory bandwidth, caches, and the interpreter lock that Python-side work
+holds (the replicas of a data-parallel step run the same operations side by
+side, so the small ones, mostly Python dispatch under the lock, slow each other
+the most: 2-4x on the digits net, against 1.0-1.1x for its convolutions).
+The same run gives the workers' *wake-ups*: the time from a step's start to
+each worker's first task (asleep on its queue), and from the end of the last
+task a worker waited for to the start of its own (asleep on an event); a
+sleeping worker needs the operating system to wake it and then the interpreter
+lock, which the other workers hold while they run Python.
 Any plan of the same net is then predicted from that one profile: load,
 forward and backward at its shard's cases, updates (a function of the weights
 alone) at the profiled time, divided by the ranks that share a sharded update.
