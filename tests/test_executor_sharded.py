@@ -95,6 +95,47 @@ def test_sharded_update_is_bitwise_the_full_update(tmp_path, monkeypatch, name, 
                 assert np.array_equal(replica[k], replicas[0][k])
 
 
+@pytest.mark.parametrize("parallel", [True, False])
+def test_replicas_sharing_one_copy_train_bitwise_like_separate_copies(tmp_path, monkeypatch,
+                                                                      parallel):
+    """CPU replicas under synchronous SGD share one weights and momentum dict (no
+    gather copies); the weights and the checkpoint state are those of separate copies,
+    in both walks."""
+    net = _net(tmp_path, "imagenet-2gpu-data")
+    shared, executor = _train(net, (0, 1), parallel=parallel)
+    assert executor.store.shared
+    for name in executor.store.shared:
+        for group in (executor.store.weights, executor.store.momentum):
+            assert group[name][1] is group[name][0]
+    monkeypatch.setattr(Executor, "_shared_layers", lambda self: frozenset())
+    copies, executor = _train(net, (0, 1), parallel=parallel)
+    assert not executor.store.shared
+    assert executor.store.weights["conv1"][1] is not executor.store.weights["conv1"][0]
+    assert shared.keys() == copies.keys()
+    for key in copies:
+        assert np.array_equal(shared[key], copies[key]), key
+
+
+def test_only_synchronous_replicas_without_wball_share_weights(tmp_path):
+    """Local SGD keeps a copy per replica (they drift apart between averages), and so
+    does a layer with wball (each rank projects whole arrays)."""
+    net = _net(tmp_path, "imagenet-2gpu-data")
+    plan = make_plan(net, (0, 1), MINI)
+    local = Executor(net, plan, make_devices((0, 1), "cpu"), local_sgd=2)
+    try:
+        assert not local.store.shared
+    finally:
+        local.close()
+    for ldef in net:
+        if ldef.name == "fc4096a":
+            ldef.params["wball"] = [1.0]
+    synced = Executor(net, plan, make_devices((0, 1), "cpu"))
+    try:
+        assert "fc4096a" not in synced.store.shared and "fc4096b" in synced.store.shared
+    finally:
+        synced.close()
+
+
 def test_slices_smaller_than_the_rank_count(tmp_path):
     """A bias of 2 elements on 4 ranks: two ranks own empty slices."""
     devices = make_devices((0, 1, 2, 3), "cpu")
