@@ -210,7 +210,8 @@ class Executor:
         would hold the same weights anyway (synchronous SGD, a sharded update, no
         ``wball`` projection, which needs whole arrays on every rank) and can read one
         another's memory (CPU devices of this process).  Each rank updates its slice
-        of the one copy; the gather then only releases the gradients."""
+        of the one copy, and its reduce reads the other ranks' gradient slices in
+        place; the gather then only releases the gradients."""
         if self.own_updates or self.cluster.size > 1:
             return frozenset()
         return frozenset(
@@ -511,7 +512,8 @@ class Executor:
         op = task.op
         buffers.reduced[(op.layer, op.pass_index, task.rank)] = \
             self._sliced(op.layer).reduce_slice(self.store.grads[op.layer], task.rank,
-                                                    self._received(task, "grad-slice", buffers))
+                                                self._received(task, "grad-slice", buffers),
+                                                in_place=op.layer in self.store.shared)
 
     def _update_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         """The update of rank ``task.rank``'s slice of the weights and momentum only,
