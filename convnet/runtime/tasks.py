@@ -11,7 +11,9 @@ one-device tasks per rank r instead of one collective and R full updates:
 * ``update-slice``: apply the weight update (:mod:`convnet.runtime.optimizer`)
   to slice r of rank r's weights and momentum only, with that summed slice;
 * ``gather``: copy every other slice of the weights from the rank that
-  updated it.
+  updated it (nothing to copy where the replicas share one copy of the
+  weights, see :class:`convnet.runtime.weights.WeightStore`: it then only
+  releases the rank's gradients, and is what the layer's next forward waits for).
 
 Every replica then holds the weights a full update would give, bit for bit
 (the same element-wise operations on the same sums), each rank does 1/R of
