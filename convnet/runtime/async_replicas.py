@@ -305,7 +305,8 @@ class AsyncReplicas:
                                 f"rank {self.cluster.rank}: {type(error).__name__}: "
                                 f"{error}") from error
         device = self.replica_devices[self._failed_replica]
-        raise ReplicaFailed(f"replica {self._failed_replica} (device {device}) failed: "
+        number = async_replica_devices(self.plan).index(device)
+        raise ReplicaFailed(f"replica {number} (device {device}) failed: "
                             f"{type(error).__name__}: {error}") from error
 
     def _on_every_replica(self, fn) -> list:
