@@ -43,9 +43,11 @@ def test_one_shard_per_replica_and_step_with_s0_is_synchronous_sgd(tmp_path):
     sync = Executor(net, make_plan(net, (0, 0), async_steps.MINI), make_devices((0, 0), "cpu"),
                     seed=3)
     try:
-        for batch in async_steps.batches(steps):
+        data = async_steps.batches(steps + 1)
+        for batch in data[:steps]:
             sync.step(batch)
         want = sync.state_arrays()
+        evaluation = sync.evaluate(data[-1]).costs["cost"]
     finally:
         sync.close()
     weights = [k for k in want if k.startswith("weights/")]
@@ -55,6 +57,10 @@ def test_one_shard_per_replica_and_step_with_s0_is_synchronous_sgd(tmp_path):
         assert list(got["shards"]) == [steps]  # one shard of each minibatch per replica
         for key in weights:
             np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    # every rank returns the same evaluation, its pieces evaluated by both ranks
+    assert np.array_equal(ranks[0]["evaluation"], ranks[1]["evaluation"])
+    np.testing.assert_allclose(ranks[0]["evaluation"],
+                               [evaluation["cost"], evaluation["error"]], rtol=1e-5)
     # the sums of the momenta are sync's (each replica's own is its shards' share)
     for key in (k for k in want if k.startswith("momentum/")):
         np.testing.assert_allclose(ranks[0][key] + ranks[1][key], want[key], rtol=1e-5,

@@ -46,9 +46,10 @@ finished shard's increments and costs to the other ranks).  A shard counts
 as finished on a rank once it was trained there or its update arrived there,
 so the bound above holds across processes: a replica starts a shard of step
 t only when this rank holds the update of every shard of the steps before
-t - S.  Evaluation and features run on each rank's own replicas (every rank
-the whole minibatch, its replicas agreeing with the others' once drained);
-rank 0, which holds replica 0, returns the checkpoint state.
+t - S.  An evaluation's pieces are dealt to the ranks in turn and the
+results exchanged; features are each rank's own replicas' (they agree with
+the others' once drained); rank 0, which holds replica 0, returns the
+checkpoint state.
 """
 
 from __future__ import annotations
@@ -239,14 +240,16 @@ class AsyncReplicas:
     def evaluate(self, batch: list[np.ndarray]) -> StepResult:
         """Forward only on the drained replicas.  The minibatch is cut into pieces that
         the replicas take from a shared list, so a faster replica evaluates more of
-        them; the results are combined in piece order."""
+        them; the results are combined in piece order.  With several processes every
+        rank takes every ``size``-th piece and the ranks exchange their results, so
+        every rank returns the same."""
         self.drain()
         num_cases = check_batch(self.net, self.plan, batch)
-        count = len(self.replicas)
+        count, rank, size = self.count, self.cluster.rank, self.cluster.size
         # One replica evaluates the minibatch whole: exactly the lockstep evaluation.
         cuts = shard_bounds(num_cases, min(num_cases, count * EVAL_PIECES) if count > 1 else 1)
         pieces = collections.deque((i, [c[lo:hi] for c in batch])
-                                   for i, (lo, hi) in enumerate(cuts))
+                                   for i, (lo, hi) in enumerate(cuts) if i % size == rank)
 
         def evaluate_pieces(r: int) -> list[tuple[int, StepResult]]:
             done = []
@@ -259,6 +262,8 @@ class AsyncReplicas:
 
         results = [done for per_replica in self._on_every_replica(evaluate_pieces)
                    for done in per_replica]
+        if size > 1:
+            results = [done for share in self.cluster.comm.allgather(results) for done in share]
         return _combined([result for _, result in sorted(results, key=lambda d: d[0])])
 
     def features(self, batch: list[np.ndarray], layer: str) -> np.ndarray:

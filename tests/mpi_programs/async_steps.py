@@ -9,7 +9,8 @@ staleness bound S, one replica per rank, and writes what the test checks to
   other replica is inside one too, so each replica trains exactly one shard
   of each minibatch; with S = 0 the run is then synchronous SGD up to float
   rounding (the increments are linear in the gradients, momentum included).
-  Writes the rank's weights and momentum after a drain.
+  Writes the rank's weights and momentum after a drain, and the costs of an
+  evaluation (its pieces shared by the ranks).
 * ``log``: rank 1's replica is a straggler (it sleeps before each shard).
   Writes, kept outside the machinery, when each shard started and ended
   (``time.monotonic_ns``, one clock for all processes of a machine) and its
@@ -113,10 +114,12 @@ def train(argv: list[str]) -> int:
         cases = sum(apart.step(batch).num_cases for batch in batches(steps))
         cases += apart.settle().num_cases
         state = apart.replicas[0].state_arrays()
+        evaluation = apart.evaluate(batches(steps + 1)[-1]).costs["cost"]
         record = apart.record
     finally:
         apart.close()
     np.savez(f"{out}.{comm.rank}.npz", **state, cases=cases,
+             evaluation=np.array([evaluation["cost"], evaluation["error"]]),
              shards=np.array(record.shards), max_lead=record.max_lead,
              starts=np.array([(s, ns) for what, s, ns in events if what == "start"], np.int64),
              ends=np.array([(s, ns) for what, s, ns in events if what == "end"], np.int64))
