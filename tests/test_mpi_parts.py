@@ -1,6 +1,6 @@
 """The parts of multi-process runs that need no MPI: launcher detection, the per-rank
 task lists, the traffic report, the rank-tagged error stream, a missing mpi4py, the
-bytes of an async update message."""
+bytes of an async update message, the async dealer."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from convnet.app.launch import _RankStderr
 from convnet.plan.planner import make_plan
 from convnet.plan.ranks import rank_totals
 from convnet.runtime.cluster import launched_size
-from convnet.runtime.rank_courier import META_BYTES, UpdateLayout
+from convnet.runtime.rank_courier import META_BYTES, TRAINING, Dealer, UpdateLayout
 from convnet.runtime.rank_tasks import tasks_for_rank
 from convnet.runtime.tasks import TaskAction, make_tasks
 from mpi_helpers import env
@@ -128,3 +128,11 @@ def test_costs_too_large_for_an_update_message_are_an_error():
     costs = {f"cost{i}": {"cost": 1.0 / 3} for i in range(META_BYTES // 20)}
     with pytest.raises(ValueError, match="update message has room for"):
         layout.pack(0, 1, 0.0, costs, {"fc": {"W0": np.zeros((2, 2), np.float32)}})
+
+
+def test_the_dealer_numbers_shards_without_end_and_each_tests_pieces_up_to_its_limit():
+    dealer = Dealer()
+    assert [dealer.claim(TRAINING) for _ in range(3)] == [0, 1, 2]
+    assert [dealer.claim(1, 2) for _ in range(3)] == [0, 1, -1]
+    assert dealer.claim(TRAINING) == 3  # a test leaves the shard numbers alone
+    assert [dealer.claim(2, 1) for _ in range(2)] == [0, -1]  # the next test starts at 0

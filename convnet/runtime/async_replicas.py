@@ -46,10 +46,10 @@ finished shard's increments and costs to the other ranks).  A shard counts
 as finished on a rank once it was trained there or its update arrived there,
 so the bound above holds across processes: a replica starts a shard of step
 t only when this rank holds the update of every shard of the steps before
-t - S.  An evaluation's pieces are dealt to the ranks in turn and the
-results exchanged; features are each rank's own replicas' (they agree with
-the others' once drained); rank 0, which holds replica 0, returns the
-checkpoint state.
+t - S.  An evaluation's pieces are dealt the same way (a stream of their
+own) and the ranks exchange the results; features are each rank's own
+replicas' (they agree with the others' once drained); rank 0, which holds
+replica 0, returns the checkpoint state.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ from convnet.runtime.batch_check import check_batch
 from convnet.runtime.cluster import Cluster, single_process
 from convnet.runtime.executor import Executor, StepResult
 from convnet.runtime.learning_rules import ScaledRate, scale_rates
-from convnet.runtime.rank_courier import RankCourier, UpdateLayout
+from convnet.runtime.rank_courier import TRAINING, Dealer, RankCourier, UpdateLayout
 
 _POLL_SECONDS = 0.05
 EVAL_PIECES = 2  # pieces per replica that an evaluation's minibatch is cut into
@@ -91,18 +91,6 @@ class _Shard:
     index: int  # its position in that minibatch
     batch: list
     progress: float
-
-
-class _LocalDealer:
-    """The shard numbers of a one-process run: a counter (read under the replica set's
-    lock)."""
-
-    def __init__(self):
-        self._next = 0
-
-    def claim(self, replica: int) -> int:
-        ordinal, self._next = self._next, self._next + 1
-        return ordinal
 
 
 @dataclass
@@ -188,8 +176,9 @@ class AsyncReplicas:
             self._layout = UpdateLayout({name: {k: v.shape for k, v in momentum[0].items()}
                                          for name, momentum in store.momentum.items()})
             self._courier = RankCourier(self.cluster.comm, self._layout.nbytes,
-                                        self._deliver, self._grant, self._courier_failed)
-        self._dealer = self._courier or _LocalDealer()
+                                        self._deliver, self._courier_failed)
+        self._dealer = self._courier or Dealer()  # claimed from holding the lock
+        self._tests = 0  # evaluations so far: each deals its pieces as its own stream
         self._threads = [threading.Thread(target=self._serve, args=(r,), daemon=True,
                                           name=f"replica-{r}") for r in range(local)]
         for thread in self._threads:
@@ -239,32 +228,47 @@ class AsyncReplicas:
 
     def evaluate(self, batch: list[np.ndarray]) -> StepResult:
         """Forward only on the drained replicas.  The minibatch is cut into pieces that
-        the replicas take from a shared list, so a faster replica evaluates more of
-        them; the results are combined in piece order.  With several processes every
-        rank takes every ``size``-th piece and the ranks exchange their results, so
-        every rank returns the same."""
+        the replicas claim from the dealer, as they claim shards, so a faster replica
+        (wherever it runs) evaluates more of them; the results are combined in piece
+        order, and with several processes the ranks exchange theirs, so that every rank
+        returns the same."""
         self.drain()
         num_cases = check_batch(self.net, self.plan, batch)
-        count, rank, size = self.count, self.cluster.rank, self.cluster.size
+        count = self.count
         # One replica evaluates the minibatch whole: exactly the lockstep evaluation.
         cuts = shard_bounds(num_cases, min(num_cases, count * EVAL_PIECES) if count > 1 else 1)
-        pieces = collections.deque((i, [c[lo:hi] for c in batch])
-                                   for i, (lo, hi) in enumerate(cuts) if i % size == rank)
+        self._tests += 1
+        stream = self._tests
 
         def evaluate_pieces(r: int) -> list[tuple[int, StepResult]]:
             done = []
-            while True:
-                with self._cv:
-                    if not pieces:
-                        return done
-                    i, part = pieces.popleft()
-                done.append((i, self.replicas[r].evaluate(part)))
+            while (i := self._claim_piece(stream, len(cuts))) >= 0:
+                lo, hi = cuts[i]
+                done.append((i, self.replicas[r].evaluate([c[lo:hi] for c in batch])))
+            return done
 
         results = [done for per_replica in self._on_every_replica(evaluate_pieces)
                    for done in per_replica]
-        if size > 1:
+        if self.cluster.size > 1:
             results = [done for share in self.cluster.comm.allgather(results) for done in share]
         return _combined([result for _, result in sorted(results, key=lambda d: d[0])])
+
+    def _claim_piece(self, stream: int, limit: int) -> int:
+        """(On a replica's thread.)  The next piece of test ``stream``, -1 when all are
+        dealt; waits for rank 0's answer where it comes by message."""
+        answer: list[int] = []
+
+        def granted(number: int) -> None:
+            with self._cv:
+                answer.append(number)
+                self._cv.notify_all()
+
+        with self._cv:
+            number = self._dealer.claim(stream, limit, granted)
+            if number is not None:
+                return number
+            self._wait_until(lambda: answer)
+        return answer[0]
 
     def features(self, batch: list[np.ndarray], layer: str) -> np.ndarray:
         self.drain()
@@ -363,7 +367,8 @@ class AsyncReplicas:
                 ordinal = self._claims[r]
                 if ordinal is None and not self._asking[r] and \
                         self._seen + sum(self._asking) < self._queued:
-                    granted = self._dealer.claim(r)
+                    granted = self._dealer.claim(TRAINING, 0,
+                                                 lambda ordinal, r=r: self._grant(r, ordinal))
                     if granted is None:  # rank 0 answers later (_grant)
                         self._asking[r] = True
                     else:

@@ -5,11 +5,12 @@ Every rank runs the replicas of its own devices
 processes goes through one :class:`RankCourier` per rank:
 
 * **Dealing.** The shards of the stream are numbered in the order the
-  training loop queues them (every rank queues the same stream).  Rank 0's
-  courier holds the counter of the next shard to deal: its own replicas
-  take numbers from it directly, the other ranks' replicas ask it with a
+  training loop queues them (every rank queues the same stream), and so are
+  the pieces of each test's minibatches.  Rank 0's courier holds the
+  :class:`Dealer` with the next number of each: its own replicas take
+  numbers from it directly, the other ranks' replicas ask it with a
   ``CLAIM`` message and get the number back in a ``GRANT``.  A replica asks
-  when it is free, so a faster rank takes more shards.
+  when it is free, so a faster rank takes more shards and more pieces.
 * **Updates.** After a shard, its replica's increments (and the shard's
   costs, so that every rank reports the training cost of every shard) go to
   every other rank in one ``UPDATE`` message (:class:`UpdateLayout`), sent
@@ -39,6 +40,7 @@ import numpy as np
 from convnet.runtime.communicator import Communicator
 
 UPDATE, CLAIM, GRANT = 1, 2, 3  # the message tags
+TRAINING = 0  # the stream of training shards; a test's minibatch is stream 1, 2, ...
 _POLL_SECONDS = 0.001
 _CLOSE_SECONDS = 30  # how long close waits for its own sends to be taken
 META_BYTES = 4096  # the JSON head of an UPDATE message (shard number and costs)
@@ -84,25 +86,47 @@ class UpdateLayout:
         return head, increments
 
 
+class Dealer:
+    """The numbers dealt so far: of the training shards (no end), and of the pieces of
+    the test minibatch being evaluated (``limit`` of them; -1 once all are dealt).
+
+    Every rank evaluates the same minibatches in the same order and they end with a
+    collective, so a claim for a test stream never comes after one for a later test
+    stream: only the latest test's counter is kept.  Not thread-safe: callers lock.
+    """
+
+    def __init__(self):
+        self._next = {TRAINING: 0}
+
+    def claim(self, stream: int, limit: int = 0, granted=None) -> int:
+        """The next number of ``stream`` (``granted`` is unused: the answer is at once)."""
+        if stream not in self._next:
+            self._next = {TRAINING: self._next[TRAINING], stream: 0}
+        number = self._next[stream]
+        if stream != TRAINING and number >= limit:
+            return -1
+        self._next[stream] = number + 1
+        return number
+
+
 class RankCourier:
     """This rank's dealing and update traffic with the other ranks of ``comm``.
 
     ``deliver(message)`` is called (on the courier's thread) with every
-    ``UPDATE`` message that arrives, ``grant(replica, ordinal)`` with the answer to
-    each :meth:`claim` that could not be answered at once, and ``fail(error)`` if
-    the courier's thread raises (it stops then).
+    ``UPDATE`` message that arrives, and ``fail(error)`` if the courier's thread
+    raises (it stops then).
     """
 
-    def __init__(self, comm: Communicator, message_bytes: int, deliver, grant, fail):
+    def __init__(self, comm: Communicator, message_bytes: int, deliver, fail):
         self.comm = comm
-        self._deliver, self._grant, self._fail = deliver, grant, fail
+        self._deliver, self._fail = deliver, fail
         self._lock = threading.Lock()
-        self._next_ordinal = 0  # rank 0: the next shard number to deal
-        self._asking: collections.deque[int] = collections.deque()  # replicas awaiting a grant
+        self._dealer = Dealer()  # used on rank 0 only
+        self._asking: collections.deque = collections.deque()  # callbacks awaiting a grant
         self._sends: list = []  # (request, buffer) of the sends still pending
         others = [q for q in range(comm.size) if q != comm.rank]
         wanted = [(UPDATE, q, message_bytes) for q in others]
-        wanted += ([(CLAIM, q, 0) for q in others] if comm.rank == 0 else [(GRANT, 0, 8)])
+        wanted += ([(CLAIM, q, 16) for q in others] if comm.rank == 0 else [(GRANT, 0, 8)])
         self._receives = {(tag, q): self._post(tag, q, np.empty(size, np.uint8))
                           for tag, q, size in wanted}
         self._others = others
@@ -110,14 +134,15 @@ class RankCourier:
         self._thread = threading.Thread(target=self._serve, daemon=True, name="rank-courier")
         self._thread.start()
 
-    def claim(self, replica: int) -> int | None:
-        """The number of the next shard for this rank's ``replica``: at once on rank 0;
-        elsewhere None, and ``grant(replica, ordinal)`` follows when rank 0 answers."""
-        if self.comm.rank == 0:
-            return self._deal()
+    def claim(self, stream: int, limit: int, granted) -> int | None:
+        """The next number of ``stream`` (see :meth:`Dealer.claim`): at once on rank 0;
+        elsewhere None, and ``granted(number)`` is called (on the courier's thread) when
+        rank 0 answers."""
         with self._lock:
-            self._asking.append(replica)
-            self._send(np.empty(0, np.uint8), 0, CLAIM)
+            if self.comm.rank == 0:
+                return self._dealer.claim(stream, limit)
+            self._asking.append(granted)
+            self._send(np.array([stream, limit], np.int64).view(np.uint8), 0, CLAIM)
         return None
 
     def send_update(self, message: np.ndarray) -> None:
@@ -136,10 +161,6 @@ class RankCourier:
         self._receives.clear()
 
     # --------------------------------------------------------- the courier's thread
-    def _deal(self) -> int:
-        with self._lock:
-            return self._deal_locked()
-
     def _post(self, tag: int, source: int, buffer: np.ndarray):
         return self.comm.irecv_bytes(buffer, source, tag), buffer
 
@@ -175,21 +196,16 @@ class RankCourier:
                 self._deliver(buffer)
                 buffer = np.empty_like(buffer)  # the delivered one now belongs to the replicas
             elif tag == CLAIM:
+                stream, limit = (int(v) for v in buffer.view(np.int64))
                 with self._lock:
-                    self._send(np.array([self._deal_locked()], np.int64).view(np.uint8),
-                               source, GRANT)
+                    number = self._dealer.claim(stream, limit)
+                    self._send(np.array([number], np.int64).view(np.uint8), source, GRANT)
             else:
                 with self._lock:
-                    replica = self._asking.popleft()
-                self._grant(replica, int(buffer.view(np.int64)[0]))
+                    granted = self._asking.popleft()
+                granted(int(buffer.view(np.int64)[0]))
             self._receives[(tag, source)] = self._post(tag, source, buffer)
         return arrived
 
-    def _deal_locked(self) -> int:
-        """The next shard number (holding the lock)."""
-        ordinal = self._next_ordinal
-        self._next_ordinal += 1
-        return ordinal
 
-
-__all__ = ["RankCourier", "UpdateLayout", "META_BYTES"]
+__all__ = ["Dealer", "META_BYTES", "RankCourier", "TRAINING", "UpdateLayout"]
