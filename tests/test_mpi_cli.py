@@ -138,6 +138,14 @@ def test_print_plan_shows_the_processes(tmp_path):
     assert done.stdout.count("Schedule (per pass") == 1  # printed by rank 0 only
 
 
+def test_print_plan_says_async_across_processes_is_not_reproducible(tmp_path):
+    done = run_mpi(2, [CLI, *_digits("digits-data.cfg"), "--gpu", "0", "--sync", "async:2",
+                       "--print-plan"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Sync: asynchronous: the 2 replicas train apart" in done.stdout
+    assert "NOT bitwise reproducible" in done.stdout
+
+
 def test_the_memory_check_counts_only_each_processs_own_devices(tmp_path):
     done = run_mpi(2, [CLI, "--gpu", "0", "--print-plan=json"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
