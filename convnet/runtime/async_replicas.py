@@ -157,11 +157,8 @@ class AsyncReplicas:
         self._queued = 0  # shards queued so far
         self._seen = 0  # 1 + the highest shard number known to be claimed
         self._queue_limit = 2 * count  # unclaimed shards the loop may queue ahead
-        # Each replica's next shards, and its claims that rank 0 has yet to answer.  Where
-        # a claim is a message, a replica keeps one in reserve, claimed while it trains,
-        # so that it never waits for the answer (a round trip of the couriers' polls).
-        self._claims: list[collections.deque[int]] = [collections.deque() for _ in range(local)]
-        self._asking = [0] * local
+        self._claims: list[int | None] = [None] * local  # each replica's next shard
+        self._asking = [False] * local  # waiting for rank 0's answer to a claim
         self._finished_above: set[int] = set()  # finished shards past the first unfinished
         self._first_unfinished = 0  # every shard before it is finished (known here)
         # Per replica, the increments sent to it: layer -> array name -> array (on the
@@ -181,7 +178,6 @@ class AsyncReplicas:
             self._courier = RankCourier(self.cluster.comm, self._layout.nbytes,
                                         self._deliver, self._courier_failed)
         self._dealer = self._courier or Dealer()  # claimed from holding the lock
-        self._reserve = 2 if self._courier is not None and self.cluster.rank > 0 else 1
         self._tests = 0  # evaluations so far: each deals its pieces as its own stream
         self._threads = [threading.Thread(target=self._serve, args=(r,), daemon=True,
                                           name=f"replica-{r}") for r in range(local)]
@@ -368,21 +364,20 @@ class AsyncReplicas:
                     return None
                 if self._jobs[r]:
                     return self._jobs[r].popleft()
-                claims = self._claims[r]
-                if len(claims) + self._asking[r] < self._reserve and \
+                ordinal = self._claims[r]
+                if ordinal is None and not self._asking[r] and \
                         self._seen + sum(self._asking) < self._queued:
                     granted = self._dealer.claim(TRAINING, 0,
                                                  lambda ordinal, r=r: self._grant(r, ordinal))
                     if granted is None:  # rank 0 answers later (_grant)
-                        self._asking[r] += 1
+                        self._asking[r] = True
                     else:
                         self._claimed(r, granted)
                     continue
-                if claims and claims[0] in self._shards:
-                    ordinal = claims[0]
+                if ordinal is not None and ordinal in self._shards:
                     lead = ordinal // self.count - self._first_unfinished // self.count
                     if lead <= self.staleness:
-                        claims.popleft()
+                        self._claims[r] = None
                         record = self.record
                         record.max_lead = max(record.max_lead, lead)
                         record.shards[r] += 1
@@ -393,16 +388,15 @@ class AsyncReplicas:
                 self._cv.wait(_POLL_SECONDS)
 
     def _claimed(self, r: int, ordinal: int) -> None:
-        """(Holding the lock.)  Replica ``r`` trains shard ``ordinal`` after the ones it
-        has already claimed."""
-        self._claims[r].append(ordinal)
+        """(Holding the lock.)  Replica ``r`` trains shard ``ordinal`` next."""
+        self._claims[r] = ordinal
         self._seen = max(self._seen, ordinal + 1)
         self._cv.notify_all()  # room in the queue
 
     def _grant(self, r: int, ordinal: int) -> None:
         """Rank 0's answer to replica ``r``'s claim (on the courier's thread)."""
         with self._cv:
-            self._asking[r] -= 1
+            self._asking[r] = False
             self._claimed(r, ordinal)
 
     def _finish(self, ordinal: int, result: StepResult) -> None:
