@@ -10,8 +10,7 @@ processes goes through one :class:`RankCourier` per rank:
   :class:`Dealer` with the next number of each: its own replicas take
   numbers from it directly, the other ranks' replicas ask it with a
   ``CLAIM`` message and get the number back in a ``GRANT``.  A replica asks
-  when it is free (or, on ranks other than 0, one shard ahead), so a faster
-  rank takes more shards and more pieces.
+  when it is free, so a faster rank takes more shards and more pieces.
 * **Updates.** After a shard, its replica's increments (and the shard's
   costs, so that every rank reports the training cost of every shard) go to
   every other rank in one ``UPDATE`` message (:class:`UpdateLayout`), sent
