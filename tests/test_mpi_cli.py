@@ -144,6 +144,7 @@ def test_print_plan_says_async_across_processes_is_not_reproducible(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Sync: asynchronous: the 2 replicas train apart" in done.stdout
     assert "NOT bitwise reproducible" in done.stdout
+    assert "Between the 2 processes each shard's update (" in done.stdout
 
 
 def test_the_memory_check_counts_only_each_processs_own_devices(tmp_path):
