@@ -96,6 +96,21 @@ def test_a_straggler_rank_takes_fewer_shards_and_the_bound_holds(tmp_path, stale
         np.testing.assert_allclose(ranks[0][key], ranks[1][key], rtol=1e-5, atol=1e-6)
 
 
+def test_a_lagging_training_loop_loses_no_shard_and_keeps_none(tmp_path):
+    """Rank 1's loop queues each minibatch late, so rank 0 trains shards before rank 1
+    has queued them: still every shard once, the bound, every cost on every rank, and
+    no shard data left behind on either rank."""
+    steps = 24
+    ranks = _run(tmp_path, "lag", 2, steps)
+    trained = sorted(int(s) for r in ranks for s, _ in r["starts"])
+    assert trained == list(range(steps * RANKS))
+    assert len(ranks[0]["starts"]) > len(ranks[1]["starts"])  # rank 0 ran ahead
+    assert _largest_lead(ranks, RANKS) <= 2
+    for r in ranks:
+        assert int(r["cases"]) == steps * async_steps.MINI
+        assert int(r["leftover"]) == 0
+
+
 def test_without_a_bound_the_log_sees_a_larger_lead(tmp_path):
     """The check above can fail: a loose bound lets the fast rank run further ahead."""
     ranks = _run(tmp_path, "log", 50, 24)

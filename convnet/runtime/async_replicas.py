@@ -194,9 +194,10 @@ class AsyncReplicas:
         with self._cv:
             self._raise_if_failed()
             for i, (lo, hi) in enumerate(shard_bounds(num_cases, self.count)):
-                self._shards[self._queued] = _Shard(self._queued, self.step_count, i,
-                                                    [np.array(c[lo:hi]) for c in batch],
-                                                    progress)
+                if not self._is_finished(self._queued):  # (another rank may be ahead)
+                    self._shards[self._queued] = _Shard(self._queued, self.step_count, i,
+                                                        [np.array(c[lo:hi]) for c in batch],
+                                                        progress)
                 self._queued += 1
             self.step_count += 1
             self._cv.notify_all()
@@ -354,9 +355,9 @@ class AsyncReplicas:
 
     def _next_work(self, r: int):
         """The next job for replica ``r`` (one of the caller's first), the next shard once
-        it is queued here and the staleness bound allows it, or
-        None when the run ends.  A free replica claims the next shard number as soon as
-        some queued shard may still be unclaimed."""
+        it is queued here and the staleness bound allows it, or None when the run ends.
+        A free replica claims the next shard number as soon as some queued shard may
+        still be unclaimed."""
         waited = False
         with self._cv:
             while True:
@@ -398,6 +399,10 @@ class AsyncReplicas:
         with self._cv:
             self._asking[r] = False
             self._claimed(r, ordinal)
+
+    def _is_finished(self, ordinal: int) -> bool:
+        """(Holding the lock.)  Whether shard ``ordinal`` is known here to be finished."""
+        return ordinal < self._first_unfinished or ordinal in self._finished_above
 
     def _finish(self, ordinal: int, result: StepResult) -> None:
         """(Holding the lock.)  Shard ``ordinal`` is finished, here or elsewhere."""

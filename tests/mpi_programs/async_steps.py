@@ -11,10 +11,15 @@ staleness bound S, one replica per rank, and writes what the test checks to
   rounding (the increments are linear in the gradients, momentum included).
   Writes the rank's weights and momentum after a drain, and the costs of an
   evaluation (its pieces shared by the ranks).
-* ``log``: rank 1's replica is a straggler (it sleeps before each shard).
+* ``log``: rank 1's replica is a straggler (it sleeps 10x as long as rank 0's
+  before each shard).
   Writes, kept outside the machinery, when each shard started and ended
   (``time.monotonic_ns``, one clock for all processes of a machine) and its
   number, and the rank's shard count and staleness record.
+* ``lag``: like ``log``, but rank 1's training loop, not its replica, is slow
+  (it sleeps before queueing each minibatch), so rank 0 trains shards that
+  rank 1 has not queued yet.  Also writes how many shards the rank still
+  holds after the drain (none should be left).
 * ``fail``: rank 1's replica raises on its third shard; the run goes through
   the command line's rank handling (an error ends every process).
 """
@@ -41,6 +46,7 @@ LAYERS = [("fc1", "fc", ["data"], [0, 1], 0), ("fc2", "fc", ["fc1"], [0, 1], 0),
           ("probs", "softmax", ["fc2"], [0, 1], 0),
           ("cost", "cost.logreg", ["labels", "probs"], [0, 1], 0)]
 STRAGGLER_SECONDS = 0.03
+FAST_SECONDS = 0.003
 
 
 def batches(count: int):
@@ -93,11 +99,11 @@ def train(argv: list[str]) -> int:
     try:
         if mode == "lockstep":
             wrap_step(apart, before=lambda shard: comm.allgather(shard))
-        elif mode == "log":
+        elif mode in ("log", "lag"):
             def start(shard):
                 events.append(("start", shard, time.monotonic_ns()))
-                if comm.rank == 1:
-                    time.sleep(STRAGGLER_SECONDS)
+                if mode == "log":  # rank 0 not too fast either: rank 1 takes part
+                    time.sleep(STRAGGLER_SECONDS if comm.rank == 1 else FAST_SECONDS)
 
             wrap_step(apart, before=start,
                       after=lambda shard: events.append(("end", shard, time.monotonic_ns())))
@@ -111,14 +117,19 @@ def train(argv: list[str]) -> int:
 
             wrap_step(apart, before=fail_on_third)
         comm.allgather(None)  # both ranks ready: neither trains the first shards alone
-        cases = sum(apart.step(batch).num_cases for batch in batches(steps))
+        cases = 0
+        for batch in batches(steps):
+            if mode == "lag" and comm.rank == 1:
+                time.sleep(STRAGGLER_SECONDS)
+            cases += apart.step(batch).num_cases
         cases += apart.settle().num_cases
+        leftover = len(apart._shards)
         state = apart.replicas[0].state_arrays()
         evaluation = apart.evaluate(batches(steps + 1)[-1]).costs["cost"]
         record = apart.record
     finally:
         apart.close()
-    np.savez(f"{out}.{comm.rank}.npz", **state, cases=cases,
+    np.savez(f"{out}.{comm.rank}.npz", **state, cases=cases, leftover=leftover,
              evaluation=np.array([evaluation["cost"], evaluation["error"]]),
              shards=np.array(record.shards), max_lead=record.max_lead,
              starts=np.array([(s, ns) for what, s, ns in events if what == "start"], np.int64),
