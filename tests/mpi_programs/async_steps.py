@@ -16,10 +16,11 @@ staleness bound S, one replica per rank, and writes what the test checks to
   Writes, kept outside the machinery, when each shard started and ended
   (``time.monotonic_ns``, one clock for all processes of a machine) and its
   number, and the rank's shard count and staleness record.
-* ``lag``: like ``log``, but rank 1's training loop, not its replica, is slow
-  (it sleeps before queueing each minibatch), so rank 0 trains shards that
-  rank 1 has not queued yet.  Also writes how many shards the rank still
-  holds after the drain (none should be left).
+* ``lag``: like ``log``, but both replicas are equally fast and rank 1's
+  training loop starts late (it sleeps before queueing its first minibatch),
+  so rank 0 trains shards that rank 1 has not queued yet, until rank 1
+  catches up.  Also writes how many shards the rank still holds after the
+  drain (none should be left).
 * ``fail``: rank 1's replica raises on its third shard; the run goes through
   the command line's rank handling (an error ends every process).
 """
@@ -47,6 +48,7 @@ LAYERS = [("fc1", "fc", ["data"], [0, 1], 0), ("fc2", "fc", ["fc1"], [0, 1], 0),
           ("cost", "cost.logreg", ["labels", "probs"], [0, 1], 0)]
 STRAGGLER_SECONDS = 0.03
 FAST_SECONDS = 0.003
+LATE_START_SECONDS = 0.05
 
 
 def batches(count: int):
@@ -102,8 +104,9 @@ def train(argv: list[str]) -> int:
         elif mode in ("log", "lag"):
             def start(shard):
                 events.append(("start", shard, time.monotonic_ns()))
-                if mode == "log":  # rank 0 not too fast either: rank 1 takes part
-                    time.sleep(STRAGGLER_SECONDS if comm.rank == 1 else FAST_SECONDS)
+                # rank 0 not too fast either, so that rank 1 takes part
+                time.sleep(STRAGGLER_SECONDS if comm.rank == 1 and mode == "log"
+                           else FAST_SECONDS)
 
             wrap_step(apart, before=start,
                       after=lambda shard: events.append(("end", shard, time.monotonic_ns())))
@@ -117,11 +120,9 @@ def train(argv: list[str]) -> int:
 
             wrap_step(apart, before=fail_on_third)
         comm.allgather(None)  # both ranks ready: neither trains the first shards alone
-        cases = 0
-        for batch in batches(steps):
-            if mode == "lag" and comm.rank == 1:
-                time.sleep(STRAGGLER_SECONDS)
-            cases += apart.step(batch).num_cases
+        if mode == "lag" and comm.rank == 1:
+            time.sleep(LATE_START_SECONDS)
+        cases = sum(apart.step(batch).num_cases for batch in batches(steps))
         cases += apart.settle().num_cases
         leftover = len(apart._shards)
         state = apart.replicas[0].state_arrays()
