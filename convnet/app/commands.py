@@ -21,7 +21,9 @@ from convnet.app.simulation import measure_costs
 from convnet.errors import ConvnetError, DeviceError
 from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
+from convnet.plan.ops import AllReduce
 from convnet.plan.ranks import ranks_summary, ranks_text
+from convnet.plan.report import human_bytes
 from convnet.plan.report import plan_summary, plan_text
 from convnet.runtime.async_replicas import async_replica_devices
 from convnet.runtime.backends import choose_backend
@@ -61,8 +63,9 @@ def print_plan(opts: RunOptions) -> int:
     if opts.print_plan == "json":
         summary = plan_summary(plan, net)
         summary["sync"] = opts.sync
-        if sync_text(opts.sync, plan) is not None:
-            summary["sync_note"] = sync_text(opts.sync, plan)
+        note = sync_text(opts.sync, plan, cluster.size)
+        if note is not None:
+            summary["sync_note"] = note
         summary["memory"] = [pool.as_json() for pool in pools]
         if sim is not None:
             summary["simulation"] = simulation_summary(sim, costs, plan, net)
@@ -74,8 +77,9 @@ def print_plan(opts: RunOptions) -> int:
               ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
         print(plan_text(plan, net))
-    if opts.print_plan != "json" and sync_text(opts.sync, plan) is not None:
-        print("\n" + sync_text(opts.sync, plan))
+    note = sync_text(opts.sync, plan, cluster.size)
+    if opts.print_plan != "json" and note is not None:
+        print("\n" + note)
     if sim is not None and opts.print_plan != "json":
         print("\n" + simulation_text(sim, costs, plan, net))
     for pool in pools:
@@ -87,9 +91,9 @@ def print_plan(opts: RunOptions) -> int:
     return 0
 
 
-def sync_text(sync: str, plan) -> str | None:
+def sync_text(sync: str, plan, processes: int = 1) -> str | None:
     """The line --print-plan adds under --sync local:K or async:S: which layers it
-    changes, and how; None under --sync sync."""
+    changes, and how (in a run of ``processes`` processes); None under --sync sync."""
     if sync == "sync":
         return None
     replicated = [p.name for p in plan.layers.values() if p.replicas > 1 and p.param_count]
@@ -107,10 +111,16 @@ def sync_text(sync: str, plan) -> str | None:
                 f"the other replicas' increments as they arrive, at most {staleness} step(s) "
                 f"late; NOT bitwise reproducible (the order of the updates depends on "
                 f"timing).")
-    return (f"Sync: asynchronous: the {plan.num_shards} replicas train apart on shards of a "
+    text = (f"Sync: asynchronous: the {plan.num_shards} replicas train apart on shards of a "
             f"shared queue, each applying its own update at once and the others' as they "
             f"arrive, at most {staleness} step(s) ahead of the slowest; NOT bitwise "
             f"reproducible (the order of the updates depends on timing).")
+    if processes > 1:
+        update = sum(op.nbytes for op in plan.ops if isinstance(op, AllReduce))
+        text += (f" Between the {processes} processes each shard's update "
+                 f"({human_bytes(update)}) goes to every other process, instead of the "
+                 f"lockstep traffic in the processes table.")
+    return text
 
 
 def plan_memory_pools(opts: RunOptions, plan, net) -> list[MemoryPool]:
