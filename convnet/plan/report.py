@@ -33,14 +33,17 @@ class DeviceTotals:
     loaded_bytes: int = 0
 
 
-def device_totals(plan: Plan, net: NetConfig) -> list[DeviceTotals]:
-    """Per-device memory and traffic of one minibatch."""
+def device_totals(plan: Plan, net: NetConfig,
+                  shared: frozenset[str] = frozenset()) -> list[DeviceTotals]:
+    """Per-device memory and traffic of one minibatch; ``shared``: the layers whose
+    replicas hold one copy of the weight state (see :func:`memory_peaks`)."""
     totals = [DeviceTotals(d, plan.physical_devices[d], activation_bytes=peak.activation_bytes,
                            peak_bytes=peak.peak_bytes)
-              for d, peak in enumerate(memory_peaks(plan, net))]
-    for placement in plan.layers.values():
-        for device in placement.devices:
-            totals[device].param_bytes += placement.param_count * FLOAT_BYTES * PARAM_COPIES
+              for d, peak in enumerate(memory_peaks(plan, net, shared))]
+    for name, placement in plan.layers.items():
+        for replica, device in enumerate(placement.devices):
+            copies = 1 if replica and name in shared else PARAM_COPIES  # its gradient only
+            totals[device].param_bytes += placement.param_count * FLOAT_BYTES * copies
     for op in plan.ops:
         if isinstance(op, Load):
             totals[op.device].loaded_bytes += op.nbytes

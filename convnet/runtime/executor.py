@@ -51,7 +51,7 @@ from convnet.runtime.batch_check import check_batch
 from convnet.runtime.cluster import Cluster, single_process
 from convnet.runtime.collectives import ChunkedAllReduce, make_all_reduce
 from convnet.runtime.increment_exchange import IncrementExchange
-from convnet.runtime.learning_rules import scale_rates
+from convnet.runtime.learning_rules import learning_rules, scale_rates
 from convnet.runtime.non_finite import non_finite_cost_error, non_finite_gradient_error
 from convnet.runtime.optimizer import MomentumSGD
 from convnet.runtime.rank_tasks import tasks_for_rank
@@ -161,7 +161,8 @@ class Executor:
         self.own_updates = local_sgd is not None or async_staleness is not None
         self.store = WeightStore(net, plan, devices, self.layers, seed, self.collectives,
                                  self.cluster.is_local,
-                                 momentum_sliced=not self.own_updates)
+                                 momentum_sliced=not self.own_updates,
+                                 shared=self._shared_layers())
         self.exchange = None
         if async_staleness is not None:
             replicated = {op.layer: op.replica_devices for op in plan.ops
@@ -202,6 +203,22 @@ class Executor:
                         if parallel else None)
         self.timings: list[OpTiming] | None = None
         self.memory = None  # a runtime.memory.MemoryMeter, sampled after every task when set
+
+    def _shared_layers(self) -> frozenset[str]:
+        """The replicated layers whose replicas share one copy of the weights and
+        momentum (:class:`~convnet.runtime.weights.WeightStore`): those whose replicas
+        would hold the same weights anyway (synchronous SGD, a sharded update, no
+        ``wball`` projection, which needs whole arrays on every rank) and can read one
+        another's memory (CPU devices of this process).  Each rank updates its slice
+        of the one copy, and its reduce reads the other ranks' gradient slices in
+        place; the gather then only releases the gradients."""
+        if self.own_updates or self.cluster.size > 1:
+            return frozenset()
+        return frozenset(
+            op.layer for op in self.plan.ops if isinstance(op, AllReduce)
+            and self.collectives[op.replica_devices].sharded
+            and all(self.devices[d].kind == "cpu" for d in op.replica_devices)
+            and not any(rule.ball for rule in learning_rules(self.net[op.layer]).values()))
 
     @staticmethod
     def _syncs(local_sgd, async_staleness) -> tuple[ReplicaSync, ...]:
@@ -495,7 +512,8 @@ class Executor:
         op = task.op
         buffers.reduced[(op.layer, op.pass_index, task.rank)] = \
             self._sliced(op.layer).reduce_slice(self.store.grads[op.layer], task.rank,
-                                                    self._received(task, "grad-slice", buffers))
+                                                self._received(task, "grad-slice", buffers),
+                                                in_place=op.layer in self.store.shared)
 
     def _update_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         """The update of rank ``task.rank``'s slice of the weights and momentum only,
@@ -509,9 +527,12 @@ class Executor:
                            buffers.reduced.pop((op.layer, op.pass_index, rank)))
 
     def _gather(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        """Copy the slices the other ranks updated into this rank's weights (nothing to
+        copy where the replicas share one copy), and release this rank's gradients."""
         op = task.op
-        self._sliced(op.layer).gather_slices(self.store.weights[op.layer], task.rank,
-                                             self._received(task, "weight-slice", buffers))
+        if op.layer not in self.store.shared:
+            self._sliced(op.layer).gather_slices(self.store.weights[op.layer], task.rank,
+                                                 self._received(task, "weight-slice", buffers))
         self.store.grads[op.layer][task.rank].clear()  # every rank's reduce has read it
 
     def _average_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
