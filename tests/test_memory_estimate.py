@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from convnet.app.memory_fit import weight_sharing
 from convnet.config import load_net
 from convnet.plan.memory import memory_peaks
 from convnet.plan.ops import FLOAT_BYTES
@@ -136,6 +137,8 @@ def test_the_plans_peak_estimate_is_close_to_the_measured_peak(name):
     make_net, gpus, mini = NETS[name]
     net = make_net()
     plan, meter, shared = _measure(net, gpus, mini)
+    # --print-plan's figures count the copies the executor keeps
+    assert weight_sharing(plan, net, "cpu", "sync", processes=1) == shared
     for measured, estimate in zip(meter.peaks, memory_peaks(plan, net, shared)):
         if not measured.peak_bytes:
             continue
@@ -155,6 +158,16 @@ def test_simulates_peak_memory_is_the_estimate_and_within_15_percent():
     assert predicted == [t.peak_bytes for t in device_totals(plan, net)]
     for measured, peak in zip(meter.peaks, predicted):
         assert peak == pytest.approx(measured.peak_bytes, rel=0.15)
+
+
+def test_only_synchronous_cpu_replicas_of_one_process_share_their_weights():
+    net = _digits("digits-data.cfg")
+    plan = make_plan(net, (0, 1), 128)
+    replicated = {name for name, p in plan.layers.items() if p.replicas > 1 and p.param_count}
+    assert replicated and weight_sharing(plan, net, "cpu", "sync", processes=1) == replicated
+    for backend, sync, processes in [("cpu", "local:2", 1), ("cpu", "async:4", 1),
+                                     ("cpu", "sync", 2), ("cuda", "sync", 1)]:
+        assert weight_sharing(plan, net, backend, sync, processes) == frozenset()
 
 
 @pytest.mark.parametrize("name", ["imagenet-2gpu-model", "imagenet-2gpu-data"])

@@ -14,7 +14,7 @@ import warnings
 
 from convnet.app import auto_place, launch, training
 from convnet.app.compare import run_compare
-from convnet.app.memory_fit import MemoryPool, memory_pools
+from convnet.app.memory_fit import memory_pools, weight_sharing
 from convnet.app.option_values import async_staleness, local_sgd_period
 from convnet.app.options import RunOptions, resolve_options
 from convnet.app.simulation import measure_costs
@@ -56,12 +56,19 @@ def print_plan(opts: RunOptions) -> int:
     if opts.plan_graph is not None:
         require_matplotlib("--plan-graph")
     net, plan = training.build_net_and_plan(opts)
-    pools = plan_memory_pools(opts, plan, net)
     cluster = launch.cluster_for(opts.gpu)
+    try:
+        backend = choose_backend(opts.backend)
+    except DeviceError:  # that backend is not here: the plan is still worth printing
+        backend = None
+    shared = (weight_sharing(plan, net, backend, opts.sync, cluster.size)
+              if backend is not None else frozenset())
+    pools = (memory_pools(plan, net, backend, cluster.is_local, shared)
+             if backend is not None else [])
     costs = measure_costs(opts, net) if opts.simulate else None
     sim = costs.predict(plan) if costs is not None else None
     if opts.print_plan == "json":
-        summary = plan_summary(plan, net)
+        summary = plan_summary(plan, net, shared)
         summary["sync"] = opts.sync
         note = sync_text(opts.sync, plan, cluster.size)
         if note is not None:
@@ -73,10 +80,10 @@ def print_plan(opts: RunOptions) -> int:
             summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
         print(json.dumps(summary, indent=1))
     elif cluster.size > 1:
-        print(plan_text(plan, net) + "\n\n" +
+        print(plan_text(plan, net, shared) + "\n\n" +
               ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
-        print(plan_text(plan, net))
+        print(plan_text(plan, net, shared))
     note = sync_text(opts.sync, plan, cluster.size)
     if opts.print_plan != "json" and note is not None:
         print("\n" + note)
@@ -121,16 +128,6 @@ def sync_text(sync: str, plan, processes: int = 1) -> str | None:
                  f"({human_bytes(update)}) goes to every other process, instead of the "
                  f"lockstep traffic in the processes table.")
     return text
-
-
-def plan_memory_pools(opts: RunOptions, plan, net) -> list[MemoryPool]:
-    """The plan's memory per physical memory on the backend a run would use (none when
-    that backend is not available here: the plan is still worth printing)."""
-    try:
-        return memory_pools(plan, net, choose_backend(opts.backend),
-                            launch.cluster_for(opts.gpu).is_local)
-    except DeviceError:
-        return []
 
 
 def check_gradients(opts: RunOptions) -> int:

@@ -33,7 +33,7 @@ from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from convnet.app.invocation import resume_command, shown_path
 from convnet.app.log_plot import PNG_NAME as LOG_PNG
 from convnet.app.log_plot import write_log_png
-from convnet.app.memory_fit import check_memory
+from convnet.app.memory_fit import check_memory, weight_sharing
 from convnet.app.option_values import async_staleness, local_sgd_period
 from convnet.app.options import Resume, RunOptions, options_for_checkpoint
 from convnet.app.resume_state import read_counters, read_state, unused_layers
@@ -140,7 +140,8 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor | As
     exchange their increments apart."""
     backend = choose_backend(opts.backend)
     cluster = launch.cluster_for(opts.gpu)
-    check_memory(plan, net, backend, cluster.is_local)
+    check_memory(plan, net, backend, cluster.is_local,
+                 weight_sharing(plan, net, backend, opts.sync, cluster.size))
     local_sgd, staleness = local_sgd_period(opts.sync), async_staleness(opts.sync)
     data_parallel = async_replica_devices(plan) is not None
     if staleness is not None and not data_parallel and cluster.size > 1:

@@ -59,8 +59,8 @@ def device_totals(plan: Plan, net: NetConfig,
     return totals
 
 
-def plan_summary(plan: Plan, net: NetConfig) -> dict:
-    """The plan as plain JSON-able data."""
+def plan_summary(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) -> dict:
+    """The plan as plain JSON-able data (``shared``: as for :func:`device_totals`)."""
     return {
         "scheme": plan.scheme,
         "minibatch": plan.minibatch,
@@ -71,7 +71,7 @@ def plan_summary(plan: Plan, net: NetConfig) -> dict:
         "notes": plan.notes,
         "layers": [dict(asdict(p), replicas=p.replicas) for p in plan.layers.values()],
         "ops": [dict(asdict(op), kind=op.kind, devices=list(op.devices)) for op in plan.ops],
-        "totals": [asdict(t) for t in device_totals(plan, net)],
+        "totals": [asdict(t) for t in device_totals(plan, net, shared)],
     }
 
 
@@ -160,8 +160,9 @@ def schedule_text(plan: Plan) -> list[str]:
     return lines
 
 
-def plan_text(plan: Plan, net: NetConfig) -> str:
-    """A readable report: layers, the pass schedule per device, per-device totals."""
+def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) -> str:
+    """A readable report: layers, the pass schedule per device, per-device totals
+    (``shared``: as for :func:`device_totals`)."""
     physical = ",".join(map(str, plan.physical_devices))
     lines = [f"Scheme: {plan.scheme}.  Devices: logical 0..{plan.num_devices - 1} -> "
              f"physical {physical}.",
@@ -186,7 +187,7 @@ def plan_text(plan: Plan, net: NetConfig) -> str:
               "* = every replica, moved = bytes copied or all-reduced"]
     lines += schedule_text(plan)
     lines += ["", "Totals per device (per minibatch)"]
-    totals = device_totals(plan, net)
+    totals = device_totals(plan, net, shared)
     fields = ("param_bytes", "activation_bytes", "peak_bytes", "sent_bytes", "received_bytes",
               "loaded_bytes")
     names = ("param memory", "activation memory (est.)", "peak memory (est.)", "sent", "received",

@@ -51,14 +51,14 @@ from convnet.runtime.batch_check import check_batch
 from convnet.runtime.cluster import Cluster, single_process
 from convnet.runtime.collectives import ChunkedAllReduce, make_all_reduce
 from convnet.runtime.increment_exchange import IncrementExchange
-from convnet.runtime.learning_rules import learning_rules, scale_rates
+from convnet.runtime.learning_rules import scale_rates
 from convnet.runtime.non_finite import non_finite_cost_error, non_finite_gradient_error
 from convnet.runtime.optimizer import MomentumSGD
 from convnet.runtime.rank_tasks import tasks_for_rank
 from convnet.runtime.slowdown import slow_down
 from convnet.runtime.tasks import ReplicaSync, Task, TaskAction, make_tasks
 from convnet.runtime.transfers import Transfers, accumulate
-from convnet.runtime.weights import WeightStore, assemble_state
+from convnet.runtime.weights import WeightStore, assemble_state, shared_weight_layers
 from convnet.runtime.workers import DeviceWorkers
 from convnet.kernels.constraints import ball_projection
 from convnet.layers import build_layer
@@ -162,7 +162,12 @@ class Executor:
         self.store = WeightStore(net, plan, devices, self.layers, seed, self.collectives,
                                  self.cluster.is_local,
                                  momentum_sliced=not self.own_updates,
-                                 shared=self._shared_layers())
+                                 shared=shared_weight_layers(
+                                     plan, net, sliced_in_one_memory=lambda devs: (
+                                         all(devices[d].kind == "cpu" for d in devs)
+                                         and self.collectives[devs].sharded),
+                                     synchronous=not self.own_updates,
+                                     processes=self.cluster.size))
         self.exchange = None
         if async_staleness is not None:
             replicated = {op.layer: op.replica_devices for op in plan.ops
@@ -203,22 +208,6 @@ class Executor:
                         if parallel else None)
         self.timings: list[OpTiming] | None = None
         self.memory = None  # a runtime.memory.MemoryMeter, sampled after every task when set
-
-    def _shared_layers(self) -> frozenset[str]:
-        """The replicated layers whose replicas share one copy of the weights and
-        momentum (:class:`~convnet.runtime.weights.WeightStore`): those whose replicas
-        would hold the same weights anyway (synchronous SGD, a sharded update, no
-        ``wball`` projection, which needs whole arrays on every rank) and can read one
-        another's memory (CPU devices of this process).  Each rank updates its slice
-        of the one copy, and its reduce reads the other ranks' gradient slices in
-        place; the gather then only releases the gradients."""
-        if self.own_updates or self.cluster.size > 1:
-            return frozenset()
-        return frozenset(
-            op.layer for op in self.plan.ops if isinstance(op, AllReduce)
-            and self.collectives[op.replica_devices].sharded
-            and all(self.devices[d].kind == "cpu" for d in op.replica_devices)
-            and not any(rule.ball for rule in learning_rules(self.net[op.layer]).values()))
 
     @staticmethod
     def _syncs(local_sgd, async_staleness) -> tuple[ReplicaSync, ...]:

@@ -28,8 +28,31 @@ import numpy as np
 
 from convnet.config.model import NetConfig
 from convnet.errors import DataError
-from convnet.plan.ops import Plan
+from convnet.plan.ops import AllReduce, Plan
 from convnet.runtime.learning_rules import LearningRule, learning_rules
+
+
+def shared_weight_layers(plan: Plan, net: NetConfig, *, sliced_in_one_memory,
+                         synchronous: bool, processes: int) -> frozenset[str]:
+    """The replicated layers whose replicas share one copy of the weights and momentum.
+
+    Those whose replicas would hold the same weights anyway (``synchronous``
+    SGD: local SGD and async give each replica its own update; no ``wball``
+    projection, which needs whole arrays on every rank) and can share it:
+    ``sliced_in_one_memory(replica_devices)`` says that the replicas read one
+    another's memory (CPU devices of a run of one process) and that their
+    collective updates by slices (each rank its own slice of the one copy; a
+    whole update on every rank would apply it once per replica).
+    The executor builds its :class:`WeightStore` with it, and the memory figures
+    of ``--print-plan``, ``--simulate`` and the memory check count one copy for
+    these layers, so that all of them describe the run that would happen.
+    """
+    if not synchronous or processes > 1:
+        return frozenset()
+    return frozenset(
+        op.layer for op in plan.ops if isinstance(op, AllReduce)
+        and sliced_in_one_memory(op.replica_devices)
+        and not any(rule.ball for rule in learning_rules(net[op.layer]).values()))
 
 
 class WeightStore:
