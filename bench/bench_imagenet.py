@@ -139,7 +139,7 @@ def engine_worker(args) -> None:
             ex.memory = None
         return {"rss_peak": peak_rss_bytes(), "rss_before": before, **meter.summary(),
                 "estimate": [{"peak_bytes": t.peak_bytes, "activation_bytes": t.activation_bytes,
-                              "param_bytes": t.param_bytes} for t in device_totals(plan, net)]}
+                              "param_bytes": t.param_bytes} for t in device_totals(plan, net, ex.store.shared)]}
 
     harness.reply({"ready": True})
     try:

@@ -2,6 +2,7 @@
 
     python bench/bench_sync.py --part digits   [--seeds 0 1 2] [--epochs 10] [--slow 3]
     python bench/bench_sync.py --part digits4  [--seeds 0 1 2] [--epochs 10]
+    python bench/bench_sync.py --part digits-mpi [--seeds 0 1 2] [--epochs 10] [--slow 3]
     python bench/bench_sync.py --part cifar    [--seeds 0] [--epochs 3] [--slow 3]
                                [--conditions normal slowed] [--json FILE]
 
@@ -27,6 +28,10 @@ Parts:
   local:8 and async: the local:8 target is a final test error within one
   percentage point of sync's, mean over the seeds, after the same epochs (so
   the same cases seen).
+* ``digits-mpi``: the ``digits`` part's net in two MPI processes of one device
+  each (``mpiexec -n 2 ... --gpu 0``, the mpich wheel's ``mpiexec`` beside this
+  Python), with sync, local:4 and async (S = 4), each normally and with rank 1's
+  device (logical device 1) made ``--slow`` times slower.
 * ``cifar``: cuda-convnet2's CIFAR-10 reference net (``layers-cifar10-11pct.cfg``,
   its ``gpu=0`` lines made ``gpu=0,1``: data parallel on two devices) on dummy
   3x32x32 data, 4 training batches of 256 cases and a test batch of 256, with
@@ -81,23 +86,27 @@ def _scaled_rates(src: Path, out: Path, factor: float) -> Path:
     return out
 
 
-def _steps(args: list[str]) -> int:
-    """Training steps (minibatches) of a run: what its data batches cut into."""
+def _steps(args: list[str], processes: int = 1) -> int:
+    """Training steps (minibatches) of a run (of ``processes`` processes): what its data
+    batches cut into."""
     from convnet.app.cli import build_parser
     from convnet.app.options import resolve_options
     from convnet.app.training import make_data_provider, minibatch_bounds
 
     opts = resolve_options(build_parser().parse_args(args))
     provider = make_data_provider(opts)
-    shards = len(opts.gpu)  # every net here is data parallel on all the devices
+    shards = len(opts.gpu) * processes  # every net here is data parallel on all devices
     per_epoch = sum(len(minibatch_bounds(provider.num_cases(b), opts.mini, shards))
                     for b in provider.train_batches)
     return per_epoch * opts.epochs
 
 
-def _run(args: list[str], folder: Path) -> dict:
-    """One training run; its final figures and its log's test curve."""
-    command = [sys.executable, str(ROOT / "convnet.py"), *args, "--no-progress",
+def _run(args: list[str], folder: Path, processes: int = 1) -> dict:
+    """One training run (under ``mpiexec -n processes`` when more than one); its final
+    figures and its log's test curve."""
+    launcher = ([str(Path(sys.executable).parent / "mpiexec"), "-n", str(processes)]
+                if processes > 1 else [])
+    command = [*launcher, sys.executable, str(ROOT / "convnet.py"), *args, "--no-progress",
                "--test-freq", "1", "--save-path", str(folder), "--overwrite"]
     start = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
@@ -136,15 +145,16 @@ def _median(values):
 
 
 def run_part(name: str, base: list[str], modes: list[str], seeds: list[int],
-             conditions: list[tuple[str, list[str]]], work: Path) -> dict:
+             conditions: list[tuple[str, list[str]]], work: Path, processes: int = 1) -> dict:
     """Every mode under every condition for every seed, the modes taking turns."""
     results: dict = {}
-    steps = _steps(base)
+    steps = _steps(base, processes)
     for seed in seeds:
         for cond, extra in conditions:
             for mode in modes:
                 folder = work / f"{name}-{cond}-{mode.replace(':', '')}-{seed}"
-                run = _run([*base, *extra, "--sync", mode, "--seed", str(seed)], folder)
+                run = _run([*base, *extra, "--sync", mode, "--seed", str(seed)], folder,
+                           processes)
                 results.setdefault((cond, mode), []).append(run)
                 print(f"  {name} {cond:<7} {mode:<9} seed {seed}: test error "
                       f"{100 * run['final_error']:5.2f}%  wall {run['wall']:6.2f} s", flush=True)
@@ -194,7 +204,8 @@ def print_table(title: str, table: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("digits", "digits4", "cifar"), required=True)
+    parser.add_argument("--part", choices=("digits", "digits4", "digits-mpi", "cifar"),
+                        required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--slow", type=float, default=3.0,
@@ -216,6 +227,13 @@ def main() -> int:
             table = run_part("digits", base, ["sync", "local:4", "local:16", "async"],
                              args.seeds or [0, 1, 2], conditions, work)
             title = "digits, 2 devices"
+        elif args.part == "digits-mpi":
+            base = ["--layer-def", str(EXAMPLES / "digits-data.cfg"), "--layer-params",
+                    str(EXAMPLES / "digits-params.cfg"), "--gpu", "0",
+                    "--epochs", str(args.epochs or 10)]
+            table = run_part("digits-mpi", base, ["sync", "local:4", "async"],
+                             args.seeds or [0, 1, 2], conditions, work, processes=2)
+            title = "digits, 2 processes x 1 device"
         elif args.part == "digits4":
             layer_def = _copy_with_gpus(EXAMPLES / "digits-data.cfg", work / "digits-4.cfg",
                                         "0,1,2,3", "0,1")

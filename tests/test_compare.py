@@ -27,7 +27,7 @@ from convnet.app.compare_table import (DEVICE_HEADER, SCHEME_HEADER, fmt_bytes, 
 from convnet.config import load_net
 from convnet.data import DataOptions, make_provider
 from convnet.plan.ops import AllReduce, Copy, GradCopy
-from convnet.plan.report import device_totals
+from convnet.plan.report import PARAM_COPIES, device_totals
 from convnet.plan.planner import make_plan
 from convnet.app.run_log import CSV_COLUMNS
 from convnet.runtime.tasks import make_tasks
@@ -108,7 +108,9 @@ def test_digits_schemes_match_the_planner(digits_comparison):
     assert [r["scheme"] for r in scheme_table] == ["single", "data", "model", "hybrid"]
     for config, result, row in zip(DIGITS, results, scheme_table):
         net, plan = independent_plan(config)
-        totals = device_totals(plan, net)
+        # synchronous CPU replicas in one process keep one copy of their weights
+        replicated = frozenset(n for n, p in plan.layers.items() if p.replicas > 1)
+        totals = device_totals(plan, net, replicated)
         assert result.totals == totals
         assert row["passes"] == str(plan.num_passes)
         copied = sum(op.nbytes for op in plan.ops if isinstance(op, (Copy, GradCopy)))
@@ -133,9 +135,10 @@ def test_digits_schemes_match_the_planner(digits_comparison):
     assert data.copy_bytes == 0 < data.allreduce_bytes
     assert model.allreduce_bytes == 0 < model.copy_bytes
     assert hybrid.copy_bytes > 0 and hybrid.allreduce_bytes > 0 and hybrid.num_passes == 2
-    # Data parallel holds every weight on both devices; the single run only on device 0.
-    assert data.totals[0].param_bytes == data.totals[1].param_bytes == \
-        single.totals[0].param_bytes and single.totals[1].param_bytes == 0
+    # Data parallel holds the one shared copy of weights and momentum on device 0 and a
+    # gradient on each device; the single run everything on device 0 only.
+    assert data.totals[0].param_bytes == single.totals[0].param_bytes == \
+        PARAM_COPIES * data.totals[1].param_bytes and single.totals[1].param_bytes == 0
 
 
 def test_digits_costs_errors_and_speed_are_the_logs(digits_comparison):
@@ -351,7 +354,9 @@ def test_imagenet_reference_configs_compare_on_small_dummy_images(tmp_path):
         net = load_net(REFERENCE / f"layers-imagenet-{n}.cfg",
                        REFERENCE / f"layer-params-imagenet-{n}.cfg",
                        data_dims={0: (3, 52, 52), 1: (1,)}, num_classes=1000)
-        assert result.totals == device_totals(make_plan(net, (0, 1), 8), net)
+        plan = make_plan(net, (0, 1), 8)  # the data-parallel replicas share their weights
+        replicated = frozenset(n for n, p in plan.layers.items() if p.replicas > 1)
+        assert result.totals == device_totals(plan, net, replicated)
         assert len(result.log_rows) == 1 and math.isfinite(result.final["test_cost"])
     # Data parallel all-reduces every weight; model parallel copies activations instead,
     # and keeps each tower's weights on its own device.

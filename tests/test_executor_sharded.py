@@ -18,7 +18,8 @@ from convnet.runtime.collectives import ChunkedAllReduce
 from convnet.config import load_net
 from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
-from convnet.plan.ops import AllReduce, Update
+from convnet.runtime import executor as executor_module
+from convnet.plan.ops import AllReduce, GradCopy, Update
 from convnet.plan.planner import make_plan
 from convnet.runtime.tasks import TaskAction, make_tasks
 from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
@@ -71,8 +72,33 @@ def test_tasks_split_each_sharded_all_reduce_into_parts_per_rank(tmp_path):
     for t in tasks:  # the list stays in a dependency order
         assert all(dep < t.index for dep in t.deps)
     unsharded = make_tasks(plan.ops, sharded=lambda op: False)
-    assert [t.action for t in unsharded] == [TaskAction.of_op(op) for op in plan.ops]
-    assert [t.deps for t in unsharded] == [op.deps for op in plan.ops]
+    assert sorted(t.op.index for t in unsharded) == [op.index for op in plan.ops]
+    assert [t.action for t in unsharded] == [TaskAction.of_op(t.op) for t in unsharded]
+    position = {t.op.index: t.index for t in unsharded}
+    assert [t.deps for t in unsharded] == [tuple(sorted(position[d] for d in t.op.deps))
+                                           for t in unsharded]
+    # only the gradient pulls move (see the next test)
+    assert [t.op for t in unsharded if not isinstance(t.op, GradCopy)] == \
+        [op for op in plan.ops if not isinstance(op, GradCopy)]
+
+
+def test_a_gradient_pull_comes_right_before_the_first_task_that_needs_it(tmp_path):
+    """Where the towers of -2gpu-model cross, each device's backward call of the
+    crossing layer comes before its pull of the other device's gradient, so the two
+    halves run at once instead of one after the other."""
+    plan = make_plan(_net(tmp_path, "imagenet-2gpu-model"), (0, 1), MINI)
+    tasks = make_tasks(plan.ops, sharded=lambda op: True)
+    pulls = [t for t in tasks if t.action is TaskAction.GRAD_COPY]
+    assert pulls
+    for pull in pulls:
+        after = tasks[pull.index + 1:]
+        first = next(t for t in after if pull.index in t.deps)
+        assert all(isinstance(t.op, GradCopy) for t in after[:after.index(first)])
+    for t in tasks:
+        assert all(dep < t.index for dep in t.deps)
+    order = [(t.action, t.layer) for t in tasks]
+    for a, b in (("conv3a", "pool2a"), ("conv3b", "pool2b")):
+        assert order.index((TaskAction.BACKWARD, a)) < order.index((TaskAction.GRAD_COPY, b))
 
 
 @pytest.mark.parametrize("name, gpus", [("imagenet-4gpu-data-model", (0, 1, 2, 3)),
@@ -93,6 +119,47 @@ def test_sharded_update_is_bitwise_the_full_update(tmp_path, monkeypatch, name, 
         for replica in replicas[1:]:
             for k in replica:
                 assert np.array_equal(replica[k], replicas[0][k])
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_replicas_sharing_one_copy_train_bitwise_like_separate_copies(tmp_path, monkeypatch,
+                                                                      parallel):
+    """CPU replicas under synchronous SGD share one weights and momentum dict (no
+    gather copies); the weights and the checkpoint state are those of separate copies,
+    in both walks."""
+    net = _net(tmp_path, "imagenet-2gpu-data")
+    shared, executor = _train(net, (0, 1), parallel=parallel)
+    assert executor.store.shared
+    for name in executor.store.shared:
+        for group in (executor.store.weights, executor.store.momentum):
+            assert group[name][1] is group[name][0]
+    monkeypatch.setattr(executor_module, "shared_weight_layers", lambda *a, **k: frozenset())
+    copies, executor = _train(net, (0, 1), parallel=parallel)
+    assert not executor.store.shared
+    assert executor.store.weights["conv1"][1] is not executor.store.weights["conv1"][0]
+    assert shared.keys() == copies.keys()
+    for key in copies:
+        assert np.array_equal(shared[key], copies[key]), key
+
+
+def test_only_synchronous_replicas_without_wball_share_weights(tmp_path):
+    """Local SGD keeps a copy per replica (they drift apart between averages), and so
+    does a layer with wball (each rank projects whole arrays)."""
+    net = _net(tmp_path, "imagenet-2gpu-data")
+    plan = make_plan(net, (0, 1), MINI)
+    local = Executor(net, plan, make_devices((0, 1), "cpu"), local_sgd=2)
+    try:
+        assert not local.store.shared
+    finally:
+        local.close()
+    for ldef in net:
+        if ldef.name == "fc4096a":
+            ldef.params["wball"] = [1.0]
+    synced = Executor(net, plan, make_devices((0, 1), "cpu"))
+    try:
+        assert "fc4096a" not in synced.store.shared and "fc4096b" in synced.store.shared
+    finally:
+        synced.close()
 
 
 def test_slices_smaller_than_the_rank_count(tmp_path):

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from convnet.app.memory_fit import weight_sharing
 from convnet.config import load_net
 from convnet.plan.memory import memory_peaks
 from convnet.plan.ops import FLOAT_BYTES
@@ -119,7 +120,7 @@ def _measure(net, gpus, mini, steps=2):
             ex.step(batch)
     finally:
         ex.close()
-    return ex.plan, meter
+    return ex.plan, meter, ex.store.shared
 
 
 NETS = {
@@ -135,8 +136,10 @@ NETS = {
 def test_the_plans_peak_estimate_is_close_to_the_measured_peak(name):
     make_net, gpus, mini = NETS[name]
     net = make_net()
-    plan, meter = _measure(net, gpus, mini)
-    for measured, estimate in zip(meter.peaks, memory_peaks(plan, net)):
+    plan, meter, shared = _measure(net, gpus, mini)
+    # --print-plan's figures count the copies the executor keeps
+    assert weight_sharing(plan, net, "cpu", "sync", processes=1) == shared
+    for measured, estimate in zip(meter.peaks, memory_peaks(plan, net, shared)):
         if not measured.peak_bytes:
             continue
         assert estimate.peak_bytes == pytest.approx(measured.peak_bytes, rel=0.15), measured
@@ -150,18 +153,32 @@ def test_simulates_peak_memory_is_the_estimate_and_within_15_percent():
 
     make_net, gpus, mini = NETS["digits-hybrid"]
     net = make_net()
-    plan, meter = _measure(net, gpus, mini)
+    plan, meter, _ = _measure(net, gpus, mini)
     predicted = peak_memory(plan, net)
     assert predicted == [t.peak_bytes for t in device_totals(plan, net)]
     for measured, peak in zip(meter.peaks, predicted):
         assert peak == pytest.approx(measured.peak_bytes, rel=0.15)
 
 
-def test_the_accounting_counts_parameters_exactly_and_views_once():
-    net = _imagenet()
-    plan, meter = _measure(net, (0, 1), 8, steps=1)
+def test_only_synchronous_cpu_replicas_of_one_process_share_their_weights():
+    net = _digits("digits-data.cfg")
+    plan = make_plan(net, (0, 1), 128)
+    replicated = {name for name, p in plan.layers.items() if p.replicas > 1 and p.param_count}
+    assert replicated and weight_sharing(plan, net, "cpu", "sync", processes=1) == replicated
+    for backend, sync, processes in [("cpu", "local:2", 1), ("cpu", "async:4", 1),
+                                     ("cpu", "sync", 2), ("cuda", "sync", 1)]:
+        assert weight_sharing(plan, net, backend, sync, processes) == frozenset()
+
+
+@pytest.mark.parametrize("name", ["imagenet-2gpu-model", "imagenet-2gpu-data"])
+def test_the_accounting_counts_parameters_exactly_and_views_once(name):
+    net = _imagenet(name)
+    plan, meter, shared = _measure(net, (0, 1), 8, steps=1)
+    # the data-parallel layers' replicas share one copy of the weights, on device 0
+    assert bool(shared) == (name == "imagenet-2gpu-data")
     for peak in meter.peaks:
-        params = sum(p.param_count for p in plan.layers.values() if peak.device in p.devices)
+        params = sum(p.param_count for name, p in plan.layers.items()
+                     if peak.device in (p.devices[:1] if name in shared else p.devices))
         assert peak.at_peak["weights"] == peak.at_peak["momentum"] == params * FLOAT_BYTES
         assert peak.peak_bytes == sum(peak.at_peak.values())
         # every activation of a shard of 4 cases, the input images at least

@@ -78,11 +78,36 @@ def test_local_sgd_in_two_processes_saves_what_one_process_saves(tmp_path):
     _assert_same_state(tmp_path / "A", tmp_path / "B")
 
 
-def test_async_under_mpiexec_is_refused(tmp_path):
-    done = run_mpi(2, [CLI, *_digits("digits-data.cfg"), "--gpu", "0", "--sync", "async"],
+def test_async_in_two_processes_trains_saves_and_resumes_in_one(tmp_path):
+    args = [CLI, *_digits("digits-data.cfg"), "--sync", "async:2", "--slow-device", "1:2"]
+    done = run_mpi(2, args + ["--gpu", "0", "--epochs", "2", "--save-path", "A",
+                              "--write-features", "probs"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    errors = [float(e) for e in re.findall(r"test cost [0-9.]+ error +([0-9.]+)%", done.stdout)]
+    assert len(errors) == 2 and errors[-1] < 30  # it learns (chance: 90%)
+    features = np.load(tmp_path / "A" / "features-probs" / "data_batch_6.npz")
+    assert features["data"].shape[1] == 10
+    np.testing.assert_allclose(features["data"].sum(axis=1), 1, rtol=1e-5)
+    _, meta = load_checkpoint(tmp_path / "A" / "checkpoint.npz")
+    assert meta["options"]["sync"] == "async:2" and meta["counters"]["epoch"] == 2
+    # rank 0's replica, with the update of every shard of both ranks: test-only on one
+    # process gives the test error the run printed last
+    alone = run_alone([CLI, "--load-file", "A", "--gpu", "0,1", "--test-only"], cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    assert f"({errors[-1]:.2f}%)" in alone.stdout, alone.stdout
+    resumed = run_alone([CLI, "--load-file", "A", "--gpu", "0,1", "--epochs", "3",
+                         "--no-progress"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(tmp_path / "A" / "checkpoint.npz")[1]["counters"]["epoch"] == 3
+
+
+def test_async_of_a_hybrid_net_under_mpiexec_is_refused(tmp_path):
+    done = run_mpi(2, [CLI, *_digits("digits-hybrid.cfg"), "--gpu", "0", "--sync", "async"],
                    cwd=tmp_path)
     assert done.returncode == 2
-    assert re.search(r"error: rank [01]: --sync async:4 runs in one process", done.stderr)
+    assert re.search(r"error: rank [01]: --sync async:4 of a hybrid net runs in one process: "
+                     r"across processes it needs a data-parallel net", done.stderr)
     assert "Traceback" not in done.stderr
 
 
@@ -113,6 +138,15 @@ def test_print_plan_shows_the_processes(tmp_path):
     assert done.stdout.count("Schedule (per pass") == 1  # printed by rank 0 only
 
 
+def test_print_plan_says_async_across_processes_is_not_reproducible(tmp_path):
+    done = run_mpi(2, [CLI, *_digits("digits-data.cfg"), "--gpu", "0", "--sync", "async:2",
+                       "--print-plan"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Sync: asynchronous: the 2 replicas train apart" in done.stdout
+    assert "NOT bitwise reproducible" in done.stdout
+    assert "Between the 2 processes each shard's update (" in done.stdout
+
+
 def test_the_memory_check_counts_only_each_processs_own_devices(tmp_path):
     done = run_mpi(2, [CLI, "--gpu", "0", "--print-plan=json"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -136,9 +170,11 @@ def _rank_pid(marker: str, rank: int) -> int | None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
-def test_a_killed_rank_ends_the_run_and_leaves_a_loadable_checkpoint(tmp_path):
+@pytest.mark.parametrize("training", [[], [*_digits("digits-data.cfg"), "--sync", "async:2"]],
+                         ids=["hybrid-sync", "data-async"])
+def test_a_killed_rank_ends_the_run_and_leaves_a_loadable_checkpoint(tmp_path, training):
     marker = uuid.uuid4().hex
-    job = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, CLI, "--gpu", "0",
+    job = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, CLI, *training, "--gpu", "0",
                             "--epochs", "1000", "--test-freq", "1", "--save-path", "K",
                             "--no-progress"], cwd=tmp_path, env=env(CONVNET_TEST_RUN=marker),
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

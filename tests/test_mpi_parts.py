@@ -1,5 +1,6 @@
 """The parts of multi-process runs that need no MPI: launcher detection, the per-rank
-task lists, the traffic report, the rank-tagged error stream, a missing mpi4py."""
+task lists, the traffic report, the rank-tagged error stream, a missing mpi4py, the
+bytes of an async update message, the async dealer."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import io
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from convnet.app.launch import _RankStderr
 from convnet.plan.planner import make_plan
 from convnet.plan.ranks import rank_totals
 from convnet.runtime.cluster import launched_size
+from convnet.runtime.rank_courier import META_BYTES, TRAINING, Dealer, UpdateLayout
 from convnet.runtime.rank_tasks import tasks_for_rank
 from convnet.runtime.tasks import TaskAction, make_tasks
 from mpi_helpers import env
@@ -94,3 +99,40 @@ def test_several_processes_without_mpi4py_is_a_clear_error(tmp_path):
     assert done.returncode == 1
     assert "mpi4py cannot be imported" in done.stderr and "'.[mpi]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@settings(max_examples=20, deadline=None)
+@given(shapes=st.lists(st.lists(st.integers(1, 5), min_size=1, max_size=3), min_size=1,
+                       max_size=4),
+       ordinal=st.integers(0, 2 ** 40), seed=st.integers(0, 1000))
+def test_an_update_message_carries_its_shard_number_costs_and_increments(shapes, ordinal,
+                                                                         seed):
+    rng = np.random.default_rng(seed)
+    layers = {f"layer{i}": {"W0": tuple(shape), "b": (shape[0],)}
+              for i, shape in enumerate(shapes)}
+    layout = UpdateLayout(layers)
+    increments = {name: {k: rng.standard_normal(shape).astype(np.float32)
+                         for k, shape in arrays.items()} for name, arrays in layers.items()}
+    costs = {"cost": {"cost": float(rng.random()), "error": 0.25}}
+    message = layout.pack(ordinal, 7, 0.125, costs, increments)
+    assert message.dtype == np.uint8 and message.nbytes == layout.nbytes
+    head, got = layout.unpack(message.copy())
+    assert head == {"ordinal": ordinal, "cases": 7, "seconds": 0.125, "costs": costs}
+    for name, arrays in increments.items():
+        for k, array in arrays.items():
+            assert np.array_equal(got[name][k], array), (name, k)
+
+
+def test_costs_too_large_for_an_update_message_are_an_error():
+    layout = UpdateLayout({"fc": {"W0": (2, 2)}})
+    costs = {f"cost{i}": {"cost": 1.0 / 3} for i in range(META_BYTES // 20)}
+    with pytest.raises(ValueError, match="update message has room for"):
+        layout.pack(0, 1, 0.0, costs, {"fc": {"W0": np.zeros((2, 2), np.float32)}})
+
+
+def test_the_dealer_numbers_shards_without_end_and_each_tests_pieces_up_to_its_limit():
+    dealer = Dealer()
+    assert [dealer.claim(TRAINING) for _ in range(3)] == [0, 1, 2]
+    assert [dealer.claim(1, 2) for _ in range(3)] == [0, 1, -1]
+    assert dealer.claim(TRAINING) == 3  # a test leaves the shard numbers alone
+    assert [dealer.claim(2, 1) for _ in range(2)] == [0, -1]  # the next test starts at 0

@@ -134,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "and the others' as they arrive, never more than S steps ahead "
                           f"of the slowest (default S: {DEFAULT_STALENESS}). local and async "
                           "move less and wait less and are not the same training as sync; "
-                          "async runs in one process only and is not bitwise reproducible; "
+                          "async is not bitwise reproducible (under mpiexec it takes a data-"
+                          "parallel net only); "
                           "with --compare, several modes (e.g. --sync sync local:4) train "
                           "every config once per mode [resumable] (default: sync)")
     data = p.add_argument_group("data")

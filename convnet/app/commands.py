@@ -14,14 +14,16 @@ import warnings
 
 from convnet.app import auto_place, launch, training
 from convnet.app.compare import run_compare
-from convnet.app.memory_fit import MemoryPool, memory_pools
+from convnet.app.memory_fit import memory_pools, weight_sharing
 from convnet.app.option_values import async_staleness, local_sgd_period
 from convnet.app.options import RunOptions, resolve_options
 from convnet.app.simulation import measure_costs
 from convnet.errors import ConvnetError, DeviceError
 from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
+from convnet.plan.ops import AllReduce
 from convnet.plan.ranks import ranks_summary, ranks_text
+from convnet.plan.report import human_bytes
 from convnet.plan.report import plan_summary, plan_text
 from convnet.runtime.async_replicas import async_replica_devices
 from convnet.runtime.backends import choose_backend
@@ -54,15 +56,23 @@ def print_plan(opts: RunOptions) -> int:
     if opts.plan_graph is not None:
         require_matplotlib("--plan-graph")
     net, plan = training.build_net_and_plan(opts)
-    pools = plan_memory_pools(opts, plan, net)
     cluster = launch.cluster_for(opts.gpu)
+    try:
+        backend = choose_backend(opts.backend)
+    except DeviceError:  # that backend is not here: the plan is still worth printing
+        backend = None
+    shared = (weight_sharing(plan, net, backend, opts.sync, cluster.size)
+              if backend is not None else frozenset())
+    pools = (memory_pools(plan, net, backend, cluster.is_local, shared)
+             if backend is not None else [])
     costs = measure_costs(opts, net) if opts.simulate else None
     sim = costs.predict(plan) if costs is not None else None
     if opts.print_plan == "json":
-        summary = plan_summary(plan, net)
+        summary = plan_summary(plan, net, shared)
         summary["sync"] = opts.sync
-        if sync_text(opts.sync, plan) is not None:
-            summary["sync_note"] = sync_text(opts.sync, plan)
+        note = sync_text(opts.sync, plan, cluster.size)
+        if note is not None:
+            summary["sync_note"] = note
         summary["memory"] = [pool.as_json() for pool in pools]
         if sim is not None:
             summary["simulation"] = simulation_summary(sim, costs, plan, net)
@@ -70,12 +80,13 @@ def print_plan(opts: RunOptions) -> int:
             summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
         print(json.dumps(summary, indent=1))
     elif cluster.size > 1:
-        print(plan_text(plan, net) + "\n\n" +
+        print(plan_text(plan, net, shared) + "\n\n" +
               ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
-        print(plan_text(plan, net))
-    if opts.print_plan != "json" and sync_text(opts.sync, plan) is not None:
-        print("\n" + sync_text(opts.sync, plan))
+        print(plan_text(plan, net, shared))
+    note = sync_text(opts.sync, plan, cluster.size)
+    if opts.print_plan != "json" and note is not None:
+        print("\n" + note)
     if sim is not None and opts.print_plan != "json":
         print("\n" + simulation_text(sim, costs, plan, net))
     for pool in pools:
@@ -87,9 +98,9 @@ def print_plan(opts: RunOptions) -> int:
     return 0
 
 
-def sync_text(sync: str, plan) -> str | None:
+def sync_text(sync: str, plan, processes: int = 1) -> str | None:
     """The line --print-plan adds under --sync local:K or async:S: which layers it
-    changes, and how; None under --sync sync."""
+    changes, and how (in a run of ``processes`` processes); None under --sync sync."""
     if sync == "sync":
         return None
     replicated = [p.name for p in plan.layers.values() if p.replicas > 1 and p.param_count]
@@ -107,20 +118,16 @@ def sync_text(sync: str, plan) -> str | None:
                 f"the other replicas' increments as they arrive, at most {staleness} step(s) "
                 f"late; NOT bitwise reproducible (the order of the updates depends on "
                 f"timing).")
-    return (f"Sync: asynchronous: the {plan.num_shards} replicas train apart on shards of a "
+    text = (f"Sync: asynchronous: the {plan.num_shards} replicas train apart on shards of a "
             f"shared queue, each applying its own update at once and the others' as they "
             f"arrive, at most {staleness} step(s) ahead of the slowest; NOT bitwise "
             f"reproducible (the order of the updates depends on timing).")
-
-
-def plan_memory_pools(opts: RunOptions, plan, net) -> list[MemoryPool]:
-    """The plan's memory per physical memory on the backend a run would use (none when
-    that backend is not available here: the plan is still worth printing)."""
-    try:
-        return memory_pools(plan, net, choose_backend(opts.backend),
-                            launch.cluster_for(opts.gpu).is_local)
-    except DeviceError:
-        return []
+    if processes > 1:
+        update = sum(op.nbytes for op in plan.ops if isinstance(op, AllReduce))
+        text += (f" Between the {processes} processes each shard's update "
+                 f"({human_bytes(update)}) goes to every other process, instead of the "
+                 f"lockstep traffic in the processes table.")
+    return text
 
 
 def check_gradients(opts: RunOptions) -> int:

@@ -44,6 +44,7 @@ from convnet.app import training
 from convnet.app.compare_plot import write_comparison_png
 from convnet.app.compare_table import comparison_table
 from convnet.app.compare_verdict import equivalence_warnings
+from convnet.app.memory_fit import weight_sharing
 from convnet.app.options import RunOptions, resolve_options
 from convnet.app.option_values import async_staleness, local_sgd_period
 from convnet.app.run_folder import check_checkpoint_slot, claim_run_folder
@@ -308,7 +309,8 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     root = save_root or Path(scratch.name)
     options = [replace(o, save_path=root / name) for name, o in zip(names, options)]
     results = [ConfigResult(name=name, layer_def=o.layer_def, layer_params=o.layer_params,
-                            plan=plan, totals=device_totals(plan, net),
+                            plan=plan, totals=device_totals(plan, net, weight_sharing(
+                                plan, net, choose_backend(o.backend), o.sync, processes=1)),
                             log_path=o.save_path / CSV_NAME, sync=o.sync)
                for name, o, (net, plan) in zip(names, options, planned)]
     if save_root is not None:  # before any training: no run may fail at its own turn

@@ -133,8 +133,10 @@ def comparison_table(results, warnings: list[str] = ()) -> str:
               "timing on (slower, one minibatch): for the time split below, not the ranking.",
               "wall s, costs and errors: the run log's last row (train figures are means over "
               "its last test interval).",
-              "param memory: weights, gradients and momentum (float32); activations: the "
-              "plan's estimate of what a training step holds at the device's peak.",
+              "param memory: weights, gradients and momentum (float32; replicas under "
+              "--sync sync on CPU devices share one copy of weights and momentum, held on "
+              "the first replica's device); activations: the plan's estimate of what a "
+              "training step holds at the device's peak.",
               "compute: load + forward + backward + update; copy: activation and gradient "
               "copies; all-reduce includes waiting for the other replicas; idle: the rest of "
               "the step (waiting for inputs from other devices)."]

@@ -19,6 +19,7 @@ from convnet.config.model import NetConfig
 from convnet.errors import DeviceError
 from convnet.plan.ops import Plan
 from convnet.plan.report import device_totals, human_bytes
+from convnet.runtime.weights import shared_weight_layers
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,22 @@ def host_available() -> int | None:
         return None
 
 
-def memory_pools(plan: Plan, net: NetConfig, backend: str,
-                 local=lambda device: True) -> list[MemoryPool]:
+def weight_sharing(plan: Plan, net: NetConfig, backend: str, sync: str,
+                   processes: int) -> frozenset[str]:
+    """The layers whose replicas a run on ``backend`` with ``--sync sync`` and
+    ``processes`` processes gives one shared copy of the weights
+    (:func:`~convnet.runtime.weights.shared_weight_layers`), for the memory figures."""
+    # CPU replicas share the host's memory and sum by slices (the chunked collective)
+    return shared_weight_layers(plan, net, sliced_in_one_memory=lambda devices: backend == "cpu",
+                                synchronous=sync == "sync", processes=processes)
+
+
+def memory_pools(plan: Plan, net: NetConfig, backend: str, local=lambda device: True,
+                 shared: frozenset[str] = frozenset()) -> list[MemoryPool]:
     """The plan's memory per physical memory, for ``backend`` 'cpu' or 'cuda', over
-    the logical devices for which ``local`` is true (this process's)."""
-    totals = [t for t in device_totals(plan, net) if local(t.device)]
+    the logical devices for which ``local`` is true (this process's); the replicas of
+    the ``shared`` layers hold one copy of the weights (:func:`weight_sharing`)."""
+    totals = [t for t in device_totals(plan, net, shared) if local(t.device)]
     if backend == "cpu":
         return [MemoryPool("host RAM", tuple(t.device for t in totals),
                            sum(t.param_bytes + t.activation_bytes for t in totals),
@@ -80,10 +92,12 @@ def memory_pools(plan: Plan, net: NetConfig, backend: str,
     return pools
 
 
-def check_memory(plan: Plan, net: NetConfig, backend: str, local=lambda device: True) -> None:
+def check_memory(plan: Plan, net: NetConfig, backend: str, local=lambda device: True,
+                 shared: frozenset[str] = frozenset()) -> None:
     """Refuse (exit 1) a plan whose ``local`` devices need more memory than the machine
     has free."""
-    short = [pool for pool in memory_pools(plan, net, backend, local) if not pool.fits]
+    short = [pool for pool in memory_pools(plan, net, backend, local, shared)
+             if not pool.fits]
     if short:
         raise DeviceError("not enough memory: " + "; ".join(p.shortfall_text() for p in short)
                           + "; use a smaller --mini or a smaller net")

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from convnet.app import bundled_example
+from convnet.app import bundled_example, launch
 from convnet.app.checkpoint import CheckpointReader, find_checkpoint, short_repr
 from convnet.app.option_values import (BACKEND_NAMES, MAX_DEVICES, batch_range, color_noise,
                                        data_dims, gpu_list, non_negative_int, positive_int,
@@ -297,9 +297,11 @@ def check_options(opts: RunOptions) -> None:
                          f"{opts.sync} a data-parallel net has none, and a hybrid net's would "
                          "leave out the increments moving beside them: give --sync sync or "
                          "local:K to profile")
-    if opts.slow_device is not None and opts.slow_device[0] >= len(opts.gpu):
+    processes = launch.process_count()
+    if opts.slow_device is not None and opts.slow_device[0] >= len(opts.gpu) * processes:
+        each = f" for each of {processes} processes" if processes > 1 else ""
         raise UsageError(f"--slow-device {opts.slow_device[0]}:...: --gpu lists "
-                         f"{len(opts.gpu)} device(s), numbered from 0")
+                         f"{len(opts.gpu)} device(s){each}, numbered from 0")
     if opts.data_provider in ("digits", "dummy") and opts.data_path is not None:
         raise UsageError(f"the '{opts.data_provider}' data provider reads no files; "
                          "--data-path is for cifar and convnet-batches")

@@ -33,7 +33,7 @@ from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from convnet.app.invocation import resume_command, shown_path
 from convnet.app.log_plot import PNG_NAME as LOG_PNG
 from convnet.app.log_plot import write_log_png
-from convnet.app.memory_fit import check_memory
+from convnet.app.memory_fit import check_memory, weight_sharing
 from convnet.app.option_values import async_staleness, local_sgd_period
 from convnet.app.options import Resume, RunOptions, options_for_checkpoint
 from convnet.app.resume_state import read_counters, read_state, unused_layers
@@ -140,16 +140,22 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor | As
     exchange their increments apart."""
     backend = choose_backend(opts.backend)
     cluster = launch.cluster_for(opts.gpu)
-    check_memory(plan, net, backend, cluster.is_local)
+    check_memory(plan, net, backend, cluster.is_local,
+                 weight_sharing(plan, net, backend, opts.sync, cluster.size))
     local_sgd, staleness = local_sgd_period(opts.sync), async_staleness(opts.sync)
-    if staleness is not None:
+    data_parallel = async_replica_devices(plan) is not None
+    if staleness is not None and not data_parallel and cluster.size > 1:
         saved = opts.resume is not None and opts.resume.saved_options.get("sync") == opts.sync
-        launch.require_one_process(f"--sync {opts.sync}" + (
-            " (the checkpoint's; give --sync sync to resume it under mpiexec)" if saved else ""))
+        whose = " (the checkpoint's)" if saved else ""
+        raise UsageError(f"--sync {opts.sync}{whose} of a {plan.scheme} net runs in one "
+                         "process: across processes it needs a data-parallel net (every "
+                         "layer on the same devices); start it without mpiexec, or give "
+                         "--sync sync or local:K")
     devices = cluster_devices(cluster, opts.gpu, backend)
     slowdown = dict([opts.slow_device]) if opts.slow_device is not None else None
-    if staleness is not None and async_replica_devices(plan) is not None:
-        return AsyncReplicas(net, plan, devices, staleness, seed=opts.seed, slowdown=slowdown)
+    if staleness is not None and data_parallel:
+        return AsyncReplicas(net, plan, devices, staleness, seed=opts.seed, slowdown=slowdown,
+                             cluster=cluster)
     # Any other plan keeps its lockstep steps; under async:S only the replicated layers'
     # increments move apart (convnet.runtime.increment_exchange).
     return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential,

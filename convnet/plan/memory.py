@@ -70,8 +70,13 @@ class _Device:
         return {k: sum(v.values()) for k, v in self.held.items()}
 
 
-def memory_peaks(plan: Plan, net: NetConfig) -> list[MemoryPeak]:
-    """Each device's estimated peak during one training step (see the module docstring)."""
+def memory_peaks(plan: Plan, net: NetConfig,
+                 shared: frozenset[str] = frozenset()) -> list[MemoryPeak]:
+    """Each device's estimated peak during one training step (see the module docstring).
+
+    The replicas of the layers in ``shared`` hold one copy of the weights and momentum,
+    on the first replica's device (what the executor does for synchronous replicas on
+    the CPU devices of one process, see :class:`convnet.runtime.weights.WeightStore`)."""
     devices = [_Device() for _ in range(plan.num_devices)]
     peaks = [MemoryPeak(d) for d in range(plan.num_devices)]
     shard_bytes = {name: net[name].outputs * plan.shard_size * FLOAT_BYTES for name in plan.layers}
@@ -79,7 +84,7 @@ def memory_peaks(plan: Plan, net: NetConfig) -> list[MemoryPeak]:
     memory = {name: net[name].layer_type.memory(net[name]) for name in plan.layers}
     for name, placement in plan.layers.items():
         for replica, d in enumerate(placement.devices):
-            if param_bytes[name]:
+            if param_bytes[name] and not (replica and name in shared):
                 devices[d].add("weights", (name, replica), param_bytes[name])
                 devices[d].add("momentum", (name, replica), param_bytes[name])
 

@@ -33,14 +33,17 @@ class DeviceTotals:
     loaded_bytes: int = 0
 
 
-def device_totals(plan: Plan, net: NetConfig) -> list[DeviceTotals]:
-    """Per-device memory and traffic of one minibatch."""
+def device_totals(plan: Plan, net: NetConfig,
+                  shared: frozenset[str] = frozenset()) -> list[DeviceTotals]:
+    """Per-device memory and traffic of one minibatch; ``shared``: the layers whose
+    replicas hold one copy of the weight state (see :func:`memory_peaks`)."""
     totals = [DeviceTotals(d, plan.physical_devices[d], activation_bytes=peak.activation_bytes,
                            peak_bytes=peak.peak_bytes)
-              for d, peak in enumerate(memory_peaks(plan, net))]
-    for placement in plan.layers.values():
-        for device in placement.devices:
-            totals[device].param_bytes += placement.param_count * FLOAT_BYTES * PARAM_COPIES
+              for d, peak in enumerate(memory_peaks(plan, net, shared))]
+    for name, placement in plan.layers.items():
+        for replica, device in enumerate(placement.devices):
+            copies = 1 if replica and name in shared else PARAM_COPIES  # its gradient only
+            totals[device].param_bytes += placement.param_count * FLOAT_BYTES * copies
     for op in plan.ops:
         if isinstance(op, Load):
             totals[op.device].loaded_bytes += op.nbytes
@@ -56,8 +59,8 @@ def device_totals(plan: Plan, net: NetConfig) -> list[DeviceTotals]:
     return totals
 
 
-def plan_summary(plan: Plan, net: NetConfig) -> dict:
-    """The plan as plain JSON-able data."""
+def plan_summary(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) -> dict:
+    """The plan as plain JSON-able data (``shared``: as for :func:`device_totals`)."""
     return {
         "scheme": plan.scheme,
         "minibatch": plan.minibatch,
@@ -68,7 +71,7 @@ def plan_summary(plan: Plan, net: NetConfig) -> dict:
         "notes": plan.notes,
         "layers": [dict(asdict(p), replicas=p.replicas) for p in plan.layers.values()],
         "ops": [dict(asdict(op), kind=op.kind, devices=list(op.devices)) for op in plan.ops],
-        "totals": [asdict(t) for t in device_totals(plan, net)],
+        "totals": [asdict(t) for t in device_totals(plan, net, shared)],
     }
 
 
@@ -157,8 +160,9 @@ def schedule_text(plan: Plan) -> list[str]:
     return lines
 
 
-def plan_text(plan: Plan, net: NetConfig) -> str:
-    """A readable report: layers, the pass schedule per device, per-device totals."""
+def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) -> str:
+    """A readable report: layers, the pass schedule per device, per-device totals
+    (``shared``: as for :func:`device_totals`)."""
     physical = ",".join(map(str, plan.physical_devices))
     lines = [f"Scheme: {plan.scheme}.  Devices: logical 0..{plan.num_devices - 1} -> "
              f"physical {physical}.",
@@ -183,7 +187,7 @@ def plan_text(plan: Plan, net: NetConfig) -> str:
               "* = every replica, moved = bytes copied or all-reduced"]
     lines += schedule_text(plan)
     lines += ["", "Totals per device (per minibatch)"]
-    totals = device_totals(plan, net)
+    totals = device_totals(plan, net, shared)
     fields = ("param_bytes", "activation_bytes", "peak_bytes", "sent_bytes", "received_bytes",
               "loaded_bytes")
     names = ("param memory", "activation memory (est.)", "peak memory (est.)", "sent", "received",

@@ -36,6 +36,20 @@ Only nets whose every layer is replicated on the same devices qualify
 (:func:`async_replica_devices`): a hybrid net keeps its lockstep schedule.
 If a replica fails, the others stop and the caller's next call raises its
 error; nothing waits without also watching for that.
+
+**Several processes.** In a multi-process run each rank makes the replicas
+of its own devices, and every rank's training loop queues the same stream of
+shards, numbered in queueing order.  A free replica *claims* the next number
+from a dealer: a counter here in one process, rank 0's in several (through
+a :class:`~convnet.runtime.rank_courier.RankCourier`, which also sends each
+finished shard's increments and costs to the other ranks).  A shard counts
+as finished on a rank once it was trained there or its update arrived there,
+so the bound above holds across processes: a replica starts a shard of step
+t only when this rank holds the update of every shard of the steps before
+t - S.  An evaluation's pieces are dealt the same way (a stream of their
+own) and the ranks exchange the results; features are each rank's own
+replicas' (they agree with the others' once drained); rank 0, which holds
+replica 0, returns the checkpoint state.
 """
 
 from __future__ import annotations
@@ -54,8 +68,10 @@ from convnet.errors import ConvnetError
 from convnet.plan.ops import Plan, shard_bounds
 from convnet.plan.planner import make_plan
 from convnet.runtime.batch_check import check_batch
+from convnet.runtime.cluster import Cluster, single_process
 from convnet.runtime.executor import Executor, StepResult
 from convnet.runtime.learning_rules import ScaledRate, scale_rates
+from convnet.runtime.rank_courier import TRAINING, Dealer, RankCourier, UpdateLayout
 
 _POLL_SECONDS = 0.05
 EVAL_PIECES = 2  # pieces per replica that an evaluation's minibatch is cut into
@@ -70,6 +86,7 @@ def async_replica_devices(plan: Plan) -> tuple[int, ...] | None:
 
 @dataclass
 class _Shard:
+    ordinal: int  # its number in the stream of shards (the order they were queued)
     step: int  # the minibatch step it belongs to
     index: int  # its position in that minibatch
     batch: list
@@ -78,9 +95,9 @@ class _Shard:
 
 @dataclass
 class StalenessRecord:
-    """What the bound did: the largest lead taken (steps between a started shard and the
-    oldest shard in work), how often a replica waited for it, and how many shards each
-    replica trained."""
+    """What the bound did on this rank: the largest lead taken (steps between a started
+    shard and the oldest shard not known to be finished), how often a replica waited
+    for it, and how many shards each of this rank's replicas trained."""
 
     max_lead: int = 0
     waits: int = 0
@@ -100,13 +117,15 @@ class AsyncReplicas:
     ``evaluate``, ``features``, ``state_arrays``, ``load_state_arrays``,
     ``step_count``, ``timings`` and ``close``.  ``step`` queues the minibatch's shards
     and returns the costs of the shards finished since the last call (it waits only
-    while the queue is full).  ``seed``, ``check_finite`` and ``slowdown`` (device
-    index -> factor) are the :class:`Executor`'s.
+    while the queue is full).  ``seed``, ``check_finite``, ``slowdown`` (device
+    index -> factor) and ``cluster`` are the :class:`Executor`'s: in a multi-process
+    run ``devices`` holds stand-ins for the other ranks' devices, and every rank must
+    make its replica set at the same point (see the module docstring).
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, staleness: int,
                  seed: int = 0, check_finite: bool = True,
-                 slowdown: dict[int, float] | None = None):
+                 slowdown: dict[int, float] | None = None, cluster: Cluster | None = None):
         replica_devices = async_replica_devices(plan)
         if replica_devices is None:
             raise ValueError("asynchronous training needs every layer replicated on the same "
@@ -114,37 +133,54 @@ class AsyncReplicas:
         if staleness < 0:
             raise ValueError(f"the staleness bound is a number of steps >= 0, not {staleness}")
         self.net, self.plan, self.staleness = net, plan, staleness
-        self.replica_devices = replica_devices
-        count = len(replica_devices)
+        self.cluster = cluster if cluster is not None else single_process(len(devices))
+        self.count = count = len(replica_devices)  # R: the replicas of every rank
+        self.replica_devices = tuple(d for d in replica_devices if self.cluster.is_local(d))
         one = on_one_device(net)
-        one_plan = make_plan(one, (plan.physical_devices[replica_devices[0]],),
+        one_plan = make_plan(one, (plan.physical_devices[self.replica_devices[0]],),
                              plan.minibatch // count)
         slowdown = slowdown or {}
         self.replicas = [Executor(one, one_plan, [devices[d]], seed=seed, parallel=False,
                                   check_finite=check_finite,
                                   slowdown={0: slowdown[d]} if d in slowdown else None)
-                         for d in replica_devices]
+                         for d in self.replica_devices]
         if count > 1:
             for replica in self.replicas:
                 for name in replica.store.rules:
                     scale_rates(replica.store.rules, name, 1.0 / count)
         self.step_count = 0
         self.timings = None  # per-operation profiles are a lockstep figure: not recorded
-        self.record = StalenessRecord(shards=[0] * count)
-        self._queue: collections.deque[_Shard] = collections.deque()
-        self._queue_limit = 2 * count
-        self._in_work: list[int | None] = [None] * count  # step of each replica's shard
+        local = len(self.replicas)
+        self.record = StalenessRecord(shards=[0] * local)
+        # Shards are numbered in queueing order (the same on every rank).
+        self._shards: dict[int, _Shard] = {}  # queued, not yet started here nor finished
+        self._queued = 0  # shards queued so far
+        self._seen = 0  # 1 + the highest shard number known to be claimed
+        self._queue_limit = 2 * count  # unclaimed shards the loop may queue ahead
+        self._claims: list[int | None] = [None] * local  # each replica's next shard
+        self._asking = [False] * local  # waiting for rank 0's answer to a claim
+        self._finished_above: set[int] = set()  # finished shards past the first unfinished
+        self._first_unfinished = 0  # every shard before it is finished (known here)
         # Per replica, the increments sent to it: layer -> array name -> array (on the
-        # sender's device), in arrival order.
-        self._inboxes: list[list[dict]] = [[] for _ in range(count)]
-        self._jobs: list[collections.deque] = [collections.deque() for _ in range(count)]
-        self._finished: list[tuple[int, StepResult]] = []  # (shard index, its result)
+        # sender's device, or on the host from another rank), in arrival order.
+        self._inboxes: list[list[dict]] = [[] for _ in range(local)]
+        self._jobs: list[collections.deque] = [collections.deque() for _ in range(local)]
+        self._finished: list[tuple[int, StepResult]] = []  # (shard number, its result)
         self._error: BaseException | None = None
         self._failed_replica: int | None = None
         self._closing = False
         self._cv = threading.Condition()
+        self._layout = self._courier = None
+        if self.cluster.size > 1:
+            store = self.replicas[0].store
+            self._layout = UpdateLayout({name: {k: v.shape for k, v in momentum[0].items()}
+                                         for name, momentum in store.momentum.items()})
+            self._courier = RankCourier(self.cluster.comm, self._layout.nbytes,
+                                        self._deliver, self._courier_failed)
+        self._dealer = self._courier or Dealer()  # claimed from holding the lock
+        self._tests = 0  # evaluations so far: each deals its pieces as its own stream
         self._threads = [threading.Thread(target=self._serve, args=(r,), daemon=True,
-                                          name=f"replica-{r}") for r in range(count)]
+                                          name=f"replica-{r}") for r in range(local)]
         for thread in self._threads:
             thread.start()
 
@@ -157,22 +193,26 @@ class AsyncReplicas:
         num_cases = check_batch(self.net, self.plan, batch)
         with self._cv:
             self._raise_if_failed()
-            for i, (lo, hi) in enumerate(shard_bounds(num_cases, len(self.replicas))):
-                self._queue.append(_Shard(self.step_count, i,
-                                          [np.array(c[lo:hi]) for c in batch], progress))
+            for i, (lo, hi) in enumerate(shard_bounds(num_cases, self.count)):
+                if not self._is_finished(self._queued):  # (another rank may be ahead)
+                    self._shards[self._queued] = _Shard(self._queued, self.step_count, i,
+                                                        [np.array(c[lo:hi]) for c in batch],
+                                                        progress)
+                self._queued += 1
             self.step_count += 1
             self._cv.notify_all()
-            self._wait_until(lambda: len(self._queue) <= self._queue_limit)
+            self._wait_until(lambda: self._queued - self._seen <= self._queue_limit)
             finished, self._finished = self._finished, []
         result = _combined([r for _, r in sorted(finished, key=lambda f: f[0])])
         result.seconds = time.perf_counter() - start
         return result
 
     def drain(self) -> None:
-        """Wait until every queued shard is trained and every replica holds every update.
-        The costs of the shards finished meanwhile are kept for the next :meth:`step`."""
+        """Wait until every queued shard is trained and every replica (of this rank) holds
+        every update.  The costs of the shards finished meanwhile are kept for the next
+        :meth:`step`."""
         with self._cv:
-            self._wait_until(lambda: not self._queue and all(s is None for s in self._in_work))
+            self._wait_until(lambda: self._first_unfinished >= self._queued)
         self._on_every_replica(self._add_received)
 
     def settle(self) -> StepResult:
@@ -189,37 +229,57 @@ class AsyncReplicas:
 
     def evaluate(self, batch: list[np.ndarray]) -> StepResult:
         """Forward only on the drained replicas.  The minibatch is cut into pieces that
-        the replicas take from a shared list, so a faster replica evaluates more of
-        them; the results are combined in piece order."""
+        the replicas claim from the dealer, as they claim shards, so a faster replica
+        (wherever it runs) evaluates more of them; the results are combined in piece
+        order, and with several processes the ranks exchange theirs, so that every rank
+        returns the same."""
         self.drain()
         num_cases = check_batch(self.net, self.plan, batch)
-        count = len(self.replicas)
+        count = self.count
         # One replica evaluates the minibatch whole: exactly the lockstep evaluation.
         cuts = shard_bounds(num_cases, min(num_cases, count * EVAL_PIECES) if count > 1 else 1)
-        pieces = collections.deque((i, [c[lo:hi] for c in batch])
-                                   for i, (lo, hi) in enumerate(cuts))
+        self._tests += 1
+        stream = self._tests
 
         def evaluate_pieces(r: int) -> list[tuple[int, StepResult]]:
             done = []
-            while True:
-                with self._cv:
-                    if not pieces:
-                        return done
-                    i, part = pieces.popleft()
-                done.append((i, self.replicas[r].evaluate(part)))
+            while (i := self._claim_piece(stream, len(cuts))) >= 0:
+                lo, hi = cuts[i]
+                done.append((i, self.replicas[r].evaluate([c[lo:hi] for c in batch])))
+            return done
 
         results = [done for per_replica in self._on_every_replica(evaluate_pieces)
                    for done in per_replica]
+        if self.cluster.size > 1:
+            results = [done for share in self.cluster.comm.allgather(results) for done in share]
         return _combined([result for _, result in sorted(results, key=lambda d: d[0])])
+
+    def _claim_piece(self, stream: int, limit: int) -> int:
+        """(On a replica's thread.)  The next piece of test ``stream``, -1 when all are
+        dealt; waits for rank 0's answer where it comes by message."""
+        answer: list[int] = []
+
+        def granted(number: int) -> None:
+            with self._cv:
+                answer.append(number)
+                self._cv.notify_all()
+
+        with self._cv:
+            number = self._dealer.claim(stream, limit, granted)
+            if number is not None:
+                return number
+            self._wait_until(lambda: answer)
+        return answer[0]
 
     def features(self, batch: list[np.ndarray], layer: str) -> np.ndarray:
         self.drain()
         return self.replicas[0].features(batch, layer)
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """Replica 0's weights and momentum, after a drain (see the module docstring)."""
+        """Replica 0's weights and momentum, after a drain (see the module docstring); in
+        a multi-process run rank 0 returns them and the other ranks an empty dict."""
         self.drain()
-        return self.replicas[0].state_arrays()
+        return self.replicas[0].state_arrays() if self.cluster.rank == 0 else {}
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         self.drain()
@@ -232,6 +292,8 @@ class AsyncReplicas:
             self._cv.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self._courier is not None:
+            self._courier.close()
         for replica in self.replicas:
             replica.close()
 
@@ -248,8 +310,13 @@ class AsyncReplicas:
             return
         if isinstance(error, ConvnetError) or not isinstance(error, Exception):
             raise error
+        if self._failed_replica is None:
+            raise ReplicaFailed(f"moving the replicas' updates between processes failed on "
+                                f"rank {self.cluster.rank}: {type(error).__name__}: "
+                                f"{error}") from error
         device = self.replica_devices[self._failed_replica]
-        raise ReplicaFailed(f"replica {self._failed_replica} (device {device}) failed: "
+        number = async_replica_devices(self.plan).index(device)
+        raise ReplicaFailed(f"replica {number} (device {device}) failed: "
                             f"{type(error).__name__}: {error}") from error
 
     def _on_every_replica(self, fn) -> list:
@@ -288,7 +355,9 @@ class AsyncReplicas:
 
     def _next_work(self, r: int):
         """The next job for replica ``r`` (one of the caller's first), the next shard once
-        the staleness bound allows it, or None when the run ends."""
+        it is queued here and the staleness bound allows it, or None when the run ends.
+        A free replica claims the next shard number as soon as some queued shard may
+        still be unclaimed."""
         waited = False
         with self._cv:
             while True:
@@ -296,44 +365,97 @@ class AsyncReplicas:
                     return None
                 if self._jobs[r]:
                     return self._jobs[r].popleft()
-                if self._queue:
-                    step = self._queue[0].step
-                    busy = [s for s in self._in_work if s is not None]
-                    oldest = min(busy, default=step)
-                    if step - oldest <= self.staleness:
-                        shard = self._queue.popleft()
-                        self._in_work[r] = step
+                ordinal = self._claims[r]
+                if ordinal is None and not self._asking[r] and \
+                        self._seen + sum(self._asking) < self._queued:
+                    granted = self._dealer.claim(TRAINING, 0,
+                                                 lambda ordinal, r=r: self._grant(r, ordinal))
+                    if granted is None:  # rank 0 answers later (_grant)
+                        self._asking[r] = True
+                    else:
+                        self._claimed(r, granted)
+                    continue
+                if ordinal is not None and ordinal in self._shards:
+                    lead = ordinal // self.count - self._first_unfinished // self.count
+                    if lead <= self.staleness:
+                        self._claims[r] = None
                         record = self.record
-                        record.max_lead = max(record.max_lead, step - oldest)
+                        record.max_lead = max(record.max_lead, lead)
                         record.shards[r] += 1
-                        self._cv.notify_all()  # room in the queue
-                        return shard
+                        return self._shards.pop(ordinal)
                     if not waited:
-                        record = self.record
-                        record.waits += 1
+                        self.record.waits += 1
                         waited = True
                 self._cv.wait(_POLL_SECONDS)
 
+    def _claimed(self, r: int, ordinal: int) -> None:
+        """(Holding the lock.)  Replica ``r`` trains shard ``ordinal`` next."""
+        self._claims[r] = ordinal
+        self._seen = max(self._seen, ordinal + 1)
+        self._cv.notify_all()  # room in the queue
+
+    def _grant(self, r: int, ordinal: int) -> None:
+        """Rank 0's answer to replica ``r``'s claim (on the courier's thread)."""
+        with self._cv:
+            self._asking[r] = False
+            self._claimed(r, ordinal)
+
+    def _is_finished(self, ordinal: int) -> bool:
+        """(Holding the lock.)  Whether shard ``ordinal`` is known here to be finished."""
+        return ordinal < self._first_unfinished or ordinal in self._finished_above
+
+    def _finish(self, ordinal: int, result: StepResult) -> None:
+        """(Holding the lock.)  Shard ``ordinal`` is finished, here or elsewhere."""
+        self._finished.append((ordinal, result))
+        self._finished_above.add(ordinal)
+        while self._first_unfinished in self._finished_above:
+            self._finished_above.remove(self._first_unfinished)
+            self._first_unfinished += 1
+        self._cv.notify_all()
+
     def _train(self, r: int, shard: _Shard) -> None:
         """Add the updates received so far, train on ``shard`` and update at once, then
-        send the update's increments to the other replicas."""
+        send the update's increments to the other replicas (and ranks)."""
         self._add_received(r)
         replica = self.replicas[r]
-        count = len(self.replicas)
-        replica.step_count = shard.step * count + shard.index  # the dropout masks' step
+        replica.step_count = shard.step * self.count + shard.index  # the dropout masks' step
         result = replica.step(shard.batch, shard.progress)
-        increments = None
-        if count > 1:
-            device = replica.devices[0]
-            increments = {name: {k: device.copy_from(v) for k, v in momentum[0].items()}
-                          for name, momentum in replica.store.momentum.items()}
-            device.synchronize()
+        device = replica.devices[0]
+        momentum = replica.store.momentum
+        increments = message = None
+        if len(self.replicas) > 1:
+            increments = {name: {k: device.copy_from(v) for k, v in m[0].items()}
+                          for name, m in momentum.items()}
+        if self._courier is not None:
+            message = self._layout.pack(shard.ordinal, result.num_cases, result.seconds,
+                                        result.costs,
+                                        {name: {k: device.to_host(v) for k, v in m[0].items()}
+                                         for name, m in momentum.items()})
+        device.synchronize()
         with self._cv:
             for q, inbox in enumerate(self._inboxes):
                 if q != r and increments is not None:
                     inbox.append(increments)
-            self._in_work[r] = None
-            self._finished.append((shard.step * count + shard.index, result))
+            self._finish(shard.ordinal, result)
+        if message is not None:
+            self._courier.send_update(message)
+
+    def _deliver(self, message: np.ndarray) -> None:
+        """An update from another rank (on the courier's thread): every replica here adds
+        its increments, and its shard is finished."""
+        head, increments = self._layout.unpack(message)
+        ordinal = head["ordinal"]
+        with self._cv:
+            for inbox in self._inboxes:
+                inbox.append(increments)
+            self._shards.pop(ordinal, None)
+            self._seen = max(self._seen, ordinal + 1)
+            self._finish(ordinal, StepResult(head["cases"], head["costs"], head["seconds"]))
+
+    def _courier_failed(self, error: BaseException) -> None:
+        with self._cv:
+            if self._error is None:
+                self._error = error
             self._cv.notify_all()
 
     def _add_received(self, r: int) -> None:

@@ -107,12 +107,16 @@ class ChunkedAllReduce(AllReduce):
         """The slice of a flattened array of ``size`` elements that ``rank`` owns."""
         return chunk_bounds(size, len(self.devices), rank)
 
-    def reduce_slice(self, grads: list[dict], rank: int, received: dict | None = None) -> dict:
+    def reduce_slice(self, grads: list[dict], rank: int, received: dict | None = None,
+                     in_place: bool = False) -> dict:
         """Slice ``rank`` of every ``grads[r][k]``, summed over r in rank order, as new
         arrays on ``rank``'s device (the inputs are not written).
 
         ``received[r][k]``, where given, is rank r's slice already on this device
-        (sent by another process, which holds ``grads[r]``)."""
+        (sent by another process, which holds ``grads[r]``).  ``in_place``: the ranks
+        share one address space (CPU devices of one process), so the sum reads the
+        other ranks' slices where they are instead of copying them over first (the
+        same sums)."""
         device = self.devices[rank]
         received = received or {}
         sums = {}
@@ -120,7 +124,7 @@ class ChunkedAllReduce(AllReduce):
             for k in sorted(grads[rank]):
                 lo, hi = self.bounds(grads[rank][k].size, rank)
                 parts = [received[r][k] if r in received else
-                         g[k].reshape(-1)[lo:hi] if r == rank else
+                         g[k].reshape(-1)[lo:hi] if r == rank or in_place else
                          device.copy_from(g[k].reshape(-1)[lo:hi]) for r, g in enumerate(grads)]
                 total = parts[0] + parts[1] if len(parts) > 1 else parts[0].copy()
                 for part in parts[2:]:

@@ -1,8 +1,9 @@
 """How the processes of a run talk to each other: one small interface, two implementations.
 
 In the manner of ChainerMN's communicators: point-to-point transfers of
-float32 arrays with tags, a few collectives on small Python objects, and
-abort.  :class:`LocalCommunicator` is the one-process case (nothing to talk
+float32 arrays with tags, raw byte messages that a polling thread sends and
+receives without blocking (the ``--sync async`` courier), a few collectives
+on small Python objects, and abort.  :class:`LocalCommunicator` is the one-process case (nothing to talk
 to); :class:`convnet.runtime.mpi_comm.MpiCommunicator` is MPI through mpi4py;
 :func:`convnet.runtime.cluster.connect` picks one.
 """
@@ -42,6 +43,25 @@ class Communicator(ABC):
         """Wait until the sends of ``requests`` have completed."""
 
     @abstractmethod
+    def isend_bytes(self, message, dest: int, tag: int) -> Any:
+        """Start sending the uint8 array ``message``; returns a request for :meth:`test`.
+        The array must stay unchanged until the request is done."""
+
+    @abstractmethod
+    def irecv_bytes(self, out, source: int, tag: int) -> Any:
+        """Start receiving a message of exactly ``out.nbytes`` bytes into the uint8 array
+        ``out``; returns a request for :meth:`test`."""
+
+    @abstractmethod
+    def test(self, request) -> bool:
+        """Whether a request of :meth:`isend_bytes` or :meth:`irecv_bytes` is done (it
+        also lets MPI make progress); never blocks."""
+
+    @abstractmethod
+    def cancel(self, request) -> None:
+        """Give up a pending :meth:`irecv_bytes` (when the courier stops)."""
+
+    @abstractmethod
     def allgather(self, obj) -> list:
         """Every rank's ``obj``, in rank order, on every rank."""
 
@@ -70,6 +90,18 @@ class LocalCommunicator(Communicator):
     def wait_all(self, requests):
         if requests:
             raise RuntimeError("a one-process run has no pending sends")
+
+    def isend_bytes(self, message, dest, tag):
+        raise RuntimeError("a one-process run has no other rank to send to")
+
+    def irecv_bytes(self, out, source, tag):
+        raise RuntimeError("a one-process run has no other rank to receive from")
+
+    def test(self, request):
+        raise RuntimeError("a one-process run has no pending transfers")
+
+    def cancel(self, request):
+        raise RuntimeError("a one-process run has no pending transfers")
 
     def allgather(self, obj):
         return [obj]

@@ -20,7 +20,11 @@ page-faults all of that memory back in (the kernel zeroes every page first),
 and with one worker thread per device every unmap also stalls the other
 worker (a TLB shootdown).  :func:`keep_freed_memory` turns this off for the
 process when CPU devices are made: freed memory stays in the heap and the
-next step reuses it.
+next step reuses it.  It also makes every thread allocate from the one main
+heap: glibc gives each worker thread a heap of its own, which cannot hold a
+block of 64 MiB or more (a 4096x4096 fc layer's weight gradient), so such
+blocks were mapped and unmapped every step anyway (8 ms of page faults per
+64 MiB gradient on this machine's cores).
 """
 
 from __future__ import annotations
@@ -85,14 +89,18 @@ def limit_blas_threads(threads: int = 1) -> None:
 
 _M_TRIM_THRESHOLD = -1  # glibc mallopt() parameters (malloc.h)
 _M_MMAP_MAX = -4
+_M_ARENA_MAX = -8
 _kept_freed_memory = False
 
 
 def keep_freed_memory() -> bool:
-    """Make glibc's malloc keep freed memory for reuse (no mmap, no trimming).
+    """Make glibc's malloc keep freed memory for reuse (no mmap, no trimming, one
+    heap for all threads).
 
     Process-wide and kept for the run; a no-op (False) where the C library is
-    not glibc.  The heap then stays at the largest size a step needed.
+    not glibc.  The heap then stays at the largest size a step needed.  Threads
+    that allocated before the call keep the heap they have; the device workers
+    start later.
     """
     global _kept_freed_memory
     if _kept_freed_memory:
@@ -104,7 +112,8 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    ok = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1) == 1
+    ok = (mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1) == 1
+          and mallopt(_M_ARENA_MAX, 1) == 1)
     _kept_freed_memory = ok
     return ok
 

@@ -58,7 +58,7 @@ from convnet.runtime.rank_tasks import tasks_for_rank
 from convnet.runtime.slowdown import slow_down
 from convnet.runtime.tasks import ReplicaSync, Task, TaskAction, make_tasks
 from convnet.runtime.transfers import Transfers, accumulate
-from convnet.runtime.weights import WeightStore, assemble_state
+from convnet.runtime.weights import WeightStore, assemble_state, shared_weight_layers
 from convnet.runtime.workers import DeviceWorkers
 from convnet.kernels.constraints import ball_projection
 from convnet.layers import build_layer
@@ -161,7 +161,13 @@ class Executor:
         self.own_updates = local_sgd is not None or async_staleness is not None
         self.store = WeightStore(net, plan, devices, self.layers, seed, self.collectives,
                                  self.cluster.is_local,
-                                 momentum_sliced=not self.own_updates)
+                                 momentum_sliced=not self.own_updates,
+                                 shared=shared_weight_layers(
+                                     plan, net, sliced_in_one_memory=lambda devs: (
+                                         all(devices[d].kind == "cpu" for d in devs)
+                                         and self.collectives[devs].sharded),
+                                     synchronous=not self.own_updates,
+                                     processes=self.cluster.size))
         self.exchange = None
         if async_staleness is not None:
             replicated = {op.layer: op.replica_devices for op in plan.ops
@@ -495,7 +501,8 @@ class Executor:
         op = task.op
         buffers.reduced[(op.layer, op.pass_index, task.rank)] = \
             self._sliced(op.layer).reduce_slice(self.store.grads[op.layer], task.rank,
-                                                    self._received(task, "grad-slice", buffers))
+                                                self._received(task, "grad-slice", buffers),
+                                                in_place=op.layer in self.store.shared)
 
     def _update_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         """The update of rank ``task.rank``'s slice of the weights and momentum only,
@@ -509,9 +516,12 @@ class Executor:
                            buffers.reduced.pop((op.layer, op.pass_index, rank)))
 
     def _gather(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
+        """Copy the slices the other ranks updated into this rank's weights (nothing to
+        copy where the replicas share one copy), and release this rank's gradients."""
         op = task.op
-        self._sliced(op.layer).gather_slices(self.store.weights[op.layer], task.rank,
-                                             self._received(task, "weight-slice", buffers))
+        if op.layer not in self.store.shared:
+            self._sliced(op.layer).gather_slices(self.store.weights[op.layer], task.rank,
+                                                 self._received(task, "weight-slice", buffers))
         self.store.grads[op.layer][task.rank].clear()  # every rank's reduce has read it
 
     def _average_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:

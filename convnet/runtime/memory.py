@@ -8,7 +8,9 @@ pass (im2col columns, padded inputs, masks, norm denominators), the gradients of
 activations in flight, and the all-reduce's summed gradient slices, counted with
 the weight gradients), attributes each array to the device that holds it, and
 keeps each device's high-water mark with what it held at that moment, per
-category.  An array and its views count once (by the array that owns the memory).
+category.  An array and its views count once (by the array that owns the memory);
+weights and momentum that the replicas of a layer share
+(:class:`~convnet.runtime.weights.WeightStore`) count on the first replica's device.
 
 What it does not see: temporaries that live only inside one task (a kernel's
 scratch and GEMM outputs before they become the layer's output) and the kernels'
@@ -98,6 +100,8 @@ class MemoryMeter:
             for layer, replicas in list(group.items()):
                 devices = layers[layer].devices
                 for replica, arrays in enumerate(list(replicas)):
+                    if replica and arrays is replicas[0]:
+                        continue  # one copy shared by the replicas: the first one's device
                     for a in _arrays(dict(arrays)):
                         yield devices[replica], category, a
         if buffers is None:

@@ -4,7 +4,8 @@ Several worker threads of one process send and receive at the same time, so
 MPI must run at thread level ``MPI_THREAD_MULTIPLE`` (mpi4py asks for it by
 default; an MPI library that grants less is refused here rather than
 corrupting messages later).  Arrays travel as raw float32 buffers
-(``Isend``/``Recv``, no pickling); the collectives on small objects use
+(``Isend``/``Recv``, no pickling), the async courier's messages as raw
+bytes (``Isend``/``Irecv`` polled with ``Test``); the collectives on small objects use
 mpi4py's pickling ones.  Importing this module initialises MPI.
 """
 
@@ -41,6 +42,19 @@ class MpiCommunicator(Communicator):
 
     def wait_all(self, requests):
         MPI.Request.Waitall([request for request, _ in requests])
+
+    def isend_bytes(self, message, dest, tag):
+        return self._comm.Isend([message, MPI.BYTE], dest=dest, tag=tag)
+
+    def irecv_bytes(self, out, source, tag):
+        return self._comm.Irecv([out, MPI.BYTE], source=source, tag=tag)
+
+    def test(self, request):
+        return bool(request.Test())
+
+    def cancel(self, request):
+        request.Cancel()
+        request.Wait()
 
     def allgather(self, obj):
         return self._comm.allgather(obj)

@@ -11,7 +11,9 @@ one-device tasks per rank r instead of one collective and R full updates:
 * ``update-slice``: apply the weight update (:mod:`convnet.runtime.optimizer`)
   to slice r of rank r's weights and momentum only, with that summed slice;
 * ``gather``: copy every other slice of the weights from the rank that
-  updated it.
+  updated it (nothing to copy where the replicas share one copy of the
+  weights, see :class:`convnet.runtime.weights.WeightStore`: it then only
+  releases the rank's gradients, and is what the layer's next forward waits for).
 
 Every replica then holds the weights a full update would give, bit for bit
 (the same element-wise operations on the same sums), each rank does 1/R of
@@ -29,6 +31,17 @@ weights, summed over the replicas in replica order and divided by R, written
 into rank r's weights) and the ``gather`` (and ``constrain``) tasks of a
 sharded update, so every replica again holds the same weights.  Momentum stays
 each replica's own.
+
+A gradient pull (:class:`~convnet.plan.ops.GradCopy`) comes in the task list
+right before the first task that needs it, not where the plan has it (right
+after the backward call that made the gradient, on another device): a device
+whose next task in plan order would pull a gradient that the other device is
+still computing first runs its own backward calls that do not need it.  Where
+two towers cross (a conv or fc layer with inputs from both), each device then
+computes its half of the crossing layer at the same time as the other, instead
+of one after the other.  Where a gradient has two parts (one from this device,
+one pulled) the sum is the same either way (addition commutes); with more, it
+is summed in the task list's order, the same in both walks.
 
 Tasks that only touch their own layer's weight state (all-reduce parts and
 updates) are *deferrable*: a worker whose next such task is still waiting
@@ -194,7 +207,7 @@ def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False,
                 finished_by[update.index].append(
                     add(update, TaskAction.CONSTRAIN, gathers, update.device))
 
-    for op in ops:
+    for op in _pulls_late(ops):
         key = (op.layer, op.pass_index)
         if isinstance(op, AllReduce) and sync is not ReplicaSync.ALL_REDUCE:
             replica_counts[key] = len(op.replica_devices)
@@ -223,6 +236,22 @@ def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False,
         else:
             finished_by[op.index] = [add(op, TaskAction.of_op(op), deps_of(op))]
     return tasks
+
+
+def _pulls_late(ops: list[Op]) -> list[Op]:
+    """``ops`` with every :class:`GradCopy` moved to right before the first operation
+    that depends on it (see the module docstring); still a dependency order."""
+    held: dict[int, GradCopy] = {}
+    out: list[Op] = []
+    for op in ops:
+        if isinstance(op, GradCopy):
+            held[op.index] = op
+            continue
+        due = [d for d in op.deps if d in held]
+        out.extend(held.pop(d) for d in sorted(due))
+        out.append(op)
+    out.extend(held[d] for d in sorted(held))
+    return out
 
 
 __all__ = ["ReplicaSync", "Task", "TaskAction", "make_tasks"]

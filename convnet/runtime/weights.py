@@ -9,6 +9,15 @@ momentum of replica r is then current on its own slice only, and
 SGD the replicas drift apart between averaging steps and each keeps whole
 momentum of its own (``momentum_sliced=False``); a checkpoint then holds
 replica 0's weights and momentum, which resuming puts onto every replica.
+
+Replicas in one address space (CPU logical devices of one process) can share
+one copy instead (``shared`` layers): every replica's entry is then the same
+dict of weights and the same dict of momentum.  The executor asks for it
+where the replicas would hold equal weights anyway, under synchronous SGD
+with a sharded update: each rank updates its own slice of the one copy, and
+the gather of the others' slices has nothing left to copy.  The update work
+is the same element by element, so the weights are bitwise those of separate
+copies; the memory of the layer's weights and momentum is that of one replica.
 """
 
 from __future__ import annotations
@@ -19,8 +28,31 @@ import numpy as np
 
 from convnet.config.model import NetConfig
 from convnet.errors import DataError
-from convnet.plan.ops import Plan
+from convnet.plan.ops import AllReduce, Plan
 from convnet.runtime.learning_rules import LearningRule, learning_rules
+
+
+def shared_weight_layers(plan: Plan, net: NetConfig, *, sliced_in_one_memory,
+                         synchronous: bool, processes: int) -> frozenset[str]:
+    """The replicated layers whose replicas share one copy of the weights and momentum.
+
+    Those whose replicas would hold the same weights anyway (``synchronous``
+    SGD: local SGD and async give each replica its own update; no ``wball``
+    projection, which needs whole arrays on every rank) and can share it:
+    ``sliced_in_one_memory(replica_devices)`` says that the replicas read one
+    another's memory (CPU devices of a run of one process) and that their
+    collective updates by slices (each rank its own slice of the one copy; a
+    whole update on every rank would apply it once per replica).
+    The executor builds its :class:`WeightStore` with it, and the memory figures
+    of ``--print-plan``, ``--simulate`` and the memory check count one copy for
+    these layers, so that all of them describe the run that would happen.
+    """
+    if not synchronous or processes > 1:
+        return frozenset()
+    return frozenset(
+        op.layer for op in plan.ops if isinstance(op, AllReduce)
+        and sliced_in_one_memory(op.replica_devices)
+        and not any(rule.ball for rule in learning_rules(net[op.layer]).values()))
 
 
 class WeightStore:
@@ -37,12 +69,18 @@ class WeightStore:
     process's: the replicas on the others are ``None`` here, and the state
     for a checkpoint is put together from every process's
     :meth:`local_state` by :func:`assemble_state`.
+
+    The replicas of each layer in ``shared`` (all on this process's CPU devices)
+    share one weights dict and one momentum dict, made on the first replica's
+    device (see the module docstring); their momentum is whole.
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, layers: dict, seed: int,
-                 collectives: dict, local=lambda device: True, momentum_sliced: bool = True):
+                 collectives: dict, local=lambda device: True, momentum_sliced: bool = True,
+                 shared: frozenset[str] = frozenset()):
         self.plan = plan
         self.momentum_sliced = momentum_sliced
+        self.shared = frozenset(shared)
         self.devices = devices
         self.collectives = collectives
         self.local = local
@@ -58,11 +96,17 @@ class WeightStore:
                 raise ValueError(f"layer '{name}' has weight arrays {sorted(host)}, but "
                                  f"learning rules for {sorted(self.rules[name])}")
             devs = plan.layers[name].devices
-            self.weights[name] = [{k: devices[d].to_device(v) for k, v in host.items()}
-                                  if local(d) else None for d in devs]
-            self.momentum[name] = [{k: devices[d].xp.zeros_like(v) for k, v in w.items()}
-                                   if w is not None else None
-                                   for d, w in zip(devs, self.weights[name])]
+            if name in self.shared:
+                weights = {k: devices[devs[0]].to_device(v) for k, v in host.items()}
+                momentum = {k: devices[devs[0]].xp.zeros_like(v) for k, v in weights.items()}
+                self.weights[name] = [weights] * len(devs)
+                self.momentum[name] = [momentum] * len(devs)
+            else:
+                self.weights[name] = [{k: devices[d].to_device(v) for k, v in host.items()}
+                                      if local(d) else None for d in devs]
+                self.momentum[name] = [{k: devices[d].xp.zeros_like(v) for k, v in w.items()}
+                                       if w is not None else None
+                                       for d, w in zip(devs, self.weights[name])]
             self.grads[name] = [{} if local(d) else None for d in devs]
 
     def state_arrays(self) -> dict[str, np.ndarray]:
@@ -78,7 +122,8 @@ class WeightStore:
         for name in self.weights:
             devs = self.plan.layers[name].devices
             collective = self.collectives.get(devs)
-            sharded = self.momentum_sliced and collective is not None and collective.sharded
+            sharded = (self.momentum_sliced and name not in self.shared
+                       and collective is not None and collective.sharded)
             for replica, d in enumerate(devs):
                 if not self.local(d):
                     continue
@@ -101,8 +146,9 @@ class WeightStore:
         for name in self.weights:
             for group, store in (("weights", self.weights), ("momentum", self.momentum)):
                 for replica, d in enumerate(self.plan.layers[name].devices):
-                    if store[name][replica] is None:
-                        continue
+                    if store[name][replica] is None or (
+                            replica and store[name][replica] is store[name][0]):
+                        continue  # another process's replica, or the shared copy, done
                     for k, v in store[name][replica].items():
                         key = f"{group}/{name}/{k}"
                         if key not in arrays:
