@@ -209,7 +209,7 @@ def validate(title: str, rows, rounds: int) -> None:
                 profiles[key] = measure_costs(opts, net)
             plan = make_plan(net, opts.gpu, opts.mini)
             predicted.append(profiles[key].predict(plan).step_seconds)
-            predicted_peak.append(max(peak_memory(plan, net)))
+            predicted_peak.append(max(peak_memory(plan, net, profiles[key])))
         measured, measured_peak = [0.0] * len(rows), [0] * len(rows)
         for gpu in dict.fromkeys(opts.gpu for _, opts, _, _ in rows):
             group = [i for i, row in enumerate(rows) if row[1].gpu == gpu]

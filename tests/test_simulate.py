@@ -379,14 +379,15 @@ def test_the_imagenet_data_parallel_config_scaled_down_is_predicted_within_a_loo
                            "--num-classes", "1000", "--dummy-cases", "8"])
     net = training.load_net_for(opts)
     plan = make_plan(net, opts.gpu, opts.mini)
-    predicted = measure_costs(opts, net).predict(plan).step_seconds
+    costs = measure_costs(opts, net)
+    predicted = costs.predict(plan).step_seconds
     measured, = _measured(opts, [net], rounds=3)
     assert measured / 2 < predicted < measured * 2, (predicted, measured)
     executor = training.make_executor(opts, net, plan)
     try:
         executor.memory = MemoryMeter(executor)
         executor.step(first_minibatch(opts), progress=1.0)
-        for peak, estimate in zip(executor.memory.peaks, peak_memory(plan, net)):
+        for peak, estimate in zip(executor.memory.peaks, peak_memory(plan, net, costs)):
             assert estimate == pytest.approx(peak.peak_bytes, rel=0.15)
     finally:
         executor.close()
