@@ -1,19 +1,25 @@
 """How well ``--simulate`` predicts: predicted against measured training-step time.
 
-    python bench/bench_simulate.py [--rounds 7] [--part 1|2|all]
+    python bench/bench_simulate.py [--rounds 5] [--part 1|2|3|4|all|imagenet]
 
 Every net is profiled ONCE (as ``--simulate`` and ``--auto-place`` do: every
-layer on one device, on one thread, at the minibatch and its half, plus one
-run on every core at once), and each of its placements is predicted from that
-profile.  The measured step of a placement is the median over ``--rounds``
-rounds after a warm-up round, where each round runs one training step of
-every placement of the net in turn (interleaved, so that a disturbance of
-the shared machine hits all of them alike), parallel workers as in training.
+layer on one device, on one thread, at the minibatch and its half, plus a
+data-parallel run on every core), and each of its placements is predicted from
+that profile.  The measured step of a placement is the median of the counted
+steps of ``--rounds`` rounds, where each round runs a block of consecutive
+training steps of every placement of the net in turn (interleaved, so that a
+disturbance of the shared machine hits all of them alike; only the last steps
+of each block counted), parallel workers as in training.  Each table says how
+many cores other processes kept busy during its profile and measurement: on two
+cores, a run beside other work measures something else than the profile
+predicts.
 
 Part 1: the digits configs of examples/ and the CIFAR-10 reference net
-(cuda-convnet2's layers-cifar10-11pct on 3x32x32 dummy images) as one device,
-data-parallel and hybrid on ``--gpu 0,1``; the scheme ranking of each net,
-predicted and measured.
+(cuda-convnet2's layers-cifar10-11pct on 3x32x32 dummy images) as one device
+on ``--gpu 0`` and ``--gpu 0,1``, data-parallel and hybrid on ``--gpu 0,1``;
+the scheme ranking of each net, predicted and measured; the peak memory of a
+device, predicted (the plan's estimate) and measured (the executor's own
+accounting, ``convnet.runtime.memory``).
 
 Part 2: twelve placements of the CIFAR-10 net on two devices (the replica
 counts of a chain must not grow along it, so: every layer up to a cut
@@ -24,6 +30,10 @@ measured steps.
 Part 3: ``--auto-place 2``'s choice for the digits net and the CIFAR-10 net,
 measured against every hand-written config of the net in examples/.
 
+Part 4: the ImageNet reference configs (1gpu on ``--gpu 0``, 2gpu-data and
+2gpu-model on ``--gpu 0,1``) scaled down to 3x96x96 dummy images and minibatch
+32, predicted and measured as in part 1.
+
 ``--part imagenet`` predicts (measures nothing but the profile) the ImageNet
 reference configs on 1, 2, 4 and 8 GPUs of ``--kind`` (docs/SIMULATE.md).
 """
@@ -32,8 +42,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -77,8 +89,60 @@ def split(first: int, last_conv: str = "pool2") -> dict[str, tuple[int, ...]]:
     return {name: (first,) if i < k else (1 - first,) for i, name in enumerate(CIFAR_CHAIN)}
 
 
-def measure(opts, runs, rounds: int):
-    """[(name, net)] -> measured median step seconds, interleaved rounds."""
+class OtherWork:
+    """Cores that other processes kept busy during the block (Linux: /proc/stat's busy
+    time less this process's own), to tell a quiet run from one that shared the
+    machine: on two cores, other work on one of them turns a data-parallel step
+    into a one-device step."""
+
+    cores: float | None = None
+
+    @staticmethod
+    def _busy() -> float | None:
+        try:
+            with open("/proc/stat") as f:
+                ticks = [int(v) for v in f.readline().split()[1:8]]
+        except OSError:
+            return None
+        idle = ticks[3] + ticks[4]  # idle, iowait
+        return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _own() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    def __enter__(self):
+        self._start = (time.perf_counter(), self._busy(), self._own())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall, busy, own = self._start
+        if busy is not None:
+            elapsed = time.perf_counter() - wall
+            self.cores = max(self._busy() - busy - (self._own() - own), 0.0) / elapsed
+
+    def __str__(self) -> str:
+        return ("other processes' load unknown" if self.cores is None else
+                f"other processes kept {self.cores:.2f} cores busy meanwhile")
+
+
+#: Consecutive steps of one placement per round, and how many of them are counted:
+#: the last.  The first steps of an executor after another's run slow (the digits
+#: net's data-parallel step took 14-26 ms in its first 2-4 steps, then 11 ms).
+BLOCK_STEPS = 8
+COUNTED_STEPS = 4
+
+
+def measure(opts, runs, rounds: int, memory: bool = False):
+    """[(name, net)] -> measured median step seconds (and, with ``memory``, the most
+    bytes any device held, the executor's own accounting over one more step).  Each
+    round runs ``BLOCK_STEPS`` consecutive steps of every placement in turn
+    (interleaved, so that a disturbance of the shared machine hits all of them alike)
+    and counts the last ``COUNTED_STEPS`` of each block, the steady steps that
+    training runs back to back."""
+    from convnet.runtime.memory import MemoryMeter
+
     batch = first_minibatch(opts)
     executors = []
     try:
@@ -86,23 +150,21 @@ def measure(opts, runs, rounds: int):
             executors.append(training.make_executor(opts, net, make_plan(net, opts.gpu,
                                                                           opts.mini)))
         times = [[] for _ in runs]
-        for r in range(rounds + 1):
+        for _ in range(rounds):
             for i, executor in enumerate(executors):
-                seconds = executor.step(batch, progress=1.0).seconds
-                if r:
-                    times[i].append(seconds)
+                block = [executor.step(batch, progress=1.0).seconds
+                         for _ in range(BLOCK_STEPS)]
+                times[i] += block[-COUNTED_STEPS:]
+        peaks = []
+        for executor in executors if memory else ():
+            executor.memory = MemoryMeter(executor)
+            executor.step(batch, progress=1.0)
+            peaks.append(max(p.peak_bytes for p in executor.memory.peaks))
     finally:
         for executor in executors:
             executor.close()
-    return [statistics.median(t) for t in times]
-
-
-def compare(opts, base, runs, rounds: int):
-    """Predict (one profile of ``base``) and measure every (name, gpu=, net) of ``runs``."""
-    costs = measure_costs(opts, base)
-    predicted = [costs.predict(make_plan(net, opts.gpu, opts.mini)).step_seconds
-                 for _, net in runs]
-    return predicted, measure(opts, runs, rounds)
+    seconds = [statistics.median(t) for t in times]
+    return (seconds, peaks) if memory else seconds
 
 
 def spearman(xs, ys) -> float:
@@ -124,13 +186,53 @@ def spearman(xs, ys) -> float:
     return cov / (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
 
 
-def table(title: str, names, predicted, measured) -> None:
+def table(title: str, names, predicted, measured, other: OtherWork) -> None:
     print(f"\n{title:<40} {'predicted ms':>12} {'measured ms':>12} {'pred/meas':>9}")
     for name, p, m in zip(names, predicted, measured):
         print(f"{name:<40} {p * 1e3:>12.2f} {m * 1e3:>12.2f} {p / m:>9.2f}")
     order = lambda xs: [names[i] for i in sorted(range(len(xs)), key=xs.__getitem__)]  # noqa
     print(f"ranking predicted: {' < '.join(order(predicted))}")
     print(f"ranking measured:  {' < '.join(order(measured))}")
+    print(f"(profile and measurement: {other})")
+
+
+def validate(title: str, rows, rounds: int) -> None:
+    """Predict and measure the step time and peak memory of every (label, options, net,
+    profile key) of ``rows``: each net profiled once per key (as ``--simulate``
+    does), the rows of one ``--gpu`` measured together in interleaved rounds."""
+    from convnet.simulate.report import peak_memory
+
+    profiles, predicted, predicted_peak = {}, [], []
+    with OtherWork() as other:
+        for _, opts, net, key in rows:
+            if key not in profiles:
+                profiles[key] = measure_costs(opts, net)
+            plan = make_plan(net, opts.gpu, opts.mini)
+            predicted.append(profiles[key].predict(plan).step_seconds)
+            predicted_peak.append(max(peak_memory(plan, net, profiles[key])))
+        measured, measured_peak = [0.0] * len(rows), [0] * len(rows)
+        for gpu in dict.fromkeys(opts.gpu for _, opts, _, _ in rows):
+            group = [i for i, row in enumerate(rows) if row[1].gpu == gpu]
+            seconds, peaks = measure(rows[group[0]][1], [(rows[i][0], rows[i][2]) for i in group],
+                                     rounds, memory=True)
+            for i, t, peak in zip(group, seconds, peaks):
+                measured[i], measured_peak[i] = t, peak
+    names = [label for label, *_ in rows]
+    table(title, names, predicted, measured, other)
+    print(f"{'peak memory of a device':<40} {'predicted MiB':>12} {'measured MiB':>12} "
+          f"{'pred/meas':>9}")
+    for name, p, m in zip(names, predicted_peak, measured_peak):
+        print(f"{name:<40} {p / 2 ** 20:>12.1f} {m / 2 ** 20:>12.1f} {p / m:>9.2f}")
+
+
+def on_gpus(opts, rows):
+    """``rows`` of (label, net, profile key) on ``--gpu 0`` (the first) and on
+    ``opts.gpu``: the validation's rows for :func:`validate`."""
+    one = replace(opts, gpu=opts.gpu[:1])
+    label, net, key = rows[0]
+    return [(f"{label} --gpu 0", one, net, key)] + [
+        (f"{label} --gpu {','.join(map(str, opts.gpu))}", opts, net, key)
+        for label, net, key in rows]
 
 
 def part1(rounds: int) -> None:
@@ -139,35 +241,18 @@ def part1(rounds: int) -> None:
             ("digits-hybrid", EX / "digits-hybrid-params.cfg")]
     opts = options("--layer-def", EX / "digits-single.cfg", "--layer-params", digits,
                    "--gpu", "0,1", "--mini", 128)
-    runs = [(name, training.load_net_for(replace(opts, layer_def=EX / f"{name}.cfg",
-                                                 layer_params=params)))
-            for name, params in hand]
-    profiles = {}  # one per net: the hybrid's params make it another net
-    predicted = []
-    for (name, net), (_, params) in zip(runs, hand):
-        if params not in profiles:
-            profiles[params] = measure_costs(opts, net)
-        predicted.append(profiles[params].predict(make_plan(net, opts.gpu, 128)).step_seconds)
-    one = replace(opts, gpu=(0,))
-    pred0 = [profiles[digits].predict(make_plan(runs[0][1], one.gpu, 128)).step_seconds]
-    meas0 = measure(one, runs[:1], rounds)
-    measured = measure(opts, runs, rounds)
-    table("digits, --mini 128", ["digits-single --gpu 0"] + [f"{n} --gpu 0,1" for n, _ in runs],
-          pred0 + predicted, meas0 + measured)
+    # One profile per net: the hybrid's params make it another net.
+    validate("digits, --mini 128", on_gpus(opts, [
+        (name, training.load_net_for(replace(opts, layer_def=EX / f"{name}.cfg",
+                                             layer_params=params)), params)
+        for name, params in hand]), rounds)
     opts = options("--layer-def", CIFAR_DEF, "--layer-params", CIFAR_PARAMS, *DUMMY_CIFAR,
                    "--gpu", "0,1", "--mini", 128)
     base = training.load_net_for(opts)
-    runs = [("one device", placed(base, cut(None, 0))),
-            ("data-parallel", placed(base, cut("logprob", 0))),
-            ("hybrid: conv data, rest on 0", placed(base, cut("pool2", 0)))]
-    one = replace(opts, gpu=(0,))
-    costs = measure_costs(opts, base)
-    pred0 = [costs.predict(make_plan(runs[0][1], one.gpu, 128)).step_seconds]
-    predicted = [costs.predict(make_plan(net, opts.gpu, 128)).step_seconds for _, net in runs]
-    meas0 = measure(one, runs[:1], rounds)
-    measured = measure(opts, runs, rounds)
-    table("CIFAR-10 11pct, --mini 128", ["one device --gpu 0"] +
-          [f"{n} --gpu 0,1" for n, _ in runs], pred0 + predicted, meas0 + measured)
+    validate("CIFAR-10 11pct, --mini 128", on_gpus(opts, [
+        ("one device", placed(base, cut(None, 0)), "cifar"),
+        ("data-parallel", placed(base, cut("logprob", 0)), "cifar"),
+        ("hybrid: conv data, rest on 0", placed(base, cut("pool2", 0)), "cifar")]), rounds)
 
 
 PLACEMENTS = {
@@ -191,9 +276,13 @@ def part2(rounds: int, mini: int) -> None:
                    "--gpu", "0,1", "--mini", mini)
     base = training.load_net_for(opts)
     runs = [(name, placed(base, gpus)) for name, gpus in PLACEMENTS.items()]
-    predicted, measured = compare(opts, base, runs, rounds)
+    with OtherWork() as other:
+        costs = measure_costs(opts, base)
+        predicted = [costs.predict(make_plan(net, opts.gpu, mini)).step_seconds
+                     for _, net in runs]
+        measured = measure(opts, runs, rounds)
     table(f"CIFAR-10 placements, --gpu 0,1 --mini {mini}", list(PLACEMENTS), predicted,
-          measured)
+          measured, other)
     print(f"Spearman rank correlation over {len(runs)} placements: "
           f"{spearman(predicted, measured):.2f}")
 
@@ -231,6 +320,22 @@ def part3(rounds: int) -> None:
 IMAGENET = EX / "cuda-convnet2"
 DUMMY_IMAGENET = ["--data-provider", "dummy", "--data-dims", "3x224x224", "--num-classes",
                   "1000", "--dummy-cases", "64"]
+#: Part 4's scale: a step of the 1-GPU config takes about 0.4 s here, where 224x224
+#: images take about 3 s per 8 images.
+SMALL_IMAGENET = ["--data-provider", "dummy", "--data-dims", "3x96x96", "--num-classes",
+                  "1000", "--dummy-cases", "32"]
+
+
+def part4(rounds: int) -> None:
+    """The ImageNet reference configs scaled down (96x96 images, minibatch 32), on the
+    devices they are written for, predicted and measured as in part 1."""
+    rows = []
+    for config, gpu in (("1gpu", "0"), ("2gpu-data", "0,1"), ("2gpu-model", "0,1")):
+        opts = options("--layer-def", IMAGENET / f"layers-imagenet-{config}.cfg",
+                       "--layer-params", IMAGENET / f"layer-params-imagenet-{config}.cfg",
+                       *SMALL_IMAGENET, "--gpu", gpu, "--mini", 32)
+        rows.append((f"{config} --gpu {gpu}", opts, training.load_net_for(opts), config))
+    validate("ImageNet configs, 3x96x96, --mini 32", rows, rounds)
 
 
 def everywhere(net, devices: int):
@@ -284,8 +389,8 @@ def imagenet(kind_name: str, profile_mini: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--part", choices=("1", "2", "3", "all", "imagenet"), default="all",
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--part", choices=("1", "2", "3", "4", "all", "imagenet"), default="all",
                         help="imagenet: the predictions for GPUs (not part of all)")
     parser.add_argument("--kind", default="k20-pcie2", help="imagenet's device kind")
     parser.add_argument("--profile-mini", type=int, default=8, help="imagenet's profile")
@@ -298,6 +403,8 @@ def main() -> None:
         part2(args.rounds, args.mini)
     if args.part in ("3", "all"):
         part3(args.rounds)
+    if args.part in ("4", "all"):
+        part4(args.rounds)
     if args.part == "imagenet":
         imagenet(args.kind, args.profile_mini)
     print(f"load average after: {os.getloadavg()[0]:.2f}")

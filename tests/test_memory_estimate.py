@@ -149,13 +149,15 @@ def test_the_plans_peak_estimate_is_close_to_the_measured_peak(name):
 
 def test_simulates_peak_memory_is_the_estimate_and_within_15_percent():
     from convnet.plan.report import device_totals
+    from convnet.simulate.costs import ComputeProfile, CostModel
+    from convnet.simulate.hardware import DEVICE_KINDS
     from convnet.simulate.report import peak_memory
 
     make_net, gpus, mini = NETS["digits-hybrid"]
     net = make_net()
-    plan, meter, _ = _measure(net, gpus, mini)
-    predicted = peak_memory(plan, net)
-    assert predicted == [t.peak_bytes for t in device_totals(plan, net)]
+    plan, meter, shared = _measure(net, gpus, mini)
+    predicted = peak_memory(plan, net, CostModel(ComputeProfile(64), DEVICE_KINDS["measured"]))
+    assert predicted == [t.peak_bytes for t in device_totals(plan, net, shared)]
     for measured, peak in zip(meter.peaks, predicted):
         assert peak == pytest.approx(measured.peak_bytes, rel=0.15)
 

@@ -17,6 +17,7 @@ from convnet.app import launch, training
 from convnet.app.options import RunOptions
 from convnet.config.model import NetConfig, on_one_device
 from convnet.errors import PlanError
+from convnet.plan.placements import Candidate, placed_layers
 from convnet.plan.planner import make_plan
 from convnet.runtime.backends import choose_backend
 from convnet.simulate.costs import CostModel, dispatch_seconds, profile_compute
@@ -40,6 +41,21 @@ def profiled_plan(opts: RunOptions, net: NetConfig, cases: int):
         return net, make_plan(net, opts.gpu, cases), tuple(opts.gpu)
 
 
+def data_parallel(opts: RunOptions, net: NetConfig, cases: int, cores: int):
+    """(executor, plan) of ``net`` (on one device) with every layer replicated on
+    ``cores`` CPU workers, run in parallel as in training; None where the planner
+    refuses that (then no contention is measured)."""
+    everywhere = Candidate("data-parallel", dict.fromkeys(placed_layers(net),
+                                                          tuple(range(cores)))).apply(net)
+    gpus = tuple(range(cores))
+    try:
+        plan = make_plan(everywhere, gpus, cases)
+    except PlanError:
+        return None
+    return training.make_executor(replace(opts, sequential=False, gpu=gpus, sync="sync"),
+                                  everywhere, plan), plan
+
+
 def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate") -> CostModel:
     """The cost model of ``net`` from a profile on the first device of ``opts.gpu`` (see
     :func:`profiled_plan`); ``option`` names the option asking, in the error of a
@@ -50,15 +66,17 @@ def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate") 
     one = replace(opts, sequential=True, gpu=gpus, sync="sync")
     host = measure_host()
     cpu = choose_backend(opts.backend) == "cpu"
-    # On the host, one executor per core more measures how the workers contend.
-    executors = [training.make_executor(one, single, plan)
-                 for _ in range(host.cores if cpu and host.cores > 1 else 1)]
+    executor = training.make_executor(one, single, plan)
+    # On the host, the net replicated on every core measures how the workers contend.
+    together = data_parallel(opts, single, len(batch[0]), host.cores) \
+        if cpu and host.cores > 1 and len(gpus) == 1 else None
     try:
-        dispatch = dispatch_seconds(executors[0].train_tasks(), executors[0].devices)
-        profile = profile_compute(executors, batch, host, plan, dispatch)
+        dispatch = dispatch_seconds(executor.train_tasks(), executor.devices)
+        profile = profile_compute(executor, batch, host, plan, dispatch, together)
     finally:
-        for executor in executors:
-            executor.close()
+        executor.close()
+        if together is not None:
+            together[0].close()
     if opts.simulate_devices:
         kind = device_kind(opts.simulate_devices)
     elif cpu:

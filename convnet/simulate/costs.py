@@ -8,15 +8,23 @@ twice, on the first minibatch and on its first half; each (kind, layer)
 keeps the median time of its operation at each size, and a straight line
 through the two, ``fixed + per_case * cases``, separates the per-operation
 overhead from the work per case.  Where the logical devices are worker
-threads sharing the host's cores, the larger minibatch is also run on every
-core at once (one executor per core, each on its own thread), in rounds that
-alternate with running it alone: the ratio of an operation's fastest time
-together to its fastest time alone is its *contention*, what the
-workers lose to each other (memory bandwidth, caches, and the interpreter
-lock that Python-side work holds).  Any plan of the same net is then predicted
-from that one profile: load, forward and backward at its shard's cases,
-updates (a function of the weights alone) at the profiled time, divided by
-the ranks that share a sharded update.
+threads sharing the host's cores, the net is also run data-parallel on every
+core (every layer replicated, parallel workers as in training) for a few
+consecutive steps.  The median time of each operation there over its time
+alone at the same shard size (from the lines above; an all-reduce's parts, from
+the link figures below) is its *contention*, what the workers lose to each
+other: memory bandwidth, caches, and the interpreter lock that Python-side work
+holds (the replicas of a data-parallel step run the same operations side by
+side, so the small ones, mostly Python dispatch under the lock, slow each other
+the most: 2-4x on the digits net, against 1.0-1.1x for its convolutions).
+The same run gives the workers' *wake-ups*: the time from a step's start to
+each worker's first task (asleep on its queue), and from the end of the last
+task a worker waited for to the start of its own (asleep on an event); a
+sleeping worker needs the operating system to wake it and then the interpreter
+lock, which the other workers hold while they run Python.
+Any plan of the same net is then predicted from that one profile: load,
+forward and backward at its shard's cases, updates (a function of the weights
+alone) at the profiled time, divided by the ranks that share a sharded update.
 
 Transfers are not measured per plan: a copy takes ``latency + bytes /
 bandwidth`` of the link (for this host, the measured memory-copy bandwidth,
@@ -30,15 +38,15 @@ bandwidth`` holding all replicas.
 
 from __future__ import annotations
 
+import math
 import statistics
-import threading
 import time
 from dataclasses import dataclass, field, replace
 
 from convnet.plan.ops import FLOAT_BYTES, AllReduce, Plan
 from convnet.runtime.tasks import Task, TaskAction
 from convnet.runtime.workers import DeviceWorkers
-from convnet.simulate.hardware import DeviceKind, HostFigures, Link, link_of
+from convnet.simulate.hardware import DEVICE_KINDS, DeviceKind, HostFigures, Link, link_of
 from convnet.simulate.schedule import Simulation, simulate
 
 #: Op kinds whose time is measured rather than derived from a link.
@@ -47,8 +55,14 @@ COMPUTE_KINDS = ("load", "forward", "backward", "update")
 #: Profiled steps after one warm-up step, at each of the two sizes.
 PROFILE_STEPS = 5
 
-#: Rounds of (every core at once, then alone) that measure contention.
+#: The data-parallel run that measures contention: steps not counted (a fresh
+#: executor's first steps run slow: the digits net's data-parallel step took 14-26 ms
+#: in its first 2-4 steps after another executor's, then 11 ms), then rounds of
+#: counted steps.  Of the rounds, the least disturbed by other work on the machine
+#: counts: a burst of it during one round reads as a 2x contention of everything.
+CONTENTION_WARMUP = 6
 CONTENTION_ROUNDS = 3
+CONTENTION_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -75,16 +89,15 @@ class OpCost:
         return cls(fixed, slope)
 
 
-def op_seconds(steps: list[tuple[float, list]], summary=statistics.median
-               ) -> dict[tuple[str, str], float]:
-    """(kind, layer) -> ``summary`` (median) of the seconds of its compute operations
-    over the profiled steps."""
+def op_seconds(steps: list[tuple[float, list]]) -> dict[tuple[str, str], float]:
+    """(kind, layer) -> the median seconds of its compute operations over the profiled
+    steps."""
     samples: dict[tuple[str, str], list[float]] = {}
     for _, timings in steps:
         for t in timings:
             if t.kind in COMPUTE_KINDS:
                 samples.setdefault((t.kind, t.layer), []).append(t.end - t.start)
-    return {key: summary(v) for key, v in samples.items()}
+    return {key: statistics.median(v) for key, v in samples.items()}
 
 
 def fixed_share(seconds: list[float], sizes: list[int]) -> float:
@@ -107,22 +120,21 @@ class ComputeProfile:
     costs: dict[tuple[str, str], OpCost] = field(default_factory=dict)
     host: HostFigures = HostFigures(1, 1e11, 1e10)
     step_seconds: list[float] = field(default_factory=list)  # larger size, sequential
-    #: (kind, layer) -> its time with a copy of the step on every core at once / alone.
+    #: (kind, layer) -> its time in a data-parallel step on every core / alone.
     contention: dict[tuple[str, str], float] = field(default_factory=dict)
     update_overhead: float = 0.0  # seconds of an update that do not shrink with its slice
     dispatch: float = 0.0  # seconds the device workers spend handing out one task
+    start_wake: float = 0.0  # seconds for a worker asleep on its queue to start a step
+    wake: float = 0.0  # seconds for a worker waiting for another's task to run again
     step_overhead: float = 0.0  # seconds of a step outside its tasks (batch checks, costs)
 
     @classmethod
     def fit(cls, small: tuple[float, list], big: tuple[float, list], host: HostFigures,
-            contention: tuple[list, list] | None = None,
             param_counts: dict[str, int] | None = None,
             dispatch: float = 0.0, slices: dict[str, int] | None = None) -> ComputeProfile:
         """From (cases per shard, the executor's timed steps) at two minibatch sizes; the
-        timed steps of the larger size alone and on every core at once, from
-        alternating rounds (if measured); the weight count of each layer; the workers'
-        seconds per task; and for layers whose profiled update was split into slices
-        over R replicas, that R."""
+        weight count of each layer; the workers' seconds per task; and for layers
+        whose profiled update was split into slices over R replicas, that R."""
         (c1, steps1), (c2, steps2) = small, big
         t1, t2 = op_seconds(steps1), op_seconds(steps2)
         for times in (t1, t2):  # a slice's update -> the whole layer's
@@ -135,19 +147,14 @@ class ComputeProfile:
                 costs[key] = OpCost(statistics.median([seconds, t1.get(key, seconds)]))
             else:
                 costs[key] = OpCost.through((c1, t1.get(key, seconds)), (c2, seconds))
-        slowdown = {}
-        if contention:  # fastest against fastest: the runs least disturbed by other work
-            alone, shared = (op_seconds(runs, min) for runs in contention)
-            # Sharing cores can make a task no slower than running after the others.
-            slowdown = {key: min(max(1.0, shared[key] / alone[key]), host.cores)
-                        for key in alone if key in shared and alone[key] > 0}
         updates = [(costs[key].fixed, param_counts[key[1]]) for key in costs
                    if key[0] == "update" and param_counts and key[1] in param_counts]
         overhead = fixed_share([u for u, _ in updates], [p for _, p in updates])
         outside = statistics.median(seconds - sum(t.end - t.start for t in timings)
                                     for seconds, timings in steps2)
-        return cls(c2, costs, host, [seconds for seconds, _ in steps2], slowdown,
-                   overhead, dispatch, max(outside, 0.0))
+        return cls(c2, costs, host, [seconds for seconds, _ in steps2],
+                   update_overhead=overhead, dispatch=dispatch,
+                   step_overhead=max(outside, 0.0))
 
 
 @dataclass
@@ -188,7 +195,7 @@ class CostModel:
 
     def seconds(self, task: Task, plan: Plan) -> float:
         """The task's seconds alone on its device, the workers' hand-out included."""
-        return self.profile.dispatch + self._work(task, plan)
+        return self.profile.dispatch + self.work(task, plan)
 
     def contended(self, task: Task) -> float:
         """How much slower the task runs with every other core busy (1: not at all)."""
@@ -196,7 +203,8 @@ class CostModel:
             return 1.0
         return self.profile.contention.get((task.action.category, task.layer), 1.0)
 
-    def _work(self, task: Task, plan: Plan) -> float:
+    def work(self, task: Task, plan: Plan) -> float:
+        """The task's own seconds alone on its device."""
         op, action, link = task.op, task.action, self.link
         if action in (TaskAction.COPY, TaskAction.GRAD_COPY):
             return link.latency + op.nbytes / link.bandwidth
@@ -229,8 +237,10 @@ class CostModel:
 
     def predict(self, plan: Plan) -> Simulation:
         """The simulated training step of ``plan`` on devices of this kind."""
+        wakes = ((self.profile.start_wake, self.profile.wake) if self.shares_cores
+                 else (0.0, 0.0))
         sim = simulate(plan, self.seconds, self.resources(plan), self.sharded(plan),
-                       self.contended)
+                       self.contended, *wakes)
         return sim.with_overhead(self.profile.step_overhead)
 
     def on(self, kind: DeviceKind) -> CostModel:
@@ -238,48 +248,103 @@ class CostModel:
         return replace(self, kind=kind)
 
 
-def _together(executors: list, batch: list) -> list:
-    """One timed step (after a warm-up) of ``batch`` on every executor at once, each on
-    its own thread: the steps of all of them."""
-    runs: list = [[] for _ in executors]
-
-    def run(i: int) -> None:
-        runs[i] = executors[i].timed_steps(batch, 1)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(executors))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return [step for steps_of_one in runs for step in steps_of_one]
-
-
-def profile_compute(executors: list, batch: list, host: HostFigures, plan: Plan,
-                    dispatch: float = 0.0, steps: int = PROFILE_STEPS) -> ComputeProfile:
+def profile_compute(executor, batch: list, host: HostFigures, plan: Plan,
+                    dispatch: float = 0.0, data_parallel=None,
+                    steps: int = PROFILE_STEPS) -> ComputeProfile:
     """Time ``steps`` training steps (after one warm-up) of ``batch`` and of its first half
-    on ``executors[0]`` (``plan``, best on one device, run sequentially; its weights
+    on ``executor`` (``plan``, best on one device, run sequentially; its weights
     change, so use one made for the purpose) and fit each operation's cost to the two
-    sizes.  Given more executors (one per core), also time ``batch`` on all of them at
-    once, in rounds that alternate with timing it alone, so that both see the machine
-    alike."""
+    sizes.  Given ``data_parallel``, (an executor, its plan) of the net replicated on
+    every core with parallel workers, also measure the contention there."""
     cases = len(batch[0])
     half = [column[:max(cases // 2, 1)] for column in batch]
-    big = executors[0].timed_steps(batch, steps)
-    small = executors[0].timed_steps(half, steps)
-    contention = None
-    if len(executors) > 1:
-        together, alone = [], []
-        for _ in range(CONTENTION_ROUNDS):
-            together += _together(executors, batch)
-            alone += executors[0].timed_steps(batch, 1)
-        contention = (alone, together)
+    big = executor.timed_steps(batch, steps)
+    small = executor.timed_steps(half, steps)
     sliced = {name: len(p.devices) for name, p in plan.layers.items() if len(p.devices) > 1
-              and all(task.action is not TaskAction.UPDATE for task in executors[0].train_tasks()
+              and all(task.action is not TaskAction.UPDATE for task in executor.train_tasks()
                       if task.layer == name)}
-    return ComputeProfile.fit((len(half[0]) / plan.num_shards, small),
-                              (cases / plan.num_shards, big), host, contention,
-                              {name: p.param_count for name, p in plan.layers.items()},
-                              dispatch, sliced)
+    profile = ComputeProfile.fit((len(half[0]) / plan.num_shards, small),
+                                 (cases / plan.num_shards, big), host,
+                                 {name: p.param_count for name, p in plan.layers.items()},
+                                 dispatch, sliced)
+    if data_parallel is None:
+        return profile
+    together, together_plan = data_parallel
+    counted = together.timed_steps(batch, CONTENTION_WARMUP + CONTENTION_ROUNDS *
+                                   CONTENTION_STEPS)[CONTENTION_WARMUP:]
+    rounds = [counted[i:i + CONTENTION_STEPS] for i in range(0, len(counted), CONTENTION_STEPS)]
+    model = CostModel(profile, DEVICE_KINDS["measured"])
+    tasks = together.train_tasks()
+    start_wake, wake = wake_seconds(tasks, rounds)
+    return replace(profile, start_wake=start_wake, wake=wake,
+                   contention=measured_contention(model, together_plan, tasks, rounds))
+
+
+def measured_contention(model: CostModel, plan: Plan, tasks: list[Task],
+                        rounds: list[list[tuple[float, list]]]) -> dict[tuple[str, str], float]:
+    """(kind, layer) -> how much slower its tasks (``tasks`` of ``plan``: computations
+    and the all-reduces' parts, whose copies share the memory bandwidth) ran in the
+    rounds of timed steps than ``model`` predicts them alone: the median over a
+    round's steps and devices of their seconds over the prediction, the least over
+    the rounds, kept within [1, the core count] (sharing cores can make a task no
+    slower than running after the others)."""
+    alone: dict[tuple[int, str, str], float] = {}
+    for task in tasks:
+        for d in task.devices:
+            key = (d, task.kind, task.layer)
+            alone[key] = alone.get(key, 0.0) + model.work(task, plan)
+    least: dict[tuple[str, str], float] = {}
+    for steps in rounds:
+        ratios: dict[tuple[str, str], list[float]] = {}
+        for _, timings in steps:
+            took: dict[tuple[int, str, str], float] = {}
+            for t in timings:
+                key = (t.device, t.kind, t.layer)
+                if alone.get(key, 0.0) > 0:
+                    took[key] = took.get(key, 0.0) + t.end - t.start
+            for key, seconds in took.items():
+                ratios.setdefault(key[1:], []).append(seconds / alone[key])
+        for key, values in ratios.items():
+            least[key] = min(least.get(key, math.inf), statistics.median(values))
+    cores = model.profile.host.cores
+    return {key: min(max(ratio, 1.0), cores) for key, ratio in least.items()}
+
+
+def wake_seconds(tasks: list[Task], rounds: list[list[tuple[float, list]]]
+                 ) -> tuple[float, float]:
+    """How long a sleeping worker takes to run again, over rounds of timed parallel steps
+    of ``tasks``: (the time from the start of a step's tasks to each worker's first
+    task, a worker asleep on its queue; the time from the end of the last dependency
+    a worker waited for to the start of its task, a worker asleep on an event), each
+    the median over a round, the least over the rounds."""
+    own: dict[tuple[int, str, str], list[Task]] = {}  # a device's tasks of one layer
+    for task in tasks:  # run in list order on each device
+        for d in task.devices:
+            own.setdefault((d, task.kind, task.layer), []).append(task)
+    starts, waits = [], []
+    for steps in rounds:
+        firsts, woken = [], []
+        for _, timings in steps:
+            ran: dict[tuple[int, int], tuple[float, float]] = {}  # (task, device) -> times
+            count: dict[tuple[int, str, str], int] = {}
+            for t in sorted(timings, key=lambda t: t.start):
+                key = (t.device, t.kind, t.layer)
+                count[key] = count.get(key, 0) + 1
+                ran[(own[key][count[key] - 1].index, t.device)] = (t.start, t.end)
+            last_end: dict[int, float] = {}  # device -> end of its previous task
+            for (index, d), (start, end) in sorted(ran.items(), key=lambda kv: kv[1]):
+                ready = max((e for (i, _), (_, e) in ran.items() if i in tasks[index].deps),
+                            default=0.0)
+                if d not in last_end:
+                    firsts.append(start)
+                elif ready > last_end[d]:  # it slept until another worker's task ended
+                    woken.append(start - ready)
+                last_end[d] = end
+        if firsts:
+            starts.append(statistics.median(firsts))
+        if woken:
+            waits.append(statistics.median(woken))
+    return min(starts, default=0.0), min(waits, default=0.0)
 
 
 def dispatch_seconds(tasks: list, devices: list, repeats: int = 5) -> float:

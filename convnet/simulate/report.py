@@ -7,15 +7,20 @@ import statistics
 from convnet.config.model import NetConfig
 from convnet.plan.ops import Plan
 from convnet.plan.report import byte_unit, device_totals
+from convnet.runtime.weights import shared_weight_layers
 from convnet.simulate.costs import CostModel
 from convnet.simulate.schedule import Simulation
 
 SPLIT = ("compute", "copy", "allreduce", "idle")
 
 
-def peak_memory(plan: Plan, net: NetConfig) -> list[int]:
-    """Bytes each device holds at most: the plan's peak estimate (convnet.plan.memory)."""
-    return [t.peak_bytes for t in device_totals(plan, net)]
+def peak_memory(plan: Plan, net: NetConfig, costs: CostModel) -> list[int]:
+    """Bytes each device holds at most: the plan's peak estimate (convnet.plan.memory),
+    with one copy of the weights for the layers whose replicas share it in the run
+    predicted (synchronous, in one process, on the host's workers)."""
+    shared = shared_weight_layers(plan, net, sliced_in_one_memory=lambda devices:
+                                  costs.shares_cores, synchronous=True, processes=1)
+    return [t.peak_bytes for t in device_totals(plan, net, shared)]
 
 
 def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig) -> dict:
@@ -30,6 +35,8 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
         "host": {"cores": host.cores, "gemm_flops": host.gemm_flops,
                  "copy_bandwidth": host.copy_bandwidth},
         "dispatch_seconds_per_task": costs.profile.dispatch,
+        "start_wake_seconds": costs.profile.start_wake,
+        "wake_seconds": costs.profile.wake,
         "contention_median": (statistics.median(costs.profile.contention.values())
                               if costs.profile.contention else 1.0),
         "profile_shard_size": costs.profile.shard_size,
@@ -38,7 +45,7 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
         "images_per_second": sim.images_per_second,
         "devices": [{"device": s.device, **{k: getattr(s, k) for k in SPLIT},
                      "peak_memory_bytes": peak}
-                    for s, peak in zip(sim.devices, peak_memory(plan, net))],
+                    for s, peak in zip(sim.devices, peak_memory(plan, net, costs))],
     }
 
 
@@ -52,7 +59,9 @@ def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfi
     what = (f"compute times as profiled on this machine ({host.cores} cores, one worker "
             f"thread each; workers slow each other by "
             f"{statistics.median(contention.values()) if contention else 1.0:.2f}x, the "
-            f"median over operations)" if not kind.assumed else
+            f"median over operations; a worker takes {_ms(costs.profile.start_wake)} ms "
+            f"to start a step and {_ms(costs.profile.wake)} ms to wake from a wait)"
+            if not kind.assumed else
             f"ASSUMED device kind '{kind.name}': {kind.source}; compute "
             f"{costs.speed:.3g}x the profiled host's")
     lines = ["Simulation (one training step)",
@@ -60,7 +69,7 @@ def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfi
              f"{link.latency * 1e6:g} us; {link.source})",
              f"  predicted step {_ms(sim.step_seconds)} ms, {sim.images_per_second:,.0f} "
              f"images/s (minibatch {plan.minibatch})"]
-    peaks = peak_memory(plan, net)
+    peaks = peak_memory(plan, net, costs)
     unit, size = byte_unit(peaks)
     rows = [[str(s.device)] + [_ms(getattr(s, k)) for k in SPLIT] + [f"{peak / size:.1f}"]
             for s, peak in zip(sim.devices, peaks)]

@@ -15,6 +15,9 @@ workers than cores) run one task at a time between them.  Where resources
 contend (cores sharing memory bandwidth and the interpreter lock), a task
 that starts while others are busy runs slower by its measured contention
 factor, in proportion to how many are busy (see :mod:`convnet.simulate.costs`).
+A worker that found nothing to run sleeps until another's task ends, and then
+takes the measured wake-up time to start its next task; every worker starts a
+step asleep on its queue, which takes a wake-up of its own.
 """
 
 from __future__ import annotations
@@ -59,18 +62,22 @@ def _next_task(pending: list, done: set[int]) -> int | None:
 
 
 def simulate(plan: Plan, seconds, resources: list[int] | None = None,
-             sharded=lambda op: False, contended=lambda task: 1.0) -> Simulation:
+             sharded=lambda op: False, contended=lambda task: 1.0,
+             start_wake: float = 0.0, wake: float = 0.0) -> Simulation:
     """Simulate one training step of ``plan``: ``seconds(task, plan)`` is a task's
     duration, ``resources[d]`` the compute resource of logical device ``d`` (default:
-    its own), ``sharded(all_reduce_op)`` whether the collective works by slices, and
+    its own), ``sharded(all_reduce_op)`` whether the collective works by slices,
     ``contended(task)`` the factor by which a task slows with every other resource
-    busy."""
+    busy, ``start_wake`` the seconds a worker takes to start a step and ``wake`` the
+    seconds a worker that slept during the step takes to start a task."""
     resources = list(range(plan.num_devices)) if resources is None else resources
     shared = len(set(resources)) - 1  # other resources a task can contend with
     tasks = make_tasks(plan.ops, sharded)
     pending = [[t for t in tasks if d in t.devices] for d in range(plan.num_devices)]
     busy_resource: set[int] = set()
     idle = set(range(plan.num_devices))  # workers looking for a task
+    starting = set(idle)  # workers yet to start their first task
+    asleep: set[int] = set()  # workers that found nothing to run
     arrived: dict[int, set[int]] = {}  # multi-device task -> workers waiting in it
     done: set[int] = set()
     running: list[tuple[float, int]] = []  # (end, task index)
@@ -78,17 +85,18 @@ def simulate(plan: Plan, seconds, resources: list[int] | None = None,
     timeline = []
     now = 0.0
 
-    def start(task, devices) -> None:
+    def start(task, devices, delay: float) -> None:
         duration = seconds(task, plan)
         if shared:
             others = len(busy_resource - {resources[d] for d in devices})
             duration *= 1 + (contended(task) - 1) * others / shared
+        begin = now + delay
         for d in devices:
             busy_resource.add(resources[d])
             category = CATEGORY[task.kind]
             setattr(splits[d], category, getattr(splits[d], category) + duration)
-            timeline.append((d, task.kind, task.layer, now, now + duration))
-        heapq.heappush(running, (now + duration, task.index))
+            timeline.append((d, task.kind, task.layer, begin, begin + duration))
+        heapq.heappush(running, (begin + duration, task.index))
 
     while True:
         started = True
@@ -99,17 +107,25 @@ def simulate(plan: Plan, seconds, resources: list[int] | None = None,
                     continue
                 i = _next_task(pending[d], done)
                 if i is None:
+                    asleep.add(d)
                     continue
                 task = pending[d].pop(i)
                 idle.discard(d)
+                # A worker is up start_wake into the step; one asleep later, wake after.
+                if d in starting and now < start_wake:
+                    delay = start_wake - now
+                else:
+                    delay = wake if d in asleep else 0.0
+                starting.discard(d)
+                asleep.discard(d)
                 started = True
                 if len(task.devices) == 1:
-                    start(task, task.devices)
+                    start(task, task.devices, delay)
                     continue
                 waiting = arrived.setdefault(task.index, set())
                 waiting.add(d)
                 if waiting == set(task.devices):
-                    start(task, task.devices)
+                    start(task, task.devices, delay)
         if not running:
             break
         now, index = heapq.heappop(running)
