@@ -20,6 +20,8 @@ size).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import array_module, kernel
@@ -58,11 +60,20 @@ def _shift_sum(xp, a, axis: int, lo: int, size: int, out=None):
     return out
 
 
-def _band(xp, n: int, lo: int, size: int, dtype):
+@functools.lru_cache(maxsize=64)
+def _host_band(n: int, lo: int, size: int, dtype: np.dtype) -> np.ndarray:
     """The (n, n) 0/1 matrix B with ``(a @ B)[i] = sum_{k < size} a[i + lo + k]`` (terms
-    outside [0, n) dropped), for window sums along a last axis of length n."""
+    outside [0, n) dropped), for window sums along a last axis of length n.  Made once
+    per shape: every block of every norm layer's forward and backward pass uses it."""
     offset = np.arange(n)[:, None] - np.arange(n)[None, :] - lo  # B[j, i]: j - i - lo
-    return xp.asarray(((offset >= 0) & (offset < size)).astype(dtype))
+    band = ((offset >= 0) & (offset < size)).astype(dtype)
+    band.flags.writeable = False
+    return band
+
+
+def _band(xp, n: int, lo: int, size: int, dtype):
+    """:func:`_host_band` on ``xp``'s device (the cached array itself for numpy)."""
+    return xp.asarray(_host_band(n, lo, size, np.dtype(dtype)))
 
 
 def _window_sum_2d(xp, a, size: int, transpose: bool = False, out=None):

@@ -331,10 +331,12 @@ def wake_seconds(tasks: list[Task], rounds: list[list[tuple[float, list]]]
                 key = (t.device, t.kind, t.layer)
                 count[key] = count.get(key, 0) + 1
                 ran[(own[key][count[key] - 1].index, t.device)] = (t.start, t.end)
+            ended: dict[int, float] = {}  # task -> when its last device finished it
+            for (index, _), (_, end) in ran.items():
+                ended[index] = max(ended.get(index, 0.0), end)
             last_end: dict[int, float] = {}  # device -> end of its previous task
             for (index, d), (start, end) in sorted(ran.items(), key=lambda kv: kv[1]):
-                ready = max((e for (i, _), (_, e) in ran.items() if i in tasks[index].deps),
-                            default=0.0)
+                ready = max((ended[i] for i in tasks[index].deps if i in ended), default=0.0)
                 if d not in last_end:
                     firsts.append(start)
                 elif ready > last_end[d]:  # it slept until another worker's task ended
