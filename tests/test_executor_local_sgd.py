@@ -178,9 +178,9 @@ def test_wball_projects_the_averaged_weights():
     executor = _executor(net, local_sgd=4)
     try:
         assert executor._constrained("fc1")
-        assert any(t.action is TaskAction.CONSTRAIN for t in executor._tasks_by_sync[
-            ReplicaSync.AVERAGE])
-        for batch in _fc_batches(4):
+        for step, batch in enumerate(_fc_batches(4), start=1):
+            constrains = any(t.action is TaskAction.CONSTRAIN for t in executor.train_tasks())
+            assert constrains == (step == 4), step  # only the averaging step's gathers
             executor.step(batch)
         assert _replicas_equal(executor, "fc1")
         unit_axis = executor.store.rules["fc1"]["W0"].unit_axis

@@ -15,9 +15,10 @@ import warnings
 from convnet.app import auto_place, launch, training
 from convnet.app.compare import run_compare
 from convnet.app.memory_fit import memory_pools, weight_sharing
-from convnet.app.option_values import async_staleness, local_sgd_period
+from convnet.app.option_values import async_staleness
 from convnet.app.options import RunOptions, resolve_options
 from convnet.app.simulation import measure_costs
+from convnet.config.values import local_sgd_period
 from convnet.errors import ConvnetError, DeviceError
 from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph

@@ -46,10 +46,11 @@ from convnet.app.compare_table import comparison_table
 from convnet.app.compare_verdict import equivalence_warnings
 from convnet.app.memory_fit import weight_sharing
 from convnet.app.options import RunOptions, resolve_options
-from convnet.app.option_values import async_staleness, local_sgd_period
+from convnet.app.option_values import async_staleness
 from convnet.app.run_folder import check_checkpoint_slot, claim_run_folder
 from convnet.app.run_log import CSV_NAME, read_log
 from convnet.app.run_summary import oversubscription_warning
+from convnet.config.values import local_sgd_period
 from convnet.errors import ConvnetError, UsageError
 from convnet.optional import require_matplotlib
 from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan

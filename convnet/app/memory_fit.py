@@ -15,10 +15,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from convnet.app.option_values import async_staleness
 from convnet.config.model import NetConfig
+from convnet.config.values import local_sgd_period
 from convnet.errors import DeviceError
 from convnet.plan.ops import Plan
 from convnet.plan.report import device_totals, human_bytes
+from convnet.runtime.tasks import local_periods
 from convnet.runtime.weights import shared_weight_layers
 
 
@@ -63,12 +66,14 @@ def host_available() -> int | None:
 
 def weight_sharing(plan: Plan, net: NetConfig, backend: str, sync: str,
                    processes: int) -> frozenset[str]:
-    """The layers whose replicas a run on ``backend`` with ``--sync sync`` and
+    """The layers whose replicas a run on ``backend`` with ``--sync sync`` (a mode) and
     ``processes`` processes gives one shared copy of the weights
-    (:func:`~convnet.runtime.weights.shared_weight_layers`), for the memory figures."""
+    (:func:`~convnet.runtime.weights.shared_weight_layers`), for the memory figures:
+    the synchronous ones (by ``sync`` or by their own ``sync=`` key)."""
     # CPU replicas share the host's memory and sum by slices (the chunked collective)
     return shared_weight_layers(plan, net, sliced_in_one_memory=lambda devices: backend == "cpu",
-                                synchronous=sync == "sync", processes=processes)
+                                synchronous=async_staleness(sync) is None, processes=processes,
+                                own_updates=local_periods(plan, net, local_sgd_period(sync)))
 
 
 def memory_pools(plan: Plan, net: NetConfig, backend: str, local=lambda device: True,

@@ -156,11 +156,6 @@ def sync_mode(text: str) -> str:
                                      f">= 0 (e.g. async:2), got '{text}'")
 
 
-def local_sgd_period(sync: str) -> int | None:
-    """The K of a :func:`sync_mode` value ``local:K``; None otherwise."""
-    return int(sync.partition(":")[2]) if sync.startswith("local:") else None
-
-
 def async_staleness(sync: str) -> int | None:
     """The S of a :func:`sync_mode` value ``async:S``; None otherwise."""
     return int(sync.partition(":")[2]) if sync.startswith("async:") else None

@@ -34,7 +34,7 @@ from convnet.app.invocation import resume_command, shown_path
 from convnet.app.log_plot import PNG_NAME as LOG_PNG
 from convnet.app.log_plot import write_log_png
 from convnet.app.memory_fit import check_memory, weight_sharing
-from convnet.app.option_values import async_staleness, local_sgd_period
+from convnet.app.option_values import async_staleness
 from convnet.app.options import Resume, RunOptions, options_for_checkpoint
 from convnet.app.resume_state import read_counters, read_state, unused_layers
 from convnet.app.run_folder import claim_run_folder
@@ -43,7 +43,7 @@ from convnet.app.run_summary import (closing_summary, oversubscription_warning, 
                                      where_text)
 from convnet.app.signals import deferred_interrupt, interrupt_requested, raise_if_stopped
 from convnet.config import infer_shapes, parse_net
-from convnet.config.values import parse_data_columns
+from convnet.config.values import local_sgd_period, parse_data_columns
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher, DataOptions, make_provider, parse_range
 from convnet.errors import (CheckpointError, ConfigError, DataError, NonFiniteDataError,
@@ -111,8 +111,20 @@ def devices_needed(net: NetConfig) -> int:
     return 1 + max((g for ldef in net for g in (ldef.gpu or ())), default=0)
 
 
+def check_layer_syncs(net: NetConfig, sync: str) -> None:
+    """Refuse ``sync=`` keys of layers under ``--sync async``: async runs the replicas
+    of the whole net apart, so no layer can keep its own mode."""
+    keyed = [ldef.name for ldef in net if ldef.params.get("sync") is not None]
+    if keyed and async_staleness(sync) is not None:
+        raise UsageError(f"--sync {sync} runs the replicas of the whole net apart, so no "
+                         f"layer can set its own mode, but the config gives sync= for "
+                         f"{', '.join(keyed)}; remove those keys, or give --sync sync or "
+                         f"local:K")
+
+
 def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan]:
     net = load_net_for(opts, provider)
+    check_layer_syncs(net, opts.sync)
     try:
         return net, launch.plan_across_ranks(net, opts.gpu, opts.mini)
     except ConfigError as error:

@@ -44,6 +44,15 @@ Files written for these projects load as those projects read them:
 `wball`: after every update each conv filter / fc output unit of that input's
 weights is rescaled to norm `wball`, as cuda-convnet2 did (not for local layers,
 whose per-module rescaling is not implemented: there only 0 is accepted).
+
+`sync`: how the replicas of a data-parallel layer stay together, overriding the
+run's `--sync` for this layer: `sync` (all-reduce the weight gradients every
+step) or `local:K` (local SGD: each replica updates from its own shards, and
+every K-th step the replicas' weights are replaced by their mean). Without the
+key a layer follows `--sync`. `async` runs the replicas of the whole net apart,
+so it is a mode of the run only: `sync=async` is an error, and so is any `sync=`
+key under `--sync async`. On a layer with one replica (one device, or a
+model-parallel layer) the key changes nothing; `--print-plan` says so.
 """
 
 

@@ -32,7 +32,7 @@ from convnet.config.location import Where
 from convnet.config.memory_rules import MemoryRule
 from convnet.config.schedules import ScheduleValue
 from convnet.config.shape_rules import ShapeRule
-from convnet.config.values import Bool, Choice, Float, Int, Unsupported
+from convnet.config.values import Bool, Choice, Float, Int, SyncMode, Unsupported
 from convnet.config.weight_shapes import WeightRule
 
 REQUIRED = object()  # Key.default of a key that must be given
@@ -151,6 +151,9 @@ _WEIGHT_PARAMS = (
     Key("momB", _MOMENTUM),
     Key("wc", _NONNEGATIVE, default=0.0, per_input=True),
     Key("updatePeriod", Int(lo=0), default=0),
+    # How the layer's replicas stay together: None follows the run's --sync
+    # (convnet.runtime.tasks.local_periods).
+    Key("sync", SyncMode(), default=None),
 )
 #: cuda-convnet2 rescaled each conv filter / fc output unit to norm wball after every
 #: update (kernels.constraints.ball_projection, applied by the executor); its local

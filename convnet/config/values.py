@@ -119,6 +119,41 @@ class Unsupported:
         return value
 
 
+_PERIOD = Int(lo=1)
+
+
+class SyncMode:
+    """A replicated layer's ``sync=``: ``sync`` (all-reduce its weight gradients every
+    step) or ``local:K`` (local SGD: average its replicas' weights every K >= 1 steps),
+    spelled as ``--sync`` spells them (any case).  ``async`` is refused: it runs the
+    replicas of the whole net apart, so it is a mode of the run only (``--sync async``).
+    """
+
+    expected = "sync or local:K (K an integer >= 1)"
+
+    def __call__(self, text: str, where: Where) -> str:
+        value = text.strip().lower()
+        kind, colon, number = value.partition(":")
+        if value == "sync":
+            return value
+        if kind == "async":
+            raise where.error(f"{quote(text)} cannot be set per layer: async runs the replicas "
+                              "of the whole net apart, so it is a mode of the whole run "
+                              "(--sync async); give sync or local:K here")
+        if kind == "local" and colon and number.isdigit():  # no sign: K is a count
+            try:
+                return f"local:{_PERIOD(number, where)}"
+            except ConfigError:
+                pass
+        raise where.error(f"expected {self.expected}, e.g. local:8, got {quote(text)}")
+
+
+def local_sgd_period(sync: str) -> int | None:
+    """The K of a sync mode written ``local:K`` (as :class:`SyncMode` or ``--sync``
+    give it); None for any other mode."""
+    return int(sync.partition(":")[2]) if sync.startswith("local:") else None
+
+
 def split_list(text: str, where: Where) -> list[str]:
     """Split a comma list, ignoring commas inside square brackets (``tanh[1,2]``)."""
     items, depth, start = [], 0, 0

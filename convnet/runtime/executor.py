@@ -23,7 +23,10 @@ results as one process running the whole plan.
 With ``local_sgd=K`` the replicated layers train by local SGD: each replica
 updates its own weights and momentum from the gradient of its own shards, and
 every K-th step the replicas' weights are replaced by their mean (see
-:class:`~convnet.runtime.tasks.ReplicaSync`).  Momentum is never averaged: each
+:class:`~convnet.runtime.tasks.ReplicaSync`).  A layer's ``sync=`` key overrides
+the run's mode for that layer (``sync``, or ``local:K`` with its own K:
+:func:`~convnet.runtime.tasks.local_periods`), so synchronous and local layers
+can train side by side; each local layer averages at the steps its K says.  Momentum is never averaged: each
 replica keeps its own, as in plain local SGD (no outer optimizer step as in
 DiLoCo).  K=1 with momentum 0 is synchronous SGD up to float rounding (the
 mean of the updated weights, not the update with the mean gradient).
@@ -56,7 +59,7 @@ from convnet.runtime.non_finite import non_finite_cost_error, non_finite_gradien
 from convnet.runtime.optimizer import MomentumSGD
 from convnet.runtime.rank_tasks import tasks_for_rank
 from convnet.runtime.slowdown import slow_down
-from convnet.runtime.tasks import ReplicaSync, Task, TaskAction, make_tasks
+from convnet.runtime.tasks import ReplicaSync, Task, TaskAction, local_periods, make_tasks
 from convnet.runtime.transfers import Transfers, accumulate
 from convnet.runtime.weights import WeightStore, assemble_state, shared_weight_layers
 from convnet.runtime.workers import DeviceWorkers
@@ -118,7 +121,8 @@ class Executor:
     then holds :class:`~convnet.runtime.cluster.RemoteDevice` stand-ins for
     the other ranks' devices); by default the run is this process alone.
     ``local_sgd``, where given, is the K of local SGD (see the module docstring);
-    None is synchronous SGD.  ``async_staleness``, where given, is the S of the
+    None is synchronous SGD; either is the default of the layers without a
+    ``sync=`` key.  ``async_staleness``, where given, is the S of the
     asynchronous exchange of the replicated layers' increments (see the module
     docstring; ``exchange_delay`` is the exchange's test hook).  ``slowdown``
     maps a device index to a factor F > 1: every task on that device then takes
@@ -139,6 +143,9 @@ class Executor:
             raise ValueError("local SGD and the asynchronous exchange exclude each other")
         if async_staleness is not None and cluster is not None and cluster.size > 1:
             raise ValueError("the asynchronous exchange runs in one process only")
+        if async_staleness is not None and any(l.params.get("sync") for l in net):
+            raise ValueError("the asynchronous exchange runs every replicated layer apart: "
+                             "no layer may set its own sync= mode")
         self.net = net
         self.plan = plan
         self.devices = devices
@@ -158,16 +165,22 @@ class Executor:
         # bounds.
         self._chunked = {devs: c if c.sharded else ChunkedAllReduce(c.devices)
                          for devs, c in self.collectives.items()}
-        self.own_updates = local_sgd is not None or async_staleness is not None
+        # layer -> K of the replicated layers that train by local SGD
+        self.local_periods = local_periods(plan, net, local_sgd) if async_staleness is None \
+            else {}
+        # The replicated layers whose replicas update from their own gradients.
+        self.own_updates = frozenset(op.layer for op in plan.ops if isinstance(op, AllReduce)
+                                     and (async_staleness is not None
+                                          or op.layer in self.local_periods))
         self.store = WeightStore(net, plan, devices, self.layers, seed, self.collectives,
-                                 self.cluster.is_local,
-                                 momentum_sliced=not self.own_updates,
+                                 self.cluster.is_local, own_updates=self.own_updates,
                                  shared=shared_weight_layers(
                                      plan, net, sliced_in_one_memory=lambda devs: (
                                          all(devices[d].kind == "cpu" for d in devs)
                                          and self.collectives[devs].sharded),
-                                     synchronous=not self.own_updates,
-                                     processes=self.cluster.size))
+                                     synchronous=async_staleness is None,
+                                     processes=self.cluster.size,
+                                     own_updates=self.own_updates))
         self.exchange = None
         if async_staleness is not None:
             replicated = {op.layer: op.replica_devices for op in plan.ops
@@ -179,9 +192,11 @@ class Executor:
             self._added: dict[tuple[str, int], int] = {}  # (layer, replica) -> step added
         self.optimizer = MomentumSGD()
         self.transfers = Transfers(self.cluster.comm, net, devices, self.store, self._collective)
-        self._tasks_by_sync = {sync: self._rank_tasks(make_tasks(plan.ops, self._sharded,
-                                                               self._constrained, sync))
-                             for sync in self._syncs(local_sgd, async_staleness)}
+        # Training steps' task lists by what they do with each replicated layer (made
+        # when a step first needs one: local layers with different K average at
+        # different steps).
+        self._tasks_by_sync: dict[tuple, list[Task]] = {}
+        self.train_tasks()  # the first step's, so that a plan it cannot run fails here
         self._eval_tasks = self._rank_tasks(make_tasks(
             [op for op in plan.ops if isinstance(op, FORWARD_OPS)], self._sharded))
         self._actions = {  # the method that carries out each task action
@@ -209,15 +224,6 @@ class Executor:
         self.timings: list[OpTiming] | None = None
         self.memory = None  # a runtime.memory.MemoryMeter, sampled after every task when set
 
-    @staticmethod
-    def _syncs(local_sgd, async_staleness) -> tuple[ReplicaSync, ...]:
-        """What the training steps may do with the replicated layers' weights."""
-        if async_staleness is not None:
-            return (ReplicaSync.ASYNC,)
-        if local_sgd is not None:
-            return (ReplicaSync.LOCAL, ReplicaSync.AVERAGE)
-        return (ReplicaSync.ALL_REDUCE,)
-
     def _constrained(self, layer: str) -> bool:
         """Whether ``layer``'s weights are rescaled after each update (``wball``)."""
         return any(rule.ball for rule in self.store.rules.get(layer, {}).values())
@@ -242,18 +248,23 @@ class Executor:
         """The collective that moves slices of ``layer``'s weight state."""
         return self._chunked[self.plan.layers[layer].devices]
 
-    def replica_sync(self) -> ReplicaSync:
-        """What the next training step does with the replicated layers' weights."""
+    def replica_syncs(self) -> dict[str, ReplicaSync]:
+        """What the next training step does with each replicated layer's weights (the
+        layers left out all-reduce their gradients)."""
         if self.exchange is not None:
-            return ReplicaSync.ASYNC
-        if self.local_sgd is None:
-            return ReplicaSync.ALL_REDUCE
-        return (ReplicaSync.AVERAGE if (self.step_count + 1) % self.local_sgd == 0
-                else ReplicaSync.LOCAL)
+            return dict.fromkeys(self.own_updates, ReplicaSync.ASYNC)
+        return {layer: ReplicaSync.AVERAGE if (self.step_count + 1) % period == 0
+                else ReplicaSync.LOCAL for layer, period in self.local_periods.items()}
 
     def train_tasks(self) -> list[Task]:
         """The tasks of the next training step (this process's share)."""
-        return self._tasks_by_sync[self.replica_sync()]
+        syncs = self.replica_syncs()
+        key = tuple(sorted((layer, sync.value) for layer, sync in syncs.items()))
+        tasks = self._tasks_by_sync.get(key)
+        if tasks is None:
+            tasks = self._tasks_by_sync[key] = self._rank_tasks(
+                make_tasks(self.plan.ops, self._sharded, self._constrained, syncs))
+        return tasks
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Weights and momentum of every layer, on the host, for checkpoints.
@@ -575,7 +586,7 @@ class Executor:
         u = placement.update_period
         first = (op.pass_index - u + 1) * self.plan.rmin
         last = (op.pass_index + 1) * self.plan.rmin
-        if not self.own_updates:
+        if op.layer not in self.own_updates:
             num_cases = buffers.bounds[last - 1][1] - buffers.bounds[first][0]
         else:
             num_cases = sum(buffers.bounds[s][1] - buffers.bounds[s][0]

@@ -23,8 +23,10 @@ the other ranks' backward passes of that layer, a ``gather`` for their
 is current on slice r only (see :meth:`convnet.runtime.weights.WeightStore.state_arrays`).
 Collectives that cannot be split (NCCL) stay one task with a barrier.
 
-Local SGD (:class:`ReplicaSync`) changes only the replicated layers' weight
-state: on a ``LOCAL`` step their all-reduce is left out and each replica runs
+Local SGD (:class:`ReplicaSync`) changes only the weight state of the replicated
+layers it applies to (every one under ``--sync local:K``, or those whose ``sync=``
+key says ``local:K``, each with its own K: :func:`local_periods`; the others keep
+their all-reduce): on a ``LOCAL`` step their all-reduce is left out and each replica runs
 its whole update with its own gradient; on an ``AVERAGE`` step the same local
 updates are followed, per rank r, by an ``average`` task (slice r of the
 weights, summed over the replicas in replica order and divided by R, written
@@ -55,9 +57,12 @@ from and its :class:`TaskAction`, which the executor looks up to run it;
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from convnet.plan.ops import AllReduce, Backward, Copy, Forward, GradCopy, Load, Op, Update
+from convnet.config.model import NetConfig
+from convnet.config.values import local_sgd_period
+from convnet.plan.ops import AllReduce, Backward, Copy, Forward, GradCopy, Load, Op, Plan, Update
 
 
 class TaskAction(enum.Enum):
@@ -121,6 +126,29 @@ class ReplicaSync(enum.Enum):
     ASYNC = "async"
 
 
+def local_periods(plan: Plan, net: NetConfig, local_sgd: int | None) -> dict[str, int]:
+    """The K of every replicated layer that trains by local SGD, in plan order: the
+    layer's own ``sync=`` key where it has one (``local:K``, or ``sync`` to keep its
+    all-reduce), else the run's ``local_sgd`` (``--sync local:K``; None: sync).  The
+    replicated layers left out all-reduce their gradients every step."""
+    periods: dict[str, int] = {}
+    for op in plan.ops:
+        if isinstance(op, AllReduce):
+            mode = net[op.layer].params.get("sync")
+            period = local_sgd if mode is None else local_sgd_period(mode)
+            if period is not None:
+                periods[op.layer] = period
+    return periods
+
+
+def exchanges_per_step(plan: Plan, periods: Mapping[str, int]) -> float:
+    """How many replica exchanges a training step does on average: a gradient
+    all-reduce per plan :class:`AllReduce` of a synchronous layer, a weight average
+    every K-th step per one of a layer with local period K (``periods``, see
+    :func:`local_periods`)."""
+    return sum(1 / periods.get(op.layer, 1) for op in plan.ops if isinstance(op, AllReduce))
+
+
 @dataclass(frozen=True)
 class Task:
     """One worker's unit of work; ``index`` is its position in the task list."""
@@ -165,7 +193,8 @@ class Task:
 
 
 def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False,
-               sync: ReplicaSync = ReplicaSync.ALL_REDUCE) -> list[Task]:
+               sync: ReplicaSync | Mapping[str, ReplicaSync] = ReplicaSync.ALL_REDUCE
+               ) -> list[Task]:
     """Tasks for ``ops`` (a plan's operations, or a subset in plan order).
 
     ``sharded(op)`` says whether an :class:`AllReduce` is split into slices.
@@ -174,7 +203,9 @@ def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False,
     ``CONSTRAIN`` task after all the ranks' gathers, since the rescaling needs whole
     weight arrays and must not change a slice another rank has yet to gather.
     ``sync`` says what happens to a replicated layer's weights (see the module
-    docstring): with anything but ``ALL_REDUCE`` no :class:`AllReduce` runs.
+    docstring), for every layer or per layer (a mapping; a layer not in it:
+    ``ALL_REDUCE``): with anything but ``ALL_REDUCE`` the layer's
+    :class:`AllReduce` does not run.
     Dependencies on operations not in ``ops`` are dropped, like the workers do.
     """
     tasks: list[Task] = []
@@ -183,6 +214,8 @@ def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False,
     slices: dict[tuple[str, int], list[tuple[Update, int]]] = {}
     waiting: set[int] = set()  # sharded updates whose gather tasks are not made yet
     replica_counts: dict[tuple[str, int], int] = {}  # local SGD: (layer, pass) -> R
+    sync_of = ((lambda layer: sync.get(layer, ReplicaSync.ALL_REDUCE))
+               if isinstance(sync, Mapping) else (lambda layer: sync))
 
     def deps_of(op: Op) -> tuple[int, ...]:
         if any(d in waiting for d in op.deps):  # the planner emits a layer's updates together
@@ -208,11 +241,11 @@ def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False,
                     add(update, TaskAction.CONSTRAIN, gathers, update.device))
 
     for op in _pulls_late(ops):
-        key = (op.layer, op.pass_index)
-        if isinstance(op, AllReduce) and sync is not ReplicaSync.ALL_REDUCE:
+        key, mode = (op.layer, op.pass_index), sync_of(op.layer)
+        if isinstance(op, AllReduce) and mode is not ReplicaSync.ALL_REDUCE:
             replica_counts[key] = len(op.replica_devices)
             finished_by[op.index] = []
-        elif isinstance(op, Update) and sync is ReplicaSync.AVERAGE and key in replica_counts:
+        elif isinstance(op, Update) and mode is ReplicaSync.AVERAGE and key in replica_counts:
             group = slices.setdefault(key, [])
             group.append((op, add(op, TaskAction.UPDATE, deps_of(op))))
             finished_by[op.index] = []  # filled by the gather tasks
@@ -254,4 +287,5 @@ def _pulls_late(ops: list[Op]) -> list[Op]:
     return out
 
 
-__all__ = ["ReplicaSync", "Task", "TaskAction", "make_tasks"]
+__all__ = ["ReplicaSync", "Task", "TaskAction", "exchanges_per_step", "local_periods",
+           "make_tasks"]

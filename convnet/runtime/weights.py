@@ -7,7 +7,7 @@ with a sharded update, gathers the slices the others updated with it; the
 momentum of replica r is then current on its own slice only, and
 :meth:`WeightStore.state_arrays` assembles it from the owners).  Under local
 SGD the replicas drift apart between averaging steps and each keeps whole
-momentum of its own (``momentum_sliced=False``); a checkpoint then holds
+momentum of its own (the ``own_updates`` layers); a checkpoint then holds
 replica 0's weights and momentum, which resuming puts onto every replica.
 
 Replicas in one address space (CPU logical devices of one process) can share
@@ -23,6 +23,7 @@ copies; the memory of the layer's weights and momentum is that of one replica.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Collection
 
 import numpy as np
 
@@ -33,11 +34,13 @@ from convnet.runtime.learning_rules import LearningRule, learning_rules
 
 
 def shared_weight_layers(plan: Plan, net: NetConfig, *, sliced_in_one_memory,
-                         synchronous: bool, processes: int) -> frozenset[str]:
+                         synchronous: bool, processes: int,
+                         own_updates: Collection[str] = ()) -> frozenset[str]:
     """The replicated layers whose replicas share one copy of the weights and momentum.
 
     Those whose replicas would hold the same weights anyway (``synchronous``
-    SGD: local SGD and async give each replica its own update; no ``wball``
+    SGD, and not one of the ``own_updates`` layers: local SGD, of the run or of
+    the layer, and async give each replica its own update; no ``wball``
     projection, which needs whole arrays on every rank) and can share it:
     ``sliced_in_one_memory(replica_devices)`` says that the replicas read one
     another's memory (CPU devices of a run of one process) and that their
@@ -51,7 +54,7 @@ def shared_weight_layers(plan: Plan, net: NetConfig, *, sliced_in_one_memory,
         return frozenset()
     return frozenset(
         op.layer for op in plan.ops if isinstance(op, AllReduce)
-        and sliced_in_one_memory(op.replica_devices)
+        and op.layer not in own_updates and sliced_in_one_memory(op.replica_devices)
         and not any(rule.ball for rule in learning_rules(net[op.layer]).values()))
 
 
@@ -63,7 +66,8 @@ class WeightStore:
 
     ``collectives`` maps a replica set's devices to its all-reduce; the store
     reads it to assemble momentum that a sharded update spread over the replicas
-    (unless ``momentum_sliced`` is False: every replica's momentum is whole).
+    (except in the ``own_updates`` layers, whose replicas each update their whole
+    weights and momentum from their own gradients: local SGD or async).
 
     In a multi-process run ``local(device)`` says which devices are this
     process's: the replicas on the others are ``None`` here, and the state
@@ -76,10 +80,11 @@ class WeightStore:
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, layers: dict, seed: int,
-                 collectives: dict, local=lambda device: True, momentum_sliced: bool = True,
+                 collectives: dict, local=lambda device: True,
+                 own_updates: frozenset[str] = frozenset(),
                  shared: frozenset[str] = frozenset()):
         self.plan = plan
-        self.momentum_sliced = momentum_sliced
+        self.own_updates = frozenset(own_updates)
         self.shared = frozenset(shared)
         self.devices = devices
         self.collectives = collectives
@@ -122,7 +127,7 @@ class WeightStore:
         for name in self.weights:
             devs = self.plan.layers[name].devices
             collective = self.collectives.get(devs)
-            sharded = (self.momentum_sliced and name not in self.shared
+            sharded = (name not in self.own_updates and name not in self.shared
                        and collective is not None and collective.sharded)
             for replica, d in enumerate(devs):
                 if not self.local(d):
