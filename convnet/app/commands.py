@@ -28,6 +28,7 @@ from convnet.plan.report import human_bytes
 from convnet.plan.report import plan_summary, plan_text
 from convnet.runtime.async_replicas import async_replica_devices
 from convnet.runtime.backends import choose_backend
+from convnet.runtime.tasks import exchanges_per_step, local_periods
 from convnet.simulate.report import simulation_summary, simulation_text
 
 
@@ -71,7 +72,8 @@ def print_plan(opts: RunOptions) -> int:
     if opts.print_plan == "json":
         summary = plan_summary(plan, net, shared)
         summary["sync"] = opts.sync
-        note = sync_text(opts.sync, plan, cluster.size)
+        summary["layer_sync"] = layer_syncs(opts.sync, plan, net)
+        note = sync_text(opts.sync, plan, net, cluster.size)
         if note is not None:
             summary["sync_note"] = note
         summary["memory"] = [pool.as_json() for pool in pools]
@@ -85,7 +87,7 @@ def print_plan(opts: RunOptions) -> int:
               ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
         print(plan_text(plan, net, shared))
-    note = sync_text(opts.sync, plan, cluster.size)
+    note = sync_text(opts.sync, plan, net, cluster.size)
     if opts.print_plan != "json" and note is not None:
         print("\n" + note)
     if sim is not None and opts.print_plan != "json":
@@ -99,19 +101,50 @@ def print_plan(opts: RunOptions) -> int:
     return 0
 
 
-def sync_text(sync: str, plan, processes: int = 1) -> str | None:
-    """The line --print-plan adds under --sync local:K or async:S: which layers it
-    changes, and how (in a run of ``processes`` processes); None under --sync sync."""
-    if sync == "sync":
+def layer_syncs(sync: str, plan, net) -> dict[str, str]:
+    """Each replicated layer's mode under ``--sync sync`` (its ``sync=`` key, else
+    ``sync``), in plan order: ``sync``, ``local:K`` or ``async:S``."""
+    periods = local_periods(plan, net, local_sgd_period(sync))
+    return {name: (f"local:{periods[name]}" if name in periods else
+                   sync if sync.startswith("async:") else "sync")
+            for name, p in plan.layers.items() if p.replicas > 1 and p.param_count}
+
+
+def sync_text(sync: str, plan, net, processes: int = 1) -> str | None:
+    """The line --print-plan adds under --sync local:K or async:S, or where layers set
+    their own ``sync=``: which layers it changes, and how (in a run of ``processes``
+    processes), with the replica exchanges per minibatch under sync and local SGD;
+    None under --sync sync without ``sync=`` keys."""
+    keyed = [ldef.name for ldef in net if ldef.params.get("sync") is not None]
+    if sync == "sync" and not keyed:
         return None
-    replicated = [p.name for p in plan.layers.values() if p.replicas > 1 and p.param_count]
+    modes = layer_syncs(sync, plan, net)
+    replicated = list(modes)
     if not replicated:
-        return f"Sync: {sync} changes nothing here: no layer with weights is replicated."
-    period, staleness = local_sgd_period(sync), async_staleness(sync)
-    if period is not None:
-        return (f"Sync: local SGD: the replicated layers ({', '.join(replicated)}) update from "
-                f"their own shards and average their weights every {period} step(s); not "
-                f"bitwise reproducible against --sync sync.")
+        given = "the sync= keys" if sync == "sync" else f"--sync {sync}"
+        return f"Sync: {given} change nothing here: no layer with weights is replicated."
+    staleness = async_staleness(sync)
+    if staleness is None:
+        periods = local_periods(plan, net, local_sgd_period(sync))
+        if not keyed:
+            text = (f"Sync: local SGD: the replicated layers ({', '.join(replicated)}) update "
+                    f"from their own shards and average their weights every "
+                    f"{local_sgd_period(sync)} step(s)")
+        else:
+            text = (f"Sync: per layer (its sync= key, else --sync {sync}): "
+                    + ", ".join(f"{name} {mode}" for name, mode in modes.items())
+                    + "; a local:K layer updates from its own shards and averages its "
+                      "weights every K steps, a sync layer all-reduces its gradients every "
+                      "step")
+            idle = [name for name in keyed if name not in modes]
+            if idle:
+                text += (f"; sync= changes nothing on {', '.join(idle)} (one replica: "
+                         f"nothing to keep together)")
+        if periods:
+            text += "; not bitwise reproducible against --sync sync"
+        return (f"{text}. All-reduces per minibatch (of gradients, or of weights when "
+                f"averaging): {exchanges_per_step(plan, periods):.3g} "
+                f"({exchanges_per_step(plan, {}):.3g} under --sync sync).")
     if async_replica_devices(plan) is None:
         return (f"Sync: async:{staleness} in a {plan.scheme} plan: the steps stay lockstep "
                 f"(the other layers keep their schedule); the replicated layers "

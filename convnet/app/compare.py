@@ -58,6 +58,7 @@ from convnet.plan.report import DeviceTotals, device_totals
 from convnet.plan.time_split import CATEGORIES, CATEGORY, DeviceTime
 from convnet.runtime.async_replicas import async_replica_devices
 from convnet.runtime.backends import choose_backend
+from convnet.runtime.tasks import local_periods
 
 #: Profiled training steps after training (after one warm-up step).
 PROFILE_STEPS = 10
@@ -86,6 +87,8 @@ class ConfigResult:
     totals: list[DeviceTotals]
     log_path: Path
     sync: str = "sync"  # the run's --sync mode
+    # layer -> K of the replicated layers under local SGD (--sync local:K or their sync= key)
+    local_periods: dict[str, int] = field(default_factory=dict)
     log_rows: list[dict] = field(default_factory=list)
     profile_cases: int = 0
     step_seconds: list[float] = field(default_factory=list)
@@ -128,18 +131,18 @@ class ConfigResult:
     @property
     def allreduce_bytes(self) -> int:
         """Bytes each device sends in ring all-reduces, summed over devices, per minibatch
-        (the planner's figure: 2(R-1)/R of the gradient per device); under ``local:K``
-        the weight average every K-th step moves as much, so 1/K of it per minibatch;
-        under ``async`` none (its replicas send increments: :attr:`increment_bytes`)."""
+        (the planner's figure: 2(R-1)/R of the gradient per device); for a layer under
+        ``local:K`` the weight average every K-th step moves as much, so 1/K of it per
+        minibatch; under ``async`` none (its replicas send increments:
+        :attr:`increment_bytes`)."""
         if self.is_async:
             return 0
         total = 0
         for op in self.plan.ops:
             if isinstance(op, AllReduce):
                 r = len(op.replica_devices)
-                total += r * (2 * (r - 1) * op.nbytes // r)
-        period = local_sgd_period(self.sync)
-        return total // period if period else total
+                total += r * (2 * (r - 1) * op.nbytes // r) // self.local_periods.get(op.layer, 1)
+        return total
 
     @property
     def weight_bytes(self) -> int:
@@ -312,7 +315,8 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     results = [ConfigResult(name=name, layer_def=o.layer_def, layer_params=o.layer_params,
                             plan=plan, totals=device_totals(plan, net, weight_sharing(
                                 plan, net, choose_backend(o.backend), o.sync, processes=1)),
-                            log_path=o.save_path / CSV_NAME, sync=o.sync)
+                            log_path=o.save_path / CSV_NAME, sync=o.sync,
+                            local_periods=local_periods(plan, net, local_sgd_period(o.sync)))
                for name, o, (net, plan) in zip(names, options, planned)]
     if save_root is not None:  # before any training: no run may fail at its own turn
         for o in options:
