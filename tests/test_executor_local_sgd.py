@@ -4,7 +4,11 @@ Between averaging steps each replica updates from its own shards' gradient;
 every K-th step the replicas' weights become their mean.  It must stay
 deterministic (both walks bitwise equal), keep the replicas apart exactly
 between averages and together right after them, and with K=1, no momentum and
-equal shards train like synchronous SGD up to float rounding.
+equal shards train like synchronous SGD up to float rounding.  A layer's
+``sync=`` key sets its own mode (``sync`` or ``local:K``): a net keyed layer by
+layer trains as the run's mode would, bit for bit, and a mixed net keeps its
+synchronous layers together every step while its local layers average at their
+own steps.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from convnet.plan.ops import AllReduce
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
-from convnet.runtime.tasks import ReplicaSync, TaskAction, make_tasks
+from convnet.runtime.tasks import ReplicaSync, TaskAction, exchanges_per_step, make_tasks
 from plan_helpers import SMALL_HYBRID, fc_net
 from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
@@ -74,11 +78,38 @@ def _replicas_equal(executor, name) -> bool:
     return all(np.array_equal(r[k], replicas[0][k]) for r in replicas[1:] for k in r)
 
 
-@pytest.mark.parametrize("spec", [DATA_PARALLEL, SMALL_HYBRID], ids=["data", "hybrid"])
-def test_parallel_walk_is_bitwise_the_sequential_walk(spec):
+def _keyed(net, modes: dict[str, str]):
+    """``net`` with the ``sync=`` key of each named layer set to its mode."""
+    for name, mode in modes.items():
+        net[name].params["sync"] = mode
+    return net
+
+
+def _trained_state(net, local_sgd, batches, parallel=True) -> dict:
+    executor = _executor(net, local_sgd, parallel=parallel)
+    try:
+        for batch in batches:
+            executor.step(batch)
+        return _replica_state(executor)
+    finally:
+        executor.close()
+
+
+def _assert_states_equal(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for key in want:
+        assert np.array_equal(got[key], want[key]), key
+
+
+@pytest.mark.parametrize("spec, keys", [
+    (DATA_PARALLEL, {}), (SMALL_HYBRID, {}),
+    (DATA_PARALLEL, {"fc1": "sync", "fc2": "local:3"}),
+    (SMALL_HYBRID, {"fc1": "local:2"}),
+], ids=["data", "hybrid", "data-mixed", "hybrid-keyed"])
+def test_parallel_walk_is_bitwise_the_sequential_walk(spec, keys):
     states = []
     for parallel in (True, False):
-        executor = _executor(fc_net(spec), local_sgd=4, parallel=parallel)
+        executor = _executor(_keyed(fc_net(spec), keys), local_sgd=4, parallel=parallel)
         try:
             for batch in _fc_batches(6):
                 executor.step(batch)
@@ -189,3 +220,121 @@ def test_wball_projects_the_averaged_weights():
         np.testing.assert_allclose(np.sqrt((w * w).sum(axis=other)), 0.5, rtol=1e-6)
     finally:
         executor.close()
+
+
+def _weight_layers(net, layer_type=None) -> list[str]:
+    return [l.name for l in net if l.has_weights and layer_type in (None, l.type)]
+
+
+@pytest.mark.parametrize("case", ["data", "hybrid", "conv"])
+def test_a_sync_key_on_every_layer_trains_as_the_run_mode_bit_for_bit(tmp_path, case):
+    """sync=local:3 on every weight layer is --sync local:3, and sync=sync on every
+    one under --sync local:3 is --sync sync (a model-parallel layer's key changes
+    nothing: it has one replica)."""
+    def make():
+        return (_conv_net(tmp_path) if case == "conv"
+                else fc_net(DATA_PARALLEL if case == "data" else SMALL_HYBRID))
+    batches = (_conv_batches if case == "conv" else _fc_batches)(7)
+    everything = _weight_layers(make())
+    local = _trained_state(make(), 3, batches)
+    _assert_states_equal(_trained_state(_keyed(make(), dict.fromkeys(everything, "local:3")),
+                                        None, batches), local)
+    synced = _trained_state(make(), None, batches)
+    _assert_states_equal(_trained_state(_keyed(make(), dict.fromkeys(everything, "sync")),
+                                        3, batches), synced)
+    assert any(not np.array_equal(local[k], synced[k]) for k in synced)
+
+
+def _mixed_net(tmp_path, momentum=True, fc_mode="local:4"):
+    """The scaled data-parallel imagenet net with its convolutions synchronous (the
+    run's default) and its fc layers under ``fc_mode``; conv2 has ``wball`` so that its
+    replicas keep a copy each (the others share one)."""
+    net = _keyed(_conv_net(tmp_path, momentum), dict.fromkeys(
+        _weight_layers(_conv_net(tmp_path), "fc"), fc_mode))
+    net["conv2"].params["wball"] = [2.0]
+    return net
+
+
+def test_a_mixed_net_keeps_sync_layers_together_and_local_layers_apart_between_averages(
+        tmp_path):
+    net = _mixed_net(tmp_path)
+    convs, fcs = _weight_layers(net, "conv"), _weight_layers(net, "fc")
+    executor = _executor(net, local_sgd=None)
+    try:
+        assert executor.local_periods == dict.fromkeys(fcs, 4)
+        assert executor.store.shared == set(convs) - {"conv2"}  # sync layers still share
+        for step, batch in enumerate(_conv_batches(9), start=1):
+            executor.step(batch)
+            for name in convs:
+                assert _replicas_equal(executor, name), (step, name)
+            for name in fcs:
+                assert _replicas_equal(executor, name) == (step % 4 == 0), (step, name)
+        for name in fcs:  # each replica keeps its own momentum
+            momentum = executor.store.momentum[name]
+            assert not all(np.array_equal(momentum[1][k], momentum[0][k]) for k in momentum[0])
+    finally:
+        executor.close()
+
+
+def test_the_all_reduces_of_each_step_are_those_the_plan_counts(tmp_path):
+    """Per step: a gradient all-reduce for every sync layer, a weight average for every
+    local layer whose K divides the step number; on average what --print-plan says."""
+    net = _keyed(_mixed_net(tmp_path), {"fc1000": "local:2"})
+    executor = _executor(net, local_sgd=None)
+    try:
+        convs = set(_weight_layers(net, "conv"))
+        counts = []
+        for step in range(8):
+            executor.step_count = step  # the task list depends on the step number only
+            tasks = executor.train_tasks()
+            reduced = {(t.layer, t.op.pass_index) for t in tasks
+                       if t.action in (TaskAction.REDUCE_SLICE, TaskAction.ALL_REDUCE)}
+            averaged = {(t.layer, t.op.pass_index) for t in tasks
+                        if t.action is TaskAction.AVERAGE_SLICE}
+            assert {layer for layer, _ in reduced} == convs
+            assert {layer for layer, _ in averaged} == {
+                layer for layer, k in executor.local_periods.items() if (step + 1) % k == 0}
+            counts.append(len(reduced) + len(averaged))
+        assert counts == [5, 6, 5, 8, 5, 6, 5, 8]
+        assert sum(counts) / len(counts) == exchanges_per_step(executor.plan,
+                                                               executor.local_periods)
+    finally:
+        executor.close()
+
+
+def test_a_resume_where_every_layer_has_just_averaged_trains_on_bit_for_bit(tmp_path):
+    """Without momentum a checkpoint taken right after a step where every local layer
+    averaged (a multiple of every K) holds the whole state, so the resumed run, which
+    averages each layer at its own steps again, ends bitwise where the uninterrupted
+    one does.  (Elsewhere a resume is close, not bitwise: the checkpoint holds replica
+    0 only, docs/DESIGN.md.)"""
+    net = _keyed(_mixed_net(tmp_path, momentum=False), {"fc1000": "local:2"})
+    batches = _conv_batches(8)
+    whole = _executor(net, local_sgd=None)
+    first, second = _executor(net, local_sgd=None), _executor(net, local_sgd=None)
+    try:
+        for batch in batches:
+            whole.step(batch)
+        for batch in batches[:4]:
+            first.step(batch)
+        second.load_state_arrays(first.state_arrays())
+        second.step_count = first.step_count
+        for batch in batches[4:]:
+            second.step(batch)
+        _assert_states_equal(second.state_arrays(), whole.state_arrays())
+        # (a sharded update leaves replica r's momentum current on slice r only: compare
+        # every replica's weights, and the momentum as a checkpoint assembles it)
+        _assert_states_equal({k: v for k, v in _replica_state(second).items()
+                              if k[0] == "weights"},
+                             {k: v for k, v in _replica_state(whole).items()
+                              if k[0] == "weights"})
+    finally:
+        for executor in (whole, first, second):
+            executor.close()
+
+
+def test_a_layer_sync_key_is_refused_under_the_asynchronous_exchange():
+    net = _keyed(fc_net(SMALL_HYBRID), {"fc1": "local:2"})
+    with pytest.raises(ValueError, match="no layer may set its own sync= mode"):
+        Executor(net, make_plan(net, GPUS, MINI), make_devices(GPUS, "cpu"),
+                 async_staleness=1)
