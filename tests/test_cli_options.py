@@ -128,6 +128,41 @@ def test_print_plan_says_what_local_sgd_changes(capsys):
     assert "Sync:" not in capsys.readouterr().out
 
 
+PER_LAYER = ["--layer-def", "examples/digits-data.cfg", "--layer-params",
+             "examples/digits-local-fc-params.cfg", "--gpu", "0,1"]
+
+
+def test_print_plan_shows_each_replicated_layers_sync_key_and_the_all_reduces(capsys):
+    """The example keeps the convolutions synchronous and averages the three fc layers
+    every 8 steps: 2 + 3/8 all-reduces per minibatch instead of 5."""
+    assert main(["--print-plan", *PER_LAYER]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Sync:")]
+    assert len(lines) == 1
+    assert ("per layer (its sync= key, else --sync sync): conv1 sync, conv2 sync, fca local:8, "
+            "fcb local:8, fc10 local:8" in lines[0])
+    assert "All-reduces per minibatch (of gradients, or of weights when averaging): 2.38 " \
+           "(5 under --sync sync)." in lines[0]
+    assert main(["--print-plan=json", *PER_LAYER, "--sync", "local:2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["layer_sync"] == {"conv1": "local:2", "conv2": "local:2", "fca": "local:8",
+                                     "fcb": "local:8", "fc10": "local:8"}
+    assert "All-reduces per minibatch (of gradients, or of weights when averaging): 1.38 " \
+           in summary["sync_note"]
+
+
+def test_print_plan_says_a_sync_key_without_replicas_changes_nothing(capsys):
+    one_device = ["--layer-def", "examples/digits-single.cfg"] + PER_LAYER[2:4]
+    assert main(["--print-plan", *one_device]) == 0
+    assert ("Sync: the sync= keys change nothing here: no layer with weights is replicated."
+            in capsys.readouterr().out.splitlines())
+
+
+def test_layer_sync_keys_are_refused_under_async(capsys):
+    assert_clean_error(call(capsys, "--print-plan", *PER_LAYER, "--sync", "async:2"), 2,
+                       "--sync async:2 runs the replicas of the whole net apart",
+                       "sync= for fca, fcb, fc10")
+
+
 def test_spellings_of_sync_modes():
     parse = build_parser().parse_args
     assert parse(["--sync", "async"]).sync == [f"async:{DEFAULT_STALENESS}"]

@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convnet.config import NeuronSpec, load_net
+from convnet.config.location import Where
+from convnet.config.values import INT_MAX, SyncMode, local_sgd_period
 from convnet.errors import ConfigError
 from tests.config_helpers import (REFERENCE_NAMES, reference_dims, reference_pair,
                                   write_pair)
@@ -258,3 +260,38 @@ def test_generated_nets_round_trip(tmp_path, generated):
             assert layer.attrs["modulesX"] == shape[1]
         if layer.type == "neuron":
             assert isinstance(layer.neuron, NeuronSpec)
+
+
+_SYNC_WHERE = Where("params.cfg", "fc", "sync", 3)
+
+
+def _spelled_sync():
+    """Valid spellings of a layer's sync= value, with the mode they mean."""
+    local = st.builds(lambda word, k, zeros: (f"{word}:{'0' * zeros}{k}", f"local:{k}"),
+                      st.sampled_from(["local", "LOCAL", "Local"]),
+                      st.integers(1, INT_MAX), st.integers(0, 2))
+    sync = st.sampled_from([("sync", "sync"), ("SYNC", "sync"), (" Sync ", "sync")])
+    return st.one_of(local, sync)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(_spelled_sync(), st.text(max_size=14).map(lambda t: (t, None)),
+                 st.integers(-3, 3).map(lambda k: (f"local:{k}", None)),
+                 st.sampled_from(["async", "async:0", "ASYNC:4"]).map(lambda t: (t, None))))
+def test_a_layer_sync_value_is_its_mode_or_an_error_naming_the_line(case):
+    """Any text is either a mode, spelled as --sync spells it (converting it again gives
+    it back), or a ConfigError naming the file, section, key and line; async never
+    passes."""
+    text, meant = case
+    convert = SyncMode()
+    try:
+        got = convert(text, _SYNC_WHERE)
+    except ConfigError as error:
+        assert meant is None, text
+        assert (error.file, error.section, error.key) == ("params.cfg", "fc", "sync")
+        assert str(error).count("line 3:") == 1
+        return
+    assert meant is None or got == meant, text
+    assert got == "sync" or local_sgd_period(got) >= 1
+    assert not text.strip().lower().startswith("async")
+    assert convert(got, _SYNC_WHERE) == got

@@ -10,6 +10,7 @@ all-reduce run in replica order in both, so every array must be bitwise equal.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -23,10 +24,12 @@ PROGRAM = ROOT / "tests" / "mpi_programs" / "train_steps.py"
 pytestmark = needs_mpi
 
 
-def _assert_processes_train_as_one(tmp_path, name, ranks, gpus, local_sgd=None) -> dict:
-    """Train ``name`` on ``ranks`` processes of ``gpus`` each and in one process on all of
-    them: the same costs and bitwise the same arrays.  Returns the one-process arrays."""
-    scaled_config(name, tmp_path)
+def _assert_processes_train_as_one(tmp_path, name, ranks, gpus, local_sgd=None,
+                                   params_edit=None) -> dict:
+    """Train ``name`` (its layer-params text rewritten by ``params_edit``) on ``ranks``
+    processes of ``gpus`` each and in one process on all of them: the same costs and
+    bitwise the same arrays.  Returns the one-process arrays."""
+    scaled_config(name, tmp_path, params_edit)
     out = tmp_path / "mpi.npz"
     extra = [] if local_sgd is None else [str(local_sgd)]
     done = run_mpi(ranks, [str(PROGRAM), name, ",".join(map(str, gpus)), str(tmp_path),
@@ -64,3 +67,17 @@ def test_local_sgd_across_processes_is_local_sgd_in_one(tmp_path, name, ranks, g
     synced = train_steps.run_alone(name, tmp_path, gpus * ranks)
     assert any(not np.array_equal(want[k], synced[k]) for k in want
                if k.startswith("weights/"))  # local SGD did train otherwise
+
+
+def test_a_mixed_net_across_processes_is_the_mixed_net_in_one(tmp_path):
+    """Convolutions synchronous, fc layers local:2 by their sync= keys: the gradient
+    slices of the ones and the weight slices of the others' average cross processes."""
+    def fc_local(text):
+        return re.sub(r"^(\[fc\w+\])$", r"\1\nsync=local:2", text, flags=re.M)
+    want = _assert_processes_train_as_one(tmp_path, "imagenet-2gpu-data", 2, (0,),
+                                          params_edit=fc_local)
+    scaled_config("imagenet-2gpu-data", tmp_path)  # the same net without the keys
+    for local_sgd in (None, 2):  # the keys made it train otherwise than either mode
+        other = train_steps.run_alone("imagenet-2gpu-data", tmp_path, (0, 1), local_sgd)
+        assert any(not np.array_equal(want[k], other[k]) for k in want
+                   if k.startswith("weights/")), local_sgd
