@@ -3,6 +3,7 @@
     python bench/bench_sync.py --part digits   [--seeds 0 1 2] [--epochs 10] [--slow 3]
     python bench/bench_sync.py --part digits4  [--seeds 0 1 2] [--epochs 10]
     python bench/bench_sync.py --part digits-mpi [--seeds 0 1 2] [--epochs 10] [--slow 3]
+    python bench/bench_sync.py --part digits-layers [--seeds 0 1 2] [--epochs 10] [--slow 3]
     python bench/bench_sync.py --part cifar    [--seeds 0] [--epochs 3] [--slow 3]
                                [--conditions normal slowed] [--json FILE]
 
@@ -32,6 +33,12 @@ Parts:
   each (``mpiexec -n 2 ... --gpu 0``, the mpich wheel's ``mpiexec`` beside this
   Python), with sync, local:4 and async (S = 4), each normally and with rank 1's
   device (logical device 1) made ``--slow`` times slower.
+* ``digits-layers``: the ``digits`` part's net with sync, local:8, and
+  ``conv-sync+fc-local:8``: ``--sync sync`` with
+  ``examples/digits-local-fc-params.cfg``, whose ``sync=local:8`` keys make the
+  three fc layers average every 8 steps while the convolutions all-reduce
+  every step.  Its all-reduces are counted per layer (5 weight layers: sync
+  does 5 per step), as ``--print-plan`` counts them.
 * ``cifar``: cuda-convnet2's CIFAR-10 reference net (``layers-cifar10-11pct.cfg``,
   its ``gpu=0`` lines made ``gpu=0,1``: data parallel on two devices) on dummy
   3x32x32 data, 4 training batches of 256 cases and a test batch of 256, with
@@ -131,6 +138,23 @@ def _time_to(rows, target: float) -> float | None:
     return next((t for t, err in rows if err <= target + 1e-12), None)
 
 
+def _layer_all_reduces(args: list[str], steps: int) -> int:
+    """All-reduces of a run's replicated layers in ``steps`` steps, each layer's counted
+    (its gradients every step, or its weights every K-th step under local:K): what
+    ``--print-plan`` counts per minibatch, times the steps."""
+    from convnet.app.cli import build_parser
+    from convnet.app.options import resolve_options
+    from convnet.app.training import build_net_and_plan
+    from convnet.config.values import local_sgd_period
+    from convnet.plan.ops import AllReduce
+    from convnet.runtime.tasks import local_periods
+
+    opts = resolve_options(build_parser().parse_args(args))
+    net, plan = build_net_and_plan(opts)
+    periods = local_periods(plan, net, local_sgd_period(opts.sync))
+    return sum(steps // periods.get(op.layer, 1) for op in plan.ops if isinstance(op, AllReduce))
+
+
 def _all_reduces(mode: str, steps: int) -> int:
     if mode == "sync":
         return steps
@@ -145,15 +169,21 @@ def _median(values):
 
 
 def run_part(name: str, base: list[str], modes: list[str], seeds: list[int],
-             conditions: list[tuple[str, list[str]]], work: Path, processes: int = 1) -> dict:
-    """Every mode under every condition for every seed, the modes taking turns."""
+             conditions: list[tuple[str, list[str]]], work: Path, processes: int = 1,
+             mode_args: dict[str, list[str]] | None = None) -> dict:
+    """Every mode under every condition for every seed, the modes taking turns.
+    ``mode_args`` gives a mode's own arguments (default ``--sync MODE``); with it the
+    all-reduces are counted per layer (:func:`_layer_all_reduces`)."""
     results: dict = {}
-    steps = _steps(base, processes)
+    args_of = {mode: (mode_args or {}).get(mode, ["--sync", mode]) for mode in modes}
+    steps = _steps(base + args_of[modes[0]], processes)
+    all_reduces = ({mode: _layer_all_reduces(base + args_of[mode], steps) for mode in modes}
+                   if mode_args else {mode: _all_reduces(mode, steps) for mode in modes})
     for seed in seeds:
         for cond, extra in conditions:
             for mode in modes:
                 folder = work / f"{name}-{cond}-{mode.replace(':', '')}-{seed}"
-                run = _run([*base, *extra, "--sync", mode, "--seed", str(seed)], folder,
+                run = _run([*base, *extra, *args_of[mode], "--seed", str(seed)], folder,
                            processes)
                 results.setdefault((cond, mode), []).append(run)
                 print(f"  {name} {cond:<7} {mode:<9} seed {seed}: test error "
@@ -178,8 +208,8 @@ def run_part(name: str, base: list[str], modes: list[str], seeds: list[int],
                 "reach_sync_error_median": _median(reach),
                 "reach_vs_sync_wall": _median(reach_ratio),
                 "reached": sum(t is not None for t in reach),
-                "all_reduces": _all_reduces(mode, steps),
-                "all_reduces_saved": steps - _all_reduces(mode, steps),
+                "all_reduces": all_reduces[mode],
+                "all_reduces_saved": all_reduces[modes[0]] - all_reduces[mode],
                 "diverged": sum(r["diverged"] for r in runs),
                 "not_learned": sum(r["not_learned"] for r in runs),
             })
@@ -204,7 +234,8 @@ def print_table(title: str, table: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("digits", "digits4", "digits-mpi", "cifar"),
+    parser.add_argument("--part", choices=("digits", "digits4", "digits-mpi", "digits-layers",
+                                           "cifar"),
                         required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--epochs", type=int, default=None)
@@ -227,6 +258,19 @@ def main() -> int:
             table = run_part("digits", base, ["sync", "local:4", "local:16", "async"],
                              args.seeds or [0, 1, 2], conditions, work)
             title = "digits, 2 devices"
+        elif args.part == "digits-layers":
+            base = ["--layer-def", str(EXAMPLES / "digits-data.cfg"), "--gpu", "0,1",
+                    "--epochs", str(args.epochs or 10)]
+            params = ["--layer-params", str(EXAMPLES / "digits-params.cfg")]
+            table = run_part("digits-layers", base, ["sync", "local:8", "conv-sync+fc-local:8"],
+                             args.seeds or [0, 1, 2], conditions, work, mode_args={
+                                 "sync": [*params, "--sync", "sync"],
+                                 "local:8": [*params, "--sync", "local:8"],
+                                 "conv-sync+fc-local:8": [
+                                     "--layer-params",
+                                     str(EXAMPLES / "digits-local-fc-params.cfg"),
+                                     "--sync", "sync"]})
+            title = "digits, 2 devices, per-layer sync keys (all-reduces per layer)"
         elif args.part == "digits-mpi":
             base = ["--layer-def", str(EXAMPLES / "digits-data.cfg"), "--layer-params",
                     str(EXAMPLES / "digits-params.cfg"), "--gpu", "0",

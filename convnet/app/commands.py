@@ -102,8 +102,9 @@ def print_plan(opts: RunOptions) -> int:
 
 
 def layer_syncs(sync: str, plan, net) -> dict[str, str]:
-    """Each replicated layer's mode under ``--sync sync`` (its ``sync=`` key, else
-    ``sync``), in plan order: ``sync``, ``local:K`` or ``async:S``."""
+    """Each replicated layer's mode in a run of ``--sync`` ``sync`` (the layer's
+    ``sync=`` key, else the run's mode), in plan order: ``sync``, ``local:K`` or
+    ``async:S``."""
     periods = local_periods(plan, net, local_sgd_period(sync))
     return {name: (f"local:{periods[name]}" if name in periods else
                    sync if sync.startswith("async:") else "sync")
@@ -131,11 +132,14 @@ def sync_text(sync: str, plan, net, processes: int = 1) -> str | None:
                     f"from their own shards and average their weights every "
                     f"{local_sgd_period(sync)} step(s)")
         else:
+            kinds = [what for present, what in (
+                (periods, "a local:K layer updates from its own shards and averages its "
+                          "weights every K steps"),
+                (len(periods) < len(modes), "a sync layer all-reduces its gradients every "
+                                            "step")) if present]
             text = (f"Sync: per layer (its sync= key, else --sync {sync}): "
                     + ", ".join(f"{name} {mode}" for name, mode in modes.items())
-                    + "; a local:K layer updates from its own shards and averages its "
-                      "weights every K steps, a sync layer all-reduces its gradients every "
-                      "step")
+                    + "; " + ", ".join(kinds))
             idle = [name for name in keyed if name not in modes]
             if idle:
                 text += (f"; sync= changes nothing on {', '.join(idle)} (one replica: "
