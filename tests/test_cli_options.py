@@ -150,6 +150,12 @@ def test_print_plan_shows_each_replicated_layers_sync_key_and_the_all_reduces(ca
            in summary["sync_note"]
 
 
+def test_simulate_predicts_the_keyed_net_synchronous(capsys):
+    """--simulate profiles synchronous steps: the sync= keys are left out of its profile."""
+    assert main(["--print-plan", "--simulate", *PER_LAYER]) == 0
+    assert "predicted step" in capsys.readouterr().out
+
+
 def test_print_plan_says_a_sync_key_without_replicas_changes_nothing(capsys):
     one_device = ["--layer-def", "examples/digits-single.cfg"] + PER_LAYER[2:4]
     assert main(["--print-plan", *one_device]) == 0

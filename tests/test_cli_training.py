@@ -227,6 +227,24 @@ def test_local_sgd_trains_saves_and_resumes(dummy_run, tmp_path):
     assert not np.array_equal(b["weights/conv1/W0"], synced["weights/conv1/W0"])
 
 
+def test_layer_sync_keys_train_save_and_resume(tmp_path):
+    """The example's fc layers average every 8 steps by their sync= keys while the
+    convolutions all-reduce: it trains, resumes from its checkpoint, and trains
+    otherwise than the same net without the keys."""
+    data_parallel = [*DUMMY, "--layer-def", EXAMPLES / "digits-data.cfg", "--gpu", "0,1"]
+    keyed, plain = tmp_path / "keyed", tmp_path / "plain"
+    ok(run_cli(*data_parallel, "--layer-params", EXAMPLES / "digits-local-fc-params.cfg",
+               "--epochs", "1", "--save-path", keyed))
+    proc = ok(run_cli("--load-file", keyed, "--epochs", "2"))
+    assert "final test error" in proc.stdout
+    a, meta = checkpoint_arrays(keyed / "checkpoint.npz")
+    assert meta["options"]["sync"] == "sync" and meta["counters"]["epoch"] == 2
+    ok(run_cli(*data_parallel, "--layer-params", EXAMPLES / "digits-params.cfg",
+               "--epochs", "2", "--save-path", plain))
+    b, _ = checkpoint_arrays(plain / "checkpoint.npz")
+    assert not np.array_equal(a["weights/fca/W0"], b["weights/fca/W0"])
+
+
 def test_logreg_name_and_features_after_training(dummy_run, tmp_path):
     folder, _ = dummy_run
     proc = ok(run_cli("--load-file", folder, "--test-only", "--logreg-name", "logprob"))

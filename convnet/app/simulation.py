@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from convnet.app import launch, training
 from convnet.app.options import RunOptions
-from convnet.config.model import NetConfig, on_one_device
+from convnet.config.model import NetConfig, all_synchronous, on_one_device
 from convnet.errors import PlanError
 from convnet.plan.placements import Candidate, placed_layers
 from convnet.plan.planner import make_plan
@@ -62,7 +62,7 @@ def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate") 
     multi-process run."""
     launch.require_one_process(option)
     batch = first_minibatch(opts)
-    single, plan, gpus = profiled_plan(opts, net, len(batch[0]))
+    single, plan, gpus = profiled_plan(opts, all_synchronous(net), len(batch[0]))
     one = replace(opts, sequential=True, gpu=gpus, sync="sync")
     host = measure_host()
     cpu = choose_backend(opts.backend) == "cpu"

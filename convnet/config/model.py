@@ -164,3 +164,13 @@ def on_one_device(net: NetConfig) -> NetConfig:
                       params={k: v for k, v in ldef.params.items() if k != "updatePeriod"})
               for name, ldef in net.layers.items()}
     return replace(net, layers=layers)
+
+
+def all_synchronous(net: NetConfig) -> NetConfig:
+    """``net`` without the layers' ``sync=`` keys: every replicated layer all-reduces its
+    gradients every step, as under ``--sync sync`` alone.  What ``--simulate`` profiles
+    (it predicts synchronous steps)."""
+    layers = {name: replace(ldef, params={**ldef.params, "sync": None})
+              if ldef.params.get("sync") is not None else ldef
+              for name, ldef in net.layers.items()}
+    return replace(net, layers=layers)
