@@ -100,6 +100,11 @@ def _params(section, key, fragment, *pairs, suggestion=None, **kw) -> Case:
                 layer_params=edit(PARAMS, *pairs), **kw)
 
 
+def _sync(value, fragment, layer="fc") -> Case:
+    """A ``sync=value`` line in ``layer``'s layer-params section."""
+    return _params(layer, "sync", fragment, (f"[{layer}]\n", f"[{layer}]\nsync={value}\n"))
+
+
 CASES = {
     # Names: typos get the nearest valid word.
     "key_typo": _def("conv1", "filterSzie", "not a key of conv", ("filterSize=3", "filterSzie=3"),
@@ -172,18 +177,16 @@ CASES = {
     "wball": _params("conv1", "wball", ">= 0", ("[conv1]\n", "[conv1]\nwball=-0.1\n")),
     "update_period": _params("conv1", "updatePeriod", ">= 0",
                              ("[conv1]\n", "[conv1]\nupdatePeriod=-1\n")),
-    "sync_zero": _params("fc", "sync", "local:K (K an integer >= 1), e.g. local:8, got "
-                         "'local:0'", ("[fc]\n", "[fc]\nsync=local:0\n")),
-    "sync_not_int": _params("fc", "sync", "got 'local:x'", ("[fc]\n", "[fc]\nsync=local:x\n")),
-    "sync_signed": _params("fc", "sync", "got 'local:+4'", ("[fc]\n", "[fc]\nsync=local:+4\n")),
-    "sync_no_period": _params("fc", "sync", "got 'local'", ("[fc]\n", "[fc]\nsync=local\n")),
-    "sync_async": _params("fc", "sync", "mode of the whole run (--sync async)",
-                          ("[fc]\n", "[fc]\nsync=async\n")),
-    "sync_async_bound": _params("conv1", "sync", "'async:2' cannot be set per layer",
-                                ("[conv1]\n", "[conv1]\nsync=async:2\n")),
+    "sync_zero": _sync("local:0", "local:K (K an integer >= 1), e.g. local:8, got 'local:0'"),
+    "sync_not_int": _sync("local:x", "got 'local:x'"),
+    "sync_signed": _sync("local:+4", "got 'local:+4'"),
+    "sync_no_period": _sync("local", "got 'local'"),
+    "sync_async": _sync("async", "mode of the whole run (--sync async)"),
+    "sync_async_bound": _sync("async:2", "'async:2' cannot be set per layer", layer="conv1"),
     "sync_on_pool": _params("pool1", "sync", "take no layer-params keys",
                             ("[drop]", "[pool1]\nsync=sync\n[drop]")),
-    "sync_in_def": _def("fc", "sync", "expected sync or local:K", ("outputs=10", "outputs=10\nsync=lcoal:4")),
+    "sync_in_def": _def("fc", "sync", "expected sync or local:K",
+                        ("outputs=10", "outputs=10\nsync=lcoal:4")),
     "schedule_typo": _params("conv1", "epsW", "unknown learning-rate schedule",
                              ("epsW=0.01", "epsW=dexpp[base=0.01;tgtFactor=10;numSteps=2]"),
                              suggestion="dexp"),

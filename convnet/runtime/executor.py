@@ -26,9 +26,9 @@ every K-th step the replicas' weights are replaced by their mean (see
 :class:`~convnet.runtime.tasks.ReplicaSync`).  A layer's ``sync=`` key overrides
 the run's mode for that layer (``sync``, or ``local:K`` with its own K:
 :func:`~convnet.runtime.tasks.local_periods`), so synchronous and local layers
-can train side by side; each local layer averages at the steps its K says.  Momentum is never averaged: each
-replica keeps its own, as in plain local SGD (no outer optimizer step as in
-DiLoCo).  K=1 with momentum 0 is synchronous SGD up to float rounding (the
+can train side by side; each local layer averages at the steps its K says.
+Momentum is never averaged: each replica keeps its own, as in plain local SGD
+(no outer optimizer step as in DiLoCo).  K=1 with momentum 0 is synchronous SGD up to float rounding (the
 mean of the updated weights, not the update with the mean gradient).
 
 With ``async_staleness=S`` (a hybrid net under ``--sync async:S``) the steps
