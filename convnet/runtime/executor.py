@@ -150,7 +150,6 @@ class Executor:
         self.plan = plan
         self.devices = devices
         self.cluster = cluster if cluster is not None else single_process(len(devices))
-        self.local_sgd = local_sgd
         self.slowdown = dict(slowdown or {})
         self.seed = seed
         self.step_count = 0
