@@ -25,6 +25,13 @@ PyTorch drawing its own dropout masks, a changed norm constant).  The report giv
 the counts per tensor and in total for the engine, for PyTorch float32, and between
 the two, and the engine's largest difference.
 
+Winograd: the engine computes stride-1 3x3 and 5x5 convolutions by Winograd's
+algorithm on CPU devices, whose float32 rounding is about ten times a direct
+convolution's, so more ties switch than in PyTorch's float32 step.  The check of
+the net therefore runs the engine with direct convolutions (``--no-winograd``), and
+:func:`same_net` adds the counts of the same step with the Winograd convolutions the
+benchmarks time, next to the direct step's.
+
 Dropout: every step gets the engine's own masks for the step (a function of seed,
 step, layer and case, :func:`convnet.layers.dropout.keep_mask`), so the check covers
 dropout with the same units dropped everywhere.
@@ -183,15 +190,28 @@ def torch_step(torch, net, weights: dict, batch: list, dtype) -> tuple[float, di
     return float(loss.detach()), updates
 
 
-def one_step(torch, net, gpus: tuple, batch: list) -> Agreement:
-    """One training step of the engine (on ``gpus``, the reference walk), of the
-    PyTorch net in float32 and of the PyTorch net in float64, from the engine's
-    initial weights, compared (see the module docstring)."""
+def winograd_layers(net) -> list[str]:
+    """The conv layers the engine computes by Winograd's algorithm on CPU devices."""
+    from convnet.kernels.conv import conv_layout
+
+    return [ldef.name for ldef in net if ldef.type == "conv" and conv_layout(
+        ldef.attrs["filters"], ldef.attrs["modulesX"], ldef.attrs["filterSize"],
+        ldef.attrs["padding"], ldef.attrs["stride"], ldef.attrs["channels"],
+        ldef.attrs["groups"]) == "winograd"]
+
+
+def one_step(torch, net, gpus: tuple, batch: list, winograd: bool = True) -> Agreement:
+    """One training step of the engine (on ``gpus``, the reference walk; with or
+    without its Winograd convolutions), of the PyTorch net in float32 and of the
+    PyTorch net in float64, from the engine's initial weights, compared (see the
+    module docstring)."""
+    from convnet.kernels import conv
     from convnet.plan.planner import make_plan
     from convnet.runtime.devices import make_devices
     from convnet.runtime.executor import Executor
 
     mini = batch[0].shape[0]
+    default, conv.WINOGRAD = conv.WINOGRAD, winograd
     ex = Executor(net, make_plan(net, tuple(gpus), mini), make_devices(tuple(gpus), "cpu"),
                   seed=0, parallel=False)
     try:
@@ -201,9 +221,33 @@ def one_step(torch, net, gpus: tuple, batch: list) -> Agreement:
         after = ex.state_arrays()
     finally:
         ex.close()
+        conv.WINOGRAD = default
     torch_cost, torch32 = torch_step(torch, net, initial, batch, np.float32)
     exact_cost, exact = torch_step(torch, net, initial, batch, np.float64)
     result = Agreement(engine_cost, torch_cost, exact_cost)
     for key, truth in exact.items():
         result.tensors.append(compare(key, after[f"momentum/{key}"], torch32[key], truth))
     return result
+
+
+def same_net(torch, net, gpus: tuple, batch: list) -> dict:
+    """The check of the net (direct convolutions, :func:`one_step`'s verdict) and, where
+    the engine uses Winograd convolutions, the same step with them: its counts against
+    the direct step's show what their larger float32 rounding does to one step.  JSON:
+    the check's, plus ``winograd`` (text, absent without Winograd layers)."""
+    direct = one_step(torch, net, gpus, batch, winograd=False)
+    report = direct.as_json()
+    layers = winograd_layers(net)
+    if layers:
+        fast = one_step(torch, net, gpus, batch, winograd=True)
+        worst = max(fast.tensors, key=lambda t: t.worst_rel)
+        report["winograd"] = (
+            f"with the Winograd convolutions the timed runs use ({', '.join(layers)}): cost "
+            f"{fast.engine_cost:.6f}, off the float64 cost by {fast.cost_rel:.1e}; "
+            f"{fast.total('engine_off'):,} weight-update elements off the float64 step "
+            f"(direct convolutions: {direct.total('engine_off'):,}, PyTorch float32: "
+            f"{direct.total('torch_off'):,}); largest difference {worst.worst_rel:.1e} of its "
+            f"tensor's largest element ({worst.key}).  Winograd's float32 rounding (about "
+            f"1e-5 of a conv output's scale, 1e-6 direct) puts more relu and max-pool ties "
+            f"on the other side")
+    return report

@@ -26,7 +26,9 @@ engine, on the devices it is timed on, PyTorch and PyTorch in float64 (the refer
 start from the engine's initial weights and take one step on the same minibatch,
 PyTorch with the engine's dropout masks; the costs and every element of every weight
 update are compared, and the engine passes when it is as close to the float64 step
-as PyTorch float32 is.
+as PyTorch float32 is.  The engine takes this step with direct convolutions; a second
+line gives the same counts with the Winograd convolutions it is timed with (their
+float32 rounding is larger, see ``bench/agreement.py``).
 
 Speed: every configuration runs in its own process; they take turns (``--rounds``
 rounds of ``--steps`` steps after a warm-up round, ``bench/harness.py``).  img/s =
@@ -106,11 +108,11 @@ def check_worker(args) -> None:
 
     torch.set_num_threads(args.torch_threads)
     net = load(args.net, args.size)
-    result = agreement.one_step(torch, net, NETS[args.net], make_batch(args.mini, args.size, 1))
+    result = agreement.same_net(torch, net, NETS[args.net], make_batch(args.mini, args.size, 1))
     weights = agreement.initial_weights(net, NETS[args.net], args.mini)
     np.savez(args.weights, **{f"{layer}/{k}": v for layer, ws in weights.items()
                               for k, v in ws.items()})
-    harness.reply({"ready": True, "check": result.as_json()})
+    harness.reply({"ready": True, "check": result})
 
 
 def engine_worker(args) -> None:
@@ -265,6 +267,8 @@ def main(argv=None) -> int:
                 check.close()
                 print(f"  imagenet-{name} --gpu {','.join(map(str, NETS[name]))}: "
                       f"{check.hello['check']['text']}")
+                if "winograd" in check.hello["check"]:
+                    print(f"    {check.hello['check']['winograd']}")
                 key = signature(net)
                 if key not in by_signature:
                     label = f"PyTorch {name}"

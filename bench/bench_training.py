@@ -44,7 +44,9 @@ initial weights and take one step on the same minibatch, and so does PyTorch in
 float64 as the referee; it prints the costs and how many elements of the weight
 updates are off the float64 step for the engine and for PyTorch float32 (relu and
 max-pool switches within rounding put a few off in both; a different computation,
-almost all), and passes when the engine is as close as PyTorch float32.
+almost all), and passes when the engine is as close as PyTorch float32.  The
+engine takes this step with direct convolutions, and a second line gives the counts
+with the Winograd convolutions it is timed with (``bench/agreement.py``).
 
 Every configuration runs in its own process (so that thread settings and the
 allocator of one do not affect the others; ``bench/harness.py``), and the processes take turns:
@@ -188,12 +190,12 @@ def torch_worker(args) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         net = load(1, args.size, Path(tmp))
-    check = agreement.one_step(torch, net, (0,), make_batch(args.mini, args.size, seed=1))
+    check = agreement.same_net(torch, net, (0,), make_batch(args.mini, args.size, seed=1))
     tnet = torch_net.build(torch, net, agreement.initial_weights(net, (0,), args.mini))
     step = tnet.trainer(torch, *make_batch(args.mini, args.size))
     for _ in range(2):
         step()
-    harness.reply({"ready": True, "check": check.as_json(), "threads": torch.get_num_threads(),
+    harness.reply({"ready": True, "check": check, "threads": torch.get_num_threads(),
                    "version": torch.__version__})
     harness.serve(step, extra=lambda: {"torch_gemm": torch_gemm_gflops(torch)})
 
@@ -323,6 +325,8 @@ def main(argv=None) -> int:
         workers.append(tw)
         print(f"PyTorch {tw.hello['version']}, {tw.hello['threads']} threads.  Same net check "
               f"(one step from the engine's weights): {tw.hello['check']['text']}")
+        if "winograd" in tw.hello["check"]:
+            print(f"  {tw.hello['check']['winograd']}")
         peaks[0]["torch"] = tw.ask("extra")["torch_gemm"]
         if args.torch_keep_freed:
             workers.append(Worker("PyTorch keep-freed", ["--worker", "torch", "--keep-freed"]

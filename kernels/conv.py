@@ -55,9 +55,10 @@ from __future__ import annotations
 import math
 import threading
 
-from . import array_module, array_module_name, kernel
+from . import array_module, array_module_name, kernel, winograd
 
-LAYOUT: str | None = None  # None: choose per layer; "nchw", "chwn" or "cases": force (tests)
+LAYOUT: str | None = None  # None: choose per layer; "nchw", "chwn", "cases", "winograd": force (tests)
+WINOGRAD = True  # False: no Winograd unless LAYOUT forces it (--no-winograd: direct conv rounding)
 
 _SCRATCH = threading.local()
 _SCRATCH_LIMIT = 256 << 20  # bytes: larger temporaries are not kept between calls
@@ -91,14 +92,44 @@ def _scratch(xp, name: str, shape, dtype, zero: bool = False):
 CASES_MIN_PIXELS = 512  # output maps at least this large take the ``cases`` layout
 
 
-def conv_layout(k: int, filters: int, modules: int) -> str:
+def conv_layout(filters: int, modules: int, filter_sizes, paddings, strides, channels,
+                groups) -> str:
     """The column order of a conv layer (see the module docstring); public because what
-    a conv layer keeps for its backward pass, and so the memory estimate, depends on it."""
-    if LAYOUT is not None:
+    a conv layer keeps for its backward pass, and so the memory estimate, depends on it.
+
+    ``LAYOUT = "winograd"`` forces Winograd wherever its geometry allows it (else the
+    choice below is made as if it were unset); the other values force their layout."""
+    if LAYOUT == "winograd" and _winograd_geometry(modules, filter_sizes, paddings, strides):
+        return "winograd"
+    if LAYOUT not in (None, "winograd"):
         return LAYOUT
+    if LAYOUT is None and WINOGRAD and _winograd_pays(filters, modules, filter_sizes, paddings, strides,
+                                         channels, groups):
+        return "winograd"
     if modules * modules >= CASES_MIN_PIXELS:
         return "cases"
+    k = sum(c // g * fs * fs for c, g, fs in zip(channels, groups, filter_sizes))
     return "chwn" if k >= 4 * filters else "nchw"
+
+
+def _winograd_geometry(modules, filter_sizes, paddings, strides) -> bool:
+    """Stride 1, one filter size r for all inputs with a Winograd tile for it, and
+    paddings of at most r - 1 (the input gradient is then a stride-1 conv too)."""
+    r = filter_sizes[0]
+    return (all(s == 1 for s in strides) and all(fs == r for fs in filter_sizes)
+            and r >= 2 and winograd.output_tile(modules, r) > 0
+            and all(p <= r - 1 for p in paddings))
+
+
+def _winograd_pays(filters, modules, filter_sizes, paddings, strides, channels, groups) -> bool:
+    """Winograd where it cuts the multiply-adds by :data:`winograd.MIN_GAIN` and the
+    GEMMs per tile position are not thin (filters and channels per group at least
+    :data:`winograd.MIN_CHANNELS`)."""
+    if not _winograd_geometry(modules, filter_sizes, paddings, strides) or filter_sizes[0] < 3:
+        return False
+    thin = min(min(c // g for c, g in zip(channels, groups)),
+               min(filters // g for g in groups)) < winograd.MIN_CHANNELS
+    return not thin and winograd.gain(modules, filter_sizes[0]) >= winograd.MIN_GAIN
 
 
 def out_size(img_size: int, filter_size: int, padding: int, stride: int) -> int:
@@ -224,7 +255,9 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
     xp = array_module(xs[0])
     filters = ws[0].shape[0]
     geom = _ConvGeometry(filter_sizes, paddings, strides, channels, groups, img_sizes, modules)
-    layout = conv_layout(sum(w[0].size for w in ws), filters, modules)
+    layout = geom.layout(filters)
+    if layout == "winograd":
+        return _conv_forward_winograd(xp, xs, ws, b, geom)
     if layout == "cases":
         return _conv_forward_cases(xp, xs, ws, b, geom)
     if layout == "chwn":
@@ -246,8 +279,10 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
     if cache is not None:
         layout, saved = cache
     else:
-        layout = conv_layout(sum(w[0].size for w in ws), filters, modules)
+        layout = geom.layout(filters)
         saved = None
+    if layout == "winograd":
+        return _conv_backward_winograd(xp, gy, xs, ws, need_dx, geom, shared_biases)
     if layout == "cases":
         return _conv_backward_cases(xp, gy, xs, ws, need_dx, geom, shared_biases)
     if layout == "chwn":
@@ -265,6 +300,10 @@ class _ConvGeometry:
 
     def span(self, i: int) -> int:
         return _pad_span(self.modules, self.fs[i], self.stride[i])
+
+    def layout(self, filters: int) -> str:
+        return conv_layout(filters, self.modules, self.fs, self.pad, self.stride,
+                           self.channels, self.groups)
 
 
 # ------------------------------------------------------- conv, nchw columns
@@ -728,6 +767,163 @@ def _conv_backward_cases(xp, gy, xs, ws, need_dx, geom, shared_biases):
         dxs.append(_conv_dx_nchw(xp, gt_full.reshape(filters, n * p), wms[i], geom, i,
                                  n).reshape(x.shape))
     return dxs, [xp.ascontiguousarray(dwt.T).reshape(w.shape) for dwt, w in zip(dwts, ws)], db
+
+
+# ------------------------------------------------------------ conv, Winograd
+
+def _transform(xp, matrix, src, out) -> None:
+    """``out[b, p] = sum_q matrix[p][q] * src[b, q]`` over the arrays' axis 1 (axis 0 is a
+    batch): one GEMM per batch entry with the small matrix on the left.  ``src`` may be
+    any strided view; it is copied into a contiguous scratch buffer first (one pass over
+    memory, which the GEMM then reads once: sums of strided slices would read each
+    slice once per non-zero coefficient)."""
+    mat = xp.asarray(matrix, dtype=out.dtype)
+    if not src.flags.c_contiguous:
+        src = xp.ascontiguousarray(src)
+    batch, q, p = src.shape[0], src.shape[1], out.shape[1]
+    xp.matmul(mat, src.reshape(batch, q, -1), out=out.reshape(batch, p, -1))
+
+
+def _winograd_input(xp, x, pad: int, r: int, m: int, t: int, bt):
+    """``B^T d B`` of every input tile: (a*a, C, T*T*N), tile (ty, tx) of case n
+    starting at pixel (ty*m, tx*m) of the zero-padded input.  Rows first, on whole
+    padded rows (each input row enters a/m tiles), then the columns of those."""
+    n, c = x.shape[0], x.shape[1]
+    a = m + r - 1
+    side = t * m + r - 1
+    xpad = _padded_chwn_buffer(xp, x, pad, side, None)
+    sc, sy, sx, sn = xpad.strides
+    row_windows = _as_strided(xp, xpad, (1, a, c, t, side, n), (0, sy, sc, m * sy, sx, sn))
+    rows = xp.empty((a, c, t, side, n), x.dtype)
+    _transform(xp, bt, row_windows, rows[None])
+    sa, sc, sy, sx, sn = rows.strides
+    col_windows = _as_strided(xp, rows, (a, a, c, t, t, n), (sa, sx, sc, sy, m * sx, sn))
+    v = xp.empty((a, a, c, t, t, n), x.dtype)
+    _transform(xp, bt, col_windows, v)
+    return v.reshape(a * a, c, t * t * n)
+
+
+def _winograd_weights(xp, w, m: int, flip: bool = False):
+    """``G w G^T`` per filter and channel, (a*a, F, C/groups): one GEMM of the
+    (a*a, r*r) Kronecker product ``G (x) G`` with the filters' r*r weights.  ``flip``
+    transforms the filters rotated by 180 degrees (for the input gradient)."""
+    f, c, r = w.shape[0], w.shape[1], w.shape[2]
+    kron = winograd.kronecker(m, r, flip)
+    a2 = len(kron)
+    u = xp.matmul(xp.asarray(kron, dtype=w.dtype), w.reshape(f * c, r * r).T)
+    return u.reshape(a2, f, c)
+
+
+def _winograd_output(xp, acc, at, m: int, modules: int, dtype):
+    """``A^T M A`` of every tile's products (a, a, F, T, T, N) -> (N, F, M, M)."""
+    a, filters, t, n = acc.shape[0], acc.shape[2], acc.shape[3], acc.shape[5]
+    rows = xp.empty((m, a, filters, t, t, n), dtype)
+    _transform(xp, at, acc[None], rows[None])
+    blocks = xp.empty((m, m, filters, t, t, n), dtype)
+    _transform(xp, at, rows, blocks)
+    whole = blocks.transpose(5, 2, 3, 0, 4, 1)   # (N, F, ty, i, tx, k)
+    y = xp.empty((n, filters, modules, modules), dtype=dtype)
+    if modules == t * m:
+        y.reshape(n, filters, t, m, t, m)[...] = whole
+    else:
+        full = xp.empty((n, filters, t, m, t, m), dtype)
+        full[...] = whole
+        y[...] = full.reshape(n, filters, t * m, t * m)[:, :, :modules, :modules]
+    return y
+
+
+def _winograd_conv(xp, images, us, pads, groups, modules: int, r: int):
+    """Sum over inputs of the stride-1 conv of ``images[i]`` (N, C, H, H) with the
+    filters whose transforms are ``us[i]`` (a*a, F, C/groups; F(m, r) with m =
+    ``winograd.output_tile(modules, r)``), without bias: per input and group, one
+    batched GEMM over the a*a tile positions, (F_g, C_g) @ (C_g, T*T*N)."""
+    m = winograd.output_tile(modules, r)
+    at, _, bt = winograd.transforms(m, r)
+    a, t = m + r - 1, winograd.tiles(modules, m)
+    n, filters, dtype = images[0].shape[0], us[0].shape[1], images[0].dtype
+    acc = xp.empty((a * a, filters, t * t * n), dtype)
+    for i, (x, u) in enumerate(zip(images, us)):
+        v = _winograd_input(xp, x, pads[i], r, m, t, bt)
+        fg, cg = filters // groups[i], u.shape[2]
+        for gi in range(groups[i]):
+            f0, c0 = gi * fg, gi * cg
+            product = xp.matmul(u[:, f0:f0 + fg], v[:, c0:c0 + cg],
+                                out=None if i else acc[:, f0:f0 + fg])
+            if i:
+                acc[:, f0:f0 + fg] += product
+    return _winograd_output(xp, acc.reshape(a, a, filters, t, t, n), at, m, modules, dtype)
+
+
+def _conv_forward_winograd(xp, xs, ws, b, geom):
+    """Stride-1 conv by Winograd's minimal filtering (:mod:`convnet.kernels.winograd`).
+    Nothing is kept for the backward pass, which transforms the input again."""
+    images = [_as_image(x, geom.channels[i], geom.img[i]) for i, x in enumerate(xs)]
+    r, m = geom.fs[0], winograd.output_tile(geom.modules, geom.fs[0])
+    us = [_winograd_weights(xp, w, m) for w in ws]
+    y = _winograd_conv(xp, images, us, geom.pad, geom.groups, geom.modules, r)
+    filters, m = y.shape[1], geom.modules
+    y += b.reshape(1, filters, 1, 1) if b.ndim == 1 else b.reshape(1, filters, m, m)
+    return y, ("winograd", None)
+
+
+def _winograd_output_gradient(xp, g4, at, m: int, t: int):
+    """``A dY A^T`` of every m x m block of the output gradient (zeros past the map):
+    (a*a, F, T*T*N), the transpose of :func:`_winograd_output`."""
+    n, filters = g4.shape[0], g4.shape[1]
+    a = len(at[0])
+    a_mat = tuple(zip(*at))  # A (a, m)
+    gpad = _padded_chwn_buffer(xp, g4, 0, t * m, None)
+    sf, sy, sx, sn = gpad.strides
+    row_blocks = _as_strided(xp, gpad, (1, m, filters, t, t * m, n), (0, sy, sf, m * sy, sx, sn))
+    rows = xp.empty((a, filters, t, t * m, n), g4.dtype)
+    _transform(xp, a_mat, row_blocks, rows[None])
+    sa, sf, sy, sx, sn = rows.strides
+    col_blocks = _as_strided(xp, rows, (a, m, filters, t, t, n), (sa, sx, sf, sy, m * sx, sn))
+    gt = xp.empty((a, a, filters, t, t, n), g4.dtype)
+    _transform(xp, a_mat, col_blocks, gt)
+    return gt.reshape(a * a, filters, t * t * n)
+
+
+def _conv_backward_winograd(xp, gy, xs, ws, need_dx, geom, shared_biases):
+    """Backward of :func:`_conv_forward_winograd`.
+
+    Weight gradients are the exact transpose of the forward algorithm: with V the
+    transformed input tiles and ``A dY A^T`` the transformed output-gradient blocks,
+    ``dU = (A dY A^T) @ V^T`` per tile position (a GEMM over all tiles and cases) and
+    ``dW = G^T dU G``.  Input gradients are the stride-1 conv of the output gradient
+    with the flipped, transposed filters (padding r - 1 - p), by Winograd again.
+    """
+    n, filters, m_out = gy.shape[0], ws[0].shape[0], geom.modules
+    g4 = gy.reshape(n, filters, m_out, m_out)
+    db = g4.sum(axis=(0, 2, 3)) if shared_biases else g4.sum(axis=0)
+    r = ws[0].shape[2]
+    m = winograd.output_tile(m_out, r)
+    at, _, bt = winograd.transforms(m, r)
+    a, t = m + r - 1, winograd.tiles(m_out, m)
+    gt = _winograd_output_gradient(xp, g4, at, m, t)
+    kron = xp.asarray(winograd.kronecker(m, r, False), dtype=gy.dtype)
+    dxs, dws = [], []
+    for i, (x, w) in enumerate(zip(xs, ws)):
+        groups, c, img = geom.groups[i], geom.channels[i], geom.img[i]
+        image = _as_image(x, c, img)
+        v = _winograd_input(xp, image, geom.pad[i], r, m, t, bt)
+        fg, cg = filters // groups, w.shape[1]
+        du = xp.empty((a * a, filters, cg), gy.dtype)
+        for gi in range(groups):
+            f0, c0 = gi * fg, gi * cg
+            xp.matmul(gt[:, f0:f0 + fg], v[:, c0:c0 + cg].transpose(0, 2, 1),
+                      out=du[:, f0:f0 + fg])
+        # dW = G^T dU G for every filter and channel: the transpose of _winograd_weights
+        dws.append(xp.matmul(du.reshape(a * a, filters * cg).T, kron).reshape(w.shape))
+        if not need_dx[i]:
+            dxs.append(None)
+            continue
+        # the input gradient's filters: w rotated by 180 degrees, (F, C) transposed to (C, F)
+        u = _winograd_weights(xp, w, winograd.output_tile(img, r), flip=True)
+        us = [u.reshape(-1, groups, fg, cg).transpose(0, 1, 3, 2).reshape(-1, groups * cg, fg)]
+        dx = _winograd_conv(xp, [g4], us, [r - 1 - geom.pad[i]], [groups], img, r)
+        dxs.append(dx.reshape(x.shape))
+    return dxs, dws, db
 
 
 # -------------------------------------------------------------------- local

@@ -104,7 +104,7 @@ def ref_norm(x, kind, size, scale, pow_, min_div):
     dict(in_shapes=((4, 5, 5),), filters=6, groups=2, fs=2, padding=1, stride=2),
     dict(in_shapes=((3, 6, 6), (2, 4, 4)), fs=[3, 1], padding=[1, 0], stride=[2, 1], filters=4),
 ])
-@pytest.mark.parametrize("layout", ["nchw", "chwn", "cases"])
+@pytest.mark.parametrize("layout", ["nchw", "chwn", "cases", "winograd"])
 def test_conv_and_local_match_reference(type_, kw, layout, monkeypatch):
     monkeypatch.setattr(kconv, "LAYOUT", layout)
     ldef = conv_def(type_=type_, **kw)
@@ -418,8 +418,15 @@ def test_conv_cases_layout_in_blocks_matches_nchw(kw, monkeypatch):
         np.testing.assert_allclose(g1[k], g0[k], rtol=1e-12, atol=1e-12)
 
 
-def test_conv_layout_choice():
-    """Large output maps take the cases layout, small ones chwn or nchw by weights per filter."""
-    assert kconv.conv_layout(363, 48, 31) == "cases"
-    assert kconv.conv_layout(1200, 128, 15) == "chwn"
-    assert kconv.conv_layout(27, 32, 15) == "nchw"
+def test_conv_layout_choice(monkeypatch):
+    """Stride-1 3x3/5x5 layers with enough channels take Winograd; others: large output
+    maps the cases layout, small ones chwn or nchw by weights per filter."""
+    assert kconv.conv_layout(48, 31, [11], [0], [4], [3], [1]) == "cases"
+    assert kconv.conv_layout(128, 15, [5], [2], [2], [48], [1]) == "chwn"
+    assert kconv.conv_layout(32, 15, [3], [1], [1], [3], [1]) == "nchw"  # 3 channels: thin
+    assert kconv.conv_layout(192, 15, [5], [2], [1], [64], [1]) == "winograd"
+    assert kconv.conv_layout(384, 7, [3], [1], [1], [192], [1]) == "winograd"
+    assert kconv.conv_layout(384, 7, [3], [1], [1], [192], [16]) == "nchw"  # 12 per group
+    assert kconv.conv_layout(64, 8, [3, 5], [1, 2], [1, 1], [64, 64], [1, 1]) == "chwn"
+    monkeypatch.setattr(kconv, "WINOGRAD", False)  # --no-winograd
+    assert kconv.conv_layout(192, 15, [5], [2], [1], [64], [1]) == "chwn"

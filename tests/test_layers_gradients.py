@@ -55,6 +55,11 @@ CONV_CASES = {
     "stride_overhang": dict(in_shapes=((2, 7, 7),), fs=3, padding=1, stride=2),  # 4 windows, last past edge
     "no_pad_ceil": dict(in_shapes=((2, 6, 6),), fs=3, padding=0, stride=2),       # 3 windows, last past edge
     "groups2": dict(in_shapes=((4, 5, 5),), filters=6, groups=2),
+    # stride 1 with a Winograd tile: 5x5 filters, a last tile past the map, two inputs
+    "five_groups2": dict(in_shapes=((4, 7, 7),), filters=4, groups=2, fs=5, padding=2),
+    "tile_overhang": dict(in_shapes=((2, 5, 5),), fs=3, padding=1, stride=1),
+    "two_inputs_stride1": dict(in_shapes=((3, 6, 6), (2, 8, 8)), fs=[3, 3], padding=[1, 0],
+                               stride=[1, 1], filters=4),
     "groups3": dict(in_shapes=((6, 5, 5),), filters=3, groups=3, fs=2, padding=0),
     "unshared_bias": dict(in_shapes=((3, 5, 5),), shared_biases=False, neuron_="tanh[1,1]"),
     "multi_input": dict(in_shapes=((3, 6, 6), (2, 5, 5)), fs=[3, 4], padding=[1, 2], stride=[1, 1],
@@ -64,7 +69,7 @@ CONV_CASES = {
 }
 
 
-@pytest.mark.parametrize("layout", ["nchw", "chwn", "cases"])
+@pytest.mark.parametrize("layout", ["nchw", "chwn", "cases", "winograd"])
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
 def test_conv(case, layout, monkeypatch):
     monkeypatch.setattr(kconv, "LAYOUT", layout)

@@ -48,7 +48,7 @@ def _torch_conv(x, w, fs, padding, stride, modules, groups=1):
     (3, 4, 10, 6, 5, 2, 2, 2),   # the last window hangs past the padded edge
     (2, 6, 7, 6, 3, 0, 3, 3),
 ])
-@pytest.mark.parametrize("layout", [None, "nchw", "chwn", "cases"])
+@pytest.mark.parametrize("layout", [None, "nchw", "chwn", "cases", "winograd"])
 def test_conv(n, c, s, f, fs, pad, stride, groups, layout, monkeypatch):
     monkeypatch.setattr(kconv, "LAYOUT", layout)
     ldef = conv_def(in_shapes=((c, s, s),), filters=f, fs=fs, padding=pad, stride=stride,

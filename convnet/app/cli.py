@@ -226,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="for tests and benchmarks only: make logical device D F times "
                             "slower (after each of its tasks it sleeps F-1 times what the "
                             "task took), to see how --sync copes with a straggler")
+    train.add_argument("--no-winograd", action="store_true",
+                       help="compute every convolution directly (im2col and GEMM), also the "
+                            "stride-1 3x3 and 5x5 ones that by default use Winograd's "
+                            "algorithm on CPU devices: slower, with the float32 rounding of "
+                            "a direct convolution (about 1e-6 of an output's scale instead "
+                            "of 1e-5)")
     train.add_argument("--no-progress", action="store_true",
                        help="no progress bar (the per-test lines are still printed)")
     tools = p.add_argument_group("tools (print or check, then exit)")

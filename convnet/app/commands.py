@@ -20,6 +20,7 @@ from convnet.app.options import RunOptions, resolve_options
 from convnet.app.simulation import measure_costs
 from convnet.config.values import local_sgd_period
 from convnet.errors import ConvnetError, DeviceError
+from convnet.kernels import conv as conv_kernels
 from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
 from convnet.plan.ops import AllReduce
@@ -38,6 +39,7 @@ def run_command(args: argparse.Namespace) -> int:
     # numpy's warnings about them would only add lines of noise before that error.
     warnings.filterwarnings("ignore", category=RuntimeWarning,
                             message=r"(overflow|invalid value|divide by zero) encountered")
+    conv_kernels.WINOGRAD = not args.no_winograd  # a process-wide choice of kernels
 
     if args.compare is not None or len(args.layer_params_list or ()) > 1:
         launch.require_one_process("--compare")

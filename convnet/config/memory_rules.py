@@ -52,16 +52,15 @@ def _input_elements(layer, i: int = 0) -> int:
 
 
 def conv_memory(layer) -> LayerMemory:
-    """im2col conv (kernels/conv.py), by the column order the kernel picks for the layer:
-    ``cases`` (large output maps) keeps nothing, the backward pass rebuilds the
-    columns; ``chwn`` keeps each input's zero-padded copy (C, T, T) with
+    """Conv (kernels/conv.py), by the layout the kernel picks for the layer:
+    ``cases`` (large output maps) and ``winograd`` keep nothing, the backward pass
+    rebuilds the columns or the transformed tiles; ``chwn`` keeps each input's zero-padded copy (C, T, T) with
     T = (modulesX - 1) * stride + filterSize; ``nchw`` each input's columns
     (C * fs^2, modulesX^2)."""
     a = layer.attrs
     m, n = a["modulesX"], len(layer.inputs)
-    weights_per_filter = sum(a["channels"][i] // a["groups"][i] * a["filterSize"][i] ** 2
-                             for i in range(n))
-    layout = conv_layout(weights_per_filter, a["filters"], m)
+    layout = conv_layout(a["filters"], m, a["filterSize"], a["padding"], a["stride"],
+                         a["channels"], a["groups"])
     kept = 0
     for i in range(n):
         c, fs = a["channels"][i], a["filterSize"][i]
