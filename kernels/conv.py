@@ -257,7 +257,7 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
     geom = _ConvGeometry(filter_sizes, paddings, strides, channels, groups, img_sizes, modules)
     layout = geom.layout(filters)
     if layout == "winograd":
-        return _conv_forward_winograd(xp, xs, ws, b, geom)
+        return _conv_forward_winograd(xp, xs, ws, b, geom, keep_cache)
     if layout == "cases":
         return _conv_forward_cases(xp, xs, ws, b, geom)
     if layout == "chwn":
@@ -282,7 +282,7 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
         layout = geom.layout(filters)
         saved = None
     if layout == "winograd":
-        return _conv_backward_winograd(xp, gy, xs, ws, need_dx, geom, shared_biases)
+        return _conv_backward_winograd(xp, gy, xs, ws, saved, need_dx, geom, shared_biases)
     if layout == "cases":
         return _conv_backward_cases(xp, gy, xs, ws, need_dx, geom, shared_biases)
     if layout == "chwn":
@@ -803,15 +803,13 @@ def _winograd_input(xp, x, pad: int, r: int, m: int, t: int, bt):
     return v.reshape(a * a, c, t * t * n)
 
 
-def _winograd_weights(xp, w, m: int, flip: bool = False):
+def _winograd_weights(xp, w, m: int):
     """``G w G^T`` per filter and channel, (a*a, F, C/groups): one GEMM of the
-    (a*a, r*r) Kronecker product ``G (x) G`` with the filters' r*r weights.  ``flip``
-    transforms the filters rotated by 180 degrees (for the input gradient)."""
+    (a*a, r*r) Kronecker product ``G (x) G`` with the filters' r*r weights."""
     f, c, r = w.shape[0], w.shape[1], w.shape[2]
-    kron = winograd.kronecker(m, r, flip)
-    a2 = len(kron)
+    kron = winograd.kronecker(m, r)
     u = xp.matmul(xp.asarray(kron, dtype=w.dtype), w.reshape(f * c, r * r).T)
-    return u.reshape(a2, f, c)
+    return u.reshape(len(kron), f, c)
 
 
 def _winograd_output(xp, acc, at, m: int, modules: int, dtype):
@@ -832,38 +830,37 @@ def _winograd_output(xp, acc, at, m: int, modules: int, dtype):
     return y
 
 
-def _winograd_conv(xp, images, us, pads, groups, modules: int, r: int):
-    """Sum over inputs of the stride-1 conv of ``images[i]`` (N, C, H, H) with the
-    filters whose transforms are ``us[i]`` (a*a, F, C/groups; F(m, r) with m =
-    ``winograd.output_tile(modules, r)``), without bias: per input and group, one
-    batched GEMM over the a*a tile positions, (F_g, C_g) @ (C_g, T*T*N)."""
-    m = winograd.output_tile(modules, r)
+def _winograd_tiling(geom):
+    """(r, m, a, T) of a layer's Winograd conv: filter size, output tile, input tile,
+    tiles along a side."""
+    r = geom.fs[0]
+    m = winograd.output_tile(geom.modules, r)
+    return r, m, m + r - 1, winograd.tiles(geom.modules, m)
+
+
+def _conv_forward_winograd(xp, xs, ws, b, geom, keep_cache):
+    """Stride-1 conv by Winograd's minimal filtering (:mod:`convnet.kernels.winograd`):
+    per input and group, one batched GEMM over the a*a tile positions,
+    (F_g, C_g) @ (C_g, T*T*N).  Keeps the transformed inputs for the backward pass."""
+    r, m, a, t = _winograd_tiling(geom)
     at, _, bt = winograd.transforms(m, r)
-    a, t = m + r - 1, winograd.tiles(modules, m)
-    n, filters, dtype = images[0].shape[0], us[0].shape[1], images[0].dtype
+    n, filters, dtype = xs[0].shape[0], ws[0].shape[0], xs[0].dtype
+    vs = [_winograd_input(xp, _as_image(x, geom.channels[i], geom.img[i]), geom.pad[i], r, m,
+                          t, bt) for i, x in enumerate(xs)]
     acc = xp.empty((a * a, filters, t * t * n), dtype)
-    for i, (x, u) in enumerate(zip(images, us)):
-        v = _winograd_input(xp, x, pads[i], r, m, t, bt)
-        fg, cg = filters // groups[i], u.shape[2]
-        for gi in range(groups[i]):
+    for i, (v, w) in enumerate(zip(vs, ws)):
+        u = _winograd_weights(xp, w, m)
+        fg, cg = filters // geom.groups[i], w.shape[1]
+        for gi in range(geom.groups[i]):
             f0, c0 = gi * fg, gi * cg
             product = xp.matmul(u[:, f0:f0 + fg], v[:, c0:c0 + cg],
                                 out=None if i else acc[:, f0:f0 + fg])
             if i:
                 acc[:, f0:f0 + fg] += product
-    return _winograd_output(xp, acc.reshape(a, a, filters, t, t, n), at, m, modules, dtype)
-
-
-def _conv_forward_winograd(xp, xs, ws, b, geom):
-    """Stride-1 conv by Winograd's minimal filtering (:mod:`convnet.kernels.winograd`).
-    Nothing is kept for the backward pass, which transforms the input again."""
-    images = [_as_image(x, geom.channels[i], geom.img[i]) for i, x in enumerate(xs)]
-    r, m = geom.fs[0], winograd.output_tile(geom.modules, geom.fs[0])
-    us = [_winograd_weights(xp, w, m) for w in ws]
-    y = _winograd_conv(xp, images, us, geom.pad, geom.groups, geom.modules, r)
-    filters, m = y.shape[1], geom.modules
-    y += b.reshape(1, filters, 1, 1) if b.ndim == 1 else b.reshape(1, filters, m, m)
-    return y, ("winograd", None)
+    y = _winograd_output(xp, acc.reshape(a, a, filters, t, t, n), at, m, geom.modules, dtype)
+    mm = geom.modules
+    y += b.reshape(1, filters, 1, 1) if b.ndim == 1 else b.reshape(1, filters, mm, mm)
+    return y, ("winograd", vs if keep_cache else None)
 
 
 def _winograd_output_gradient(xp, g4, at, m: int, t: int):
@@ -884,29 +881,49 @@ def _winograd_output_gradient(xp, g4, at, m: int, t: int):
     return gt.reshape(a * a, filters, t * t * n)
 
 
-def _conv_backward_winograd(xp, gy, xs, ws, need_dx, geom, shared_biases):
-    """Backward of :func:`_conv_forward_winograd`.
+def _winograd_input_gradient(xp, dv, bt, m: int, t: int, pad: int, img: int, n: int):
+    """The transpose of :func:`_winograd_input`: the gradients of the transformed tiles
+    (a*a, C, T*T*N) back to the input (N, C, img, img): ``B dV B^T`` per tile, each tile
+    added into the padded input where it came from (columns first, then rows)."""
+    a, c = len(bt), dv.shape[1]
+    side = t * m + a - m
+    span = m * (t - 1) + 1
+    b_mat = tuple(zip(*bt))  # B (a, a)
+    rows = xp.empty((1, a, a, c, t, t, n), dv.dtype)
+    _transform(xp, b_mat, dv.reshape(1, a, a, c, t, t, n), rows)
+    tiles = xp.empty((a, a, c, t, t, n), dv.dtype)
+    _transform(xp, b_mat, rows[0], tiles)
+    cols = xp.zeros((a, c, t, side, n), dv.dtype)  # tile rows, whole padded columns
+    for k in range(a):
+        cols[:, :, :, k:k + span:m] += tiles[:, k]
+    dxpad = xp.zeros((c, side, side, n), dv.dtype)
+    for j in range(a):
+        dxpad[:, j:j + span:m] += cols[j]
+    return xp.ascontiguousarray(dxpad[:, pad:pad + img, pad:pad + img].transpose(3, 0, 1, 2))
 
-    Weight gradients are the exact transpose of the forward algorithm: with V the
-    transformed input tiles and ``A dY A^T`` the transformed output-gradient blocks,
-    ``dU = (A dY A^T) @ V^T`` per tile position (a GEMM over all tiles and cases) and
-    ``dW = G^T dU G``.  Input gradients are the stride-1 conv of the output gradient
-    with the flipped, transposed filters (padding r - 1 - p), by Winograd again.
+
+def _conv_backward_winograd(xp, gy, xs, ws, vs, need_dx, geom, shared_biases):
+    """Backward of :func:`_conv_forward_winograd`, the exact transpose of its algorithm.
+
+    With V the transformed input tiles (kept by the forward pass, else made again)
+    and ``A dY A^T`` the transformed output-gradient blocks, per tile position
+    ``dU = (A dY A^T) @ V^T`` (a GEMM over all tiles and cases) and ``dW = G^T dU G``;
+    ``dV = U^T @ (A dY A^T)`` and the input gradient is ``B dV B^T`` of each tile added
+    back where the tile came from.  Both gradients share the output gradient's one
+    transform, and the input gradient's transforms run on the layer's input channels.
     """
     n, filters, m_out = gy.shape[0], ws[0].shape[0], geom.modules
     g4 = gy.reshape(n, filters, m_out, m_out)
     db = g4.sum(axis=(0, 2, 3)) if shared_biases else g4.sum(axis=0)
-    r = ws[0].shape[2]
-    m = winograd.output_tile(m_out, r)
+    r, m, a, t = _winograd_tiling(geom)
     at, _, bt = winograd.transforms(m, r)
-    a, t = m + r - 1, winograd.tiles(m_out, m)
     gt = _winograd_output_gradient(xp, g4, at, m, t)
-    kron = xp.asarray(winograd.kronecker(m, r, False), dtype=gy.dtype)
+    kron = xp.asarray(winograd.kronecker(m, r), dtype=gy.dtype)
     dxs, dws = [], []
     for i, (x, w) in enumerate(zip(xs, ws)):
         groups, c, img = geom.groups[i], geom.channels[i], geom.img[i]
-        image = _as_image(x, c, img)
-        v = _winograd_input(xp, image, geom.pad[i], r, m, t, bt)
+        v = vs[i] if vs is not None else _winograd_input(
+            xp, _as_image(x, c, img), geom.pad[i], r, m, t, bt)
         fg, cg = filters // groups, w.shape[1]
         du = xp.empty((a * a, filters, cg), gy.dtype)
         for gi in range(groups):
@@ -918,10 +935,13 @@ def _conv_backward_winograd(xp, gy, xs, ws, need_dx, geom, shared_biases):
         if not need_dx[i]:
             dxs.append(None)
             continue
-        # the input gradient's filters: w rotated by 180 degrees, (F, C) transposed to (C, F)
-        u = _winograd_weights(xp, w, winograd.output_tile(img, r), flip=True)
-        us = [u.reshape(-1, groups, fg, cg).transpose(0, 1, 3, 2).reshape(-1, groups * cg, fg)]
-        dx = _winograd_conv(xp, [g4], us, [r - 1 - geom.pad[i]], [groups], img, r)
+        u = _winograd_weights(xp, w, m)
+        dv = xp.empty((a * a, c, t * t * n), gy.dtype)
+        for gi in range(groups):
+            f0, c0 = gi * fg, gi * cg
+            xp.matmul(u[:, f0:f0 + fg].transpose(0, 2, 1), gt[:, f0:f0 + fg],
+                      out=dv[:, c0:c0 + cg])
+        dx = _winograd_input_gradient(xp, dv, bt, m, t, geom.pad[i], img, n)
         dxs.append(dx.reshape(x.shape))
     return dxs, dws, db
 

@@ -82,13 +82,12 @@ def transforms(m: int, r: int) -> tuple[tuple[tuple[float, ...], ...], ...]:
 
 
 @functools.cache
-def kronecker(m: int, r: int, flip: bool) -> tuple[tuple[float, ...], ...]:
+def kronecker(m: int, r: int) -> tuple[tuple[float, ...], ...]:
     """``G (x) G`` (a*a, r*r): row (i, j), column (k, l) is ``G[i][k] * G[j][l]``, so
-    ``G w G^T`` of an r x r filter is this matrix times its r*r weights.  ``flip`` reverses
-    the columns: the transform of the filter rotated by 180 degrees."""
+    ``G w G^T`` of an r x r filter is this matrix times its r*r weights, and
+    ``G^T dU G`` of a weight gradient its transpose times dU's a*a entries."""
     g = transforms(m, r)[1]
-    rows = tuple(tuple(gi[k] * gj[l] for k in range(r) for l in range(r)) for gi in g for gj in g)
-    return tuple(row[::-1] for row in rows) if flip else rows
+    return tuple(tuple(gi[k] * gj[l] for k in range(r) for l in range(r)) for gi in g for gj in g)
 
 
 def tiles(modules: int, m: int) -> int:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 # The kernel's own choice of column order, so that the rule cannot drift from it.
 from convnet.kernels.conv import conv_layout
+from convnet.kernels.winograd import output_tile, tiles
 from convnet.kernels.neurons import NEURONS
 
 FLOAT = 4
@@ -53,8 +54,9 @@ def _input_elements(layer, i: int = 0) -> int:
 
 def conv_memory(layer) -> LayerMemory:
     """Conv (kernels/conv.py), by the layout the kernel picks for the layer:
-    ``cases`` (large output maps) and ``winograd`` keep nothing, the backward pass
-    rebuilds the columns or the transformed tiles; ``chwn`` keeps each input's zero-padded copy (C, T, T) with
+    ``cases`` (large output maps) keeps nothing, the backward pass rebuilds the
+    columns; ``winograd`` each input's transformed tiles (a^2 C T^2, with T^2 tiles
+    of a x a for the layer's F(m, r)); ``chwn`` keeps each input's zero-padded copy (C, T, T) with
     T = (modulesX - 1) * stride + filterSize; ``nchw`` each input's columns
     (C * fs^2, modulesX^2)."""
     a = layer.attrs
@@ -64,7 +66,10 @@ def conv_memory(layer) -> LayerMemory:
     kept = 0
     for i in range(n):
         c, fs = a["channels"][i], a["filterSize"][i]
-        if layout == "chwn":
+        if layout == "winograd":
+            tile = output_tile(m, fs)
+            kept += c * ((tile + fs - 1) * tiles(m, tile)) ** 2
+        elif layout == "chwn":
             kept += c * ((m - 1) * a["stride"][i] + fs) ** 2
         elif layout == "nchw":
             kept += c * fs * fs * m * m
