@@ -212,6 +212,7 @@ def main(argv=None) -> int:
     ap.add_argument("--torch-threads", type=int, default=2,
                     help="PyTorch's intra-op threads (default 2)")
     ap.add_argument("--no-torch", action="store_true", help="time the engine only")
+    harness.add_winograd_option(ap)
     ap.add_argument("--profile", action="store_true",
                     help="also print the per-layer profile of each engine configuration")
     roles = {"engine": engine_worker, "torch": torch_worker, "check": check_worker}
@@ -221,6 +222,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.mini % 2 or args.mini < 2:
         ap.error(f"--mini must be an even number (two devices), got {args.mini}")
+    kernel_args = harness.winograd_choice(args)
     if args.worker:  # a child process of the run below
         roles[args.worker](args)
         return 0
@@ -237,11 +239,13 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     common = ["--mini", str(args.mini), "--size", str(args.size),
-              "--torch-threads", str(args.torch_threads)]
+              "--torch-threads", str(args.torch_threads)] + kernel_args
     start_load = os.getloadavg()
     began = time.perf_counter()
     print(f"ImageNet reference nets, 3x{args.size}x{args.size} dummy data, {NUM_CLASSES} "
           f"classes, minibatch {args.mini}, float32; engine devices are CPU workers")
+    if kernel_args:
+        print("engine convolutions: all direct (--no-winograd)")
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
           f"Python {platform.python_version()}, numpy {np.__version__}")
     for name, net in nets.items():

@@ -273,6 +273,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", nargs="+", default=["0", "0,1"],
                     help="engine device lists to time (default: 0 and 0,1)")
     ap.add_argument("--no-torch", action="store_true")
+    harness.add_winograd_option(ap)
     ap.add_argument("--no-bound", action="store_true",
                     help="skip the two-independent-halves bound")
     ap.add_argument("--profile", action="store_true",
@@ -287,6 +288,7 @@ def main(argv=None) -> int:
     ap.add_argument("--keep-freed", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
+    kernel_args = harness.winograd_choice(args)
     if args.worker:  # a child process of the run below
         child_roles[args.worker](args)
         return 0
@@ -294,7 +296,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     args.no_torch = harness.without_torch(args.no_torch)
-    common = ["--mini", str(args.mini), "--size", str(args.size)]
+    common = ["--mini", str(args.mini), "--size", str(args.size)] + kernel_args
     with tempfile.TemporaryDirectory() as tmp:
         net = load(1, args.size, Path(tmp))
     flops = harness.gemm_flops(net, args.mini)
@@ -303,6 +305,8 @@ def main(argv=None) -> int:
     print(f"CIFAR-10 reference net ({LAYER_DEF.name}), 3x{args.size}x{args.size} dummy data, "
           f"minibatch {args.mini}, float32; {flops / 1e9:.2f} GFLOP of conv/local/fc GEMMs "
           f"per training step")
+    if kernel_args:
+        print("engine convolutions: all direct (--no-winograd)")
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
           f"Python {platform.python_version()}, numpy {np.__version__}")
 

@@ -31,6 +31,24 @@ def without_torch(no_torch: bool) -> bool:
     return no_torch
 
 
+def add_winograd_option(ap) -> None:
+    """``--no-winograd``: time the engine with direct convolutions (the engine's option
+    of that name), for the before/after of the Winograd kernels in one script."""
+    ap.add_argument("--no-winograd", action="store_true",
+                    help="the engine computes every convolution directly (its --no-winograd)")
+
+
+def winograd_choice(args) -> list[str]:
+    """Applies ``--no-winograd`` in this process and returns the arguments that pass it
+    on to the worker processes."""
+    if not args.no_winograd:
+        return []
+    from convnet.kernels import conv
+
+    conv.WINOGRAD = False
+    return ["--no-winograd"]
+
+
 def gemm_flops(net, mini: int) -> float:
     """FLOPs of one training step's conv/local/fc GEMMs (forward, dW and dx: 3x forward)."""
     total = 0
