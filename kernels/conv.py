@@ -6,8 +6,12 @@ edge read zeros, as in cuda-convnet2), a strided view of it enumerates
 (channel, ky, kx) x (output position, case) and is copied into a ``cols``
 matrix, and GEMMs do the rest.
 
-Conv columns come in one of three orders, chosen per layer by cost
-(:func:`conv_layout`):
+Stride-1 conv layers with 3x3 to 5x5 filters and enough channels take the
+``winograd`` layout instead (:mod:`convnet.kernels.winograd`: the conv as a^2
+GEMMs of transformed tiles, 3-4.6x fewer multiply-adds; the forward pass keeps
+the transformed input tiles; :data:`WINOGRAD` False, ``--no-winograd``, turns
+it off).  Otherwise conv columns come in one of three orders, chosen per layer
+by cost (:func:`conv_layout`):
 
 * ``cases`` (large output maps, at least :data:`CASES_MIN_PIXELS` pixels,
   e.g. the first layer of an ImageNet or CIFAR-10 net): cases outermost.
@@ -34,7 +38,8 @@ Conv columns come in one of three orders, chosen per layer by cost
   filter offset.
 
 What the forward pass keeps for the backward pass (in training): ``nchw``
-the columns, ``chwn`` the padded input copy, ``cases`` nothing.  Weight
+the columns, ``chwn`` the padded input copy, ``cases`` nothing, ``winograd`` the
+transformed input tiles.  Weight
 gradients of ``chwn`` and ``cases`` are computed as ``cols @ g.T`` (K, F),
 the faster GEMM order for these shapes, and transposed once.
 
@@ -774,9 +779,9 @@ def _conv_backward_cases(xp, gy, xs, ws, need_dx, geom, shared_biases):
 def _transform(xp, matrix, src, out) -> None:
     """``out[b, p] = sum_q matrix[p][q] * src[b, q]`` over the arrays' axis 1 (axis 0 is a
     batch): one GEMM per batch entry with the small matrix on the left.  ``src`` may be
-    any strided view; it is copied into a contiguous scratch buffer first (one pass over
-    memory, which the GEMM then reads once: sums of strided slices would read each
-    slice once per non-zero coefficient)."""
+    any strided view; it is copied into a contiguous array first (one pass over memory,
+    which the GEMM then reads once: sums of strided slices would read each slice once
+    per non-zero coefficient)."""
     mat = xp.asarray(matrix, dtype=out.dtype)
     if not src.flags.c_contiguous:
         src = xp.ascontiguousarray(src)

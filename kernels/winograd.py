@@ -15,8 +15,8 @@ The matrices come from Toom-Cook polynomial multiplication at the points
 :data:`POINTS` (and infinity), computed exactly in rationals: the transposed
 Toom-Cook product of an r-term and an m-term polynomial is the correlation
 ``y_i = sum_k g_k d_(i+k)``.  Rows of ``B^T`` are scaled to integers (the
-scale goes into ``G``, applied once per step to the weights), which keeps the
-input transform exact in float arithmetic.  Larger tiles need points farther
+scale goes into ``G``, applied once per step to the weights), so the input
+transform multiplies by small integers only.  Larger tiles need points farther
 from 0, whose powers grow the rounding error; :data:`MAX_TILE` keeps float32
 results within about 1e-5 of the output scale (1e-6 for the direct conv).
 """
