@@ -789,23 +789,29 @@ def _transform(xp, matrix, src, out) -> None:
     xp.matmul(mat, src.reshape(batch, q, -1), out=out.reshape(batch, p, -1))
 
 
+def _tiles_transformed(xp, src, matrix, m: int, t: int):
+    """``matrix`` (p, q) applied along both axes of every q x q window of a padded
+    (C, S, S, N) source whose windows start every m pixels, T x T of them:
+    (p*p, C, T*T*N).  Rows first, on whole padded rows (each source row enters q/m
+    windows), then the columns of those."""
+    p, q = len(matrix), len(matrix[0])
+    c, side, _, n = src.shape
+    sc, sy, sx, sn = src.strides
+    row_windows = _as_strided(xp, src, (1, q, c, t, side, n), (0, sy, sc, m * sy, sx, sn))
+    rows = xp.empty((p, c, t, side, n), src.dtype)
+    _transform(xp, matrix, row_windows, rows[None])
+    sp, sc, sy, sx, sn = rows.strides
+    col_windows = _as_strided(xp, rows, (p, q, c, t, t, n), (sp, sx, sc, sy, m * sx, sn))
+    out = xp.empty((p, p, c, t, t, n), src.dtype)
+    _transform(xp, matrix, col_windows, out)
+    return out.reshape(p * p, c, t * t * n)
+
+
 def _winograd_input(xp, x, pad: int, r: int, m: int, t: int, bt):
     """``B^T d B`` of every input tile: (a*a, C, T*T*N), tile (ty, tx) of case n
-    starting at pixel (ty*m, tx*m) of the zero-padded input.  Rows first, on whole
-    padded rows (each input row enters a/m tiles), then the columns of those."""
-    n, c = x.shape[0], x.shape[1]
-    a = m + r - 1
-    side = t * m + r - 1
-    xpad = _padded_chwn_buffer(xp, x, pad, side, None)
-    sc, sy, sx, sn = xpad.strides
-    row_windows = _as_strided(xp, xpad, (1, a, c, t, side, n), (0, sy, sc, m * sy, sx, sn))
-    rows = xp.empty((a, c, t, side, n), x.dtype)
-    _transform(xp, bt, row_windows, rows[None])
-    sa, sc, sy, sx, sn = rows.strides
-    col_windows = _as_strided(xp, rows, (a, a, c, t, t, n), (sa, sx, sc, sy, m * sx, sn))
-    v = xp.empty((a, a, c, t, t, n), x.dtype)
-    _transform(xp, bt, col_windows, v)
-    return v.reshape(a * a, c, t * t * n)
+    starting at pixel (ty*m, tx*m) of the zero-padded input."""
+    xpad = _padded_chwn_buffer(xp, x, pad, t * m + r - 1, None)
+    return _tiles_transformed(xp, xpad, bt, m, t)
 
 
 def _winograd_weights(xp, w, m: int):
@@ -871,19 +877,8 @@ def _conv_forward_winograd(xp, xs, ws, b, geom, keep_cache):
 def _winograd_output_gradient(xp, g4, at, m: int, t: int):
     """``A dY A^T`` of every m x m block of the output gradient (zeros past the map):
     (a*a, F, T*T*N), the transpose of :func:`_winograd_output`."""
-    n, filters = g4.shape[0], g4.shape[1]
-    a = len(at[0])
-    a_mat = tuple(zip(*at))  # A (a, m)
     gpad = _padded_chwn_buffer(xp, g4, 0, t * m, None)
-    sf, sy, sx, sn = gpad.strides
-    row_blocks = _as_strided(xp, gpad, (1, m, filters, t, t * m, n), (0, sy, sf, m * sy, sx, sn))
-    rows = xp.empty((a, filters, t, t * m, n), g4.dtype)
-    _transform(xp, a_mat, row_blocks, rows[None])
-    sa, sf, sy, sx, sn = rows.strides
-    col_blocks = _as_strided(xp, rows, (a, m, filters, t, t, n), (sa, sx, sf, sy, m * sx, sn))
-    gt = xp.empty((a, a, filters, t, t, n), g4.dtype)
-    _transform(xp, a_mat, col_blocks, gt)
-    return gt.reshape(a * a, filters, t * t * n)
+    return _tiles_transformed(xp, gpad, tuple(zip(*at)), m, t)  # A (a, m)
 
 
 def _winograd_input_gradient(xp, dv, bt, m: int, t: int, pad: int, img: int, n: int):
