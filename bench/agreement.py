@@ -190,16 +190,6 @@ def torch_step(torch, net, weights: dict, batch: list, dtype) -> tuple[float, di
     return float(loss.detach()), updates
 
 
-def winograd_layers(net) -> list[str]:
-    """The conv layers the engine computes by Winograd's algorithm on CPU devices."""
-    from convnet.kernels.conv import conv_layout
-
-    return [ldef.name for ldef in net if ldef.type == "conv" and conv_layout(
-        ldef.attrs["filters"], ldef.attrs["modulesX"], ldef.attrs["filterSize"],
-        ldef.attrs["padding"], ldef.attrs["stride"], ldef.attrs["channels"],
-        ldef.attrs["groups"]) == "winograd"]
-
-
 def one_step(torch, net, gpus: tuple, batch: list, winograd: bool = True) -> Agreement:
     """One training step of the engine (on ``gpus``, the reference walk; with or
     without its Winograd convolutions), of the PyTorch net in float32 and of the
@@ -237,7 +227,9 @@ def same_net(torch, net, gpus: tuple, batch: list) -> dict:
     the check's, plus ``winograd`` (text, absent without Winograd layers)."""
     direct = one_step(torch, net, gpus, batch, winograd=False)
     report = direct.as_json()
-    layers = winograd_layers(net)
+    from convnet.config.memory_rules import winograd_conv_layers
+
+    layers = winograd_conv_layers(net)
     if layers:
         fast = one_step(torch, net, gpus, batch, winograd=True)
         worst = max(fast.tensors, key=lambda t: t.worst_rel)

@@ -141,3 +141,15 @@ def test_no_winograd_option(capsys, monkeypatch):
     assert not kconv.WINOGRAD
     assert all(d["activation_bytes"] < f["activation_bytes"]
                for f, d in zip(fast["totals"], direct["totals"]))
+
+
+def test_print_plan_names_the_winograd_layers(capsys, monkeypatch):
+    """--print-plan says which conv layers the CPU kernels compute by Winograd (the
+    digits net's conv2: 32 channels; conv1 has one), and none under --no-winograd."""
+    monkeypatch.setattr(kconv, "WINOGRAD", True)
+    assert _plan_json(capsys)["winograd_layers"] == ["conv2"]
+    assert main(["--print-plan"]) == 0
+    assert "Convolutions by Winograd's algorithm" in capsys.readouterr().out
+    assert _plan_json(capsys, "--no-winograd")["winograd_layers"] == []
+    assert main(["--print-plan", "--no-winograd"]) == 0
+    assert "Winograd's algorithm" not in capsys.readouterr().out

@@ -18,6 +18,7 @@ from convnet.app.memory_fit import memory_pools, weight_sharing
 from convnet.app.option_values import async_staleness
 from convnet.app.options import RunOptions, resolve_options
 from convnet.app.simulation import measure_costs
+from convnet.config.memory_rules import winograd_conv_layers
 from convnet.config.values import local_sgd_period
 from convnet.errors import ConvnetError, DeviceError
 from convnet.kernels import conv as conv_kernels
@@ -69,6 +70,8 @@ def print_plan(opts: RunOptions) -> int:
               if backend is not None else frozenset())
     pools = (memory_pools(plan, net, backend, cluster.is_local, shared)
              if backend is not None else [])
+    # the conv layers the CPU kernels compute by Winograd's algorithm (CUDA has its own)
+    winograd = winograd_conv_layers(net) if backend == "cpu" else []
     costs = measure_costs(opts, net) if opts.simulate else None
     sim = costs.predict(plan) if costs is not None else None
     if opts.print_plan == "json":
@@ -79,6 +82,7 @@ def print_plan(opts: RunOptions) -> int:
         if note is not None:
             summary["sync_note"] = note
         summary["memory"] = [pool.as_json() for pool in pools]
+        summary["winograd_layers"] = winograd
         if sim is not None:
             summary["simulation"] = simulation_summary(sim, costs, plan, net)
         if cluster.size > 1:
@@ -92,6 +96,9 @@ def print_plan(opts: RunOptions) -> int:
     note = sync_text(opts.sync, plan, net, cluster.size)
     if opts.print_plan != "json" and note is not None:
         print("\n" + note)
+    if opts.print_plan != "json" and winograd:
+        print(f"\nConvolutions by Winograd's algorithm (CPU devices; --no-winograd computes "
+              f"them directly): {', '.join(winograd)}.")
     if sim is not None and opts.print_plan != "json":
         print("\n" + simulation_text(sim, costs, plan, net))
     for pool in pools:

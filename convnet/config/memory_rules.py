@@ -52,6 +52,20 @@ def _input_elements(layer, i: int = 0) -> int:
     return int(math.prod(layer.input_shapes[i]))
 
 
+def conv_kernel_layout(layer) -> str:
+    """The layout the CPU conv kernel computes ``layer`` in (``winograd``, ``cases``,
+    ``chwn`` or ``nchw``; kernels/conv.py)."""
+    a = layer.attrs
+    return conv_layout(a["filters"], a["modulesX"], a["filterSize"], a["padding"], a["stride"],
+                       a["channels"], a["groups"])
+
+
+def winograd_conv_layers(net) -> list[str]:
+    """The conv layers of ``net`` that the CPU kernels compute by Winograd's algorithm."""
+    return [ldef.name for ldef in net
+            if ldef.type == "conv" and conv_kernel_layout(ldef) == "winograd"]
+
+
 def conv_memory(layer) -> LayerMemory:
     """Conv (kernels/conv.py), by the layout the kernel picks for the layer:
     ``cases`` (large output maps) keeps nothing, the backward pass rebuilds the
@@ -61,8 +75,7 @@ def conv_memory(layer) -> LayerMemory:
     (C * fs^2, modulesX^2)."""
     a = layer.attrs
     m, n = a["modulesX"], len(layer.inputs)
-    layout = conv_layout(a["filters"], m, a["filterSize"], a["padding"], a["stride"],
-                         a["channels"], a["groups"])
+    layout = conv_kernel_layout(layer)
     kept = 0
     for i in range(n):
         c, fs = a["channels"][i], a["filterSize"][i]
