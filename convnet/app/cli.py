@@ -228,8 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "task took), to see how --sync copes with a straggler")
     train.add_argument("--no-winograd", action="store_true",
                        help="compute every convolution directly (im2col and GEMM), also the "
-                            "stride-1 3x3 and 5x5 ones that by default use Winograd's "
-                            "algorithm on CPU devices: slower, with the float32 rounding of "
+                            "stride-1 ones (3x3 to 6x6 filters, 16 or more channels) that by "
+                            "default use Winograd's algorithm on CPU devices (--print-plan "
+                            "names them): slower, with the float32 rounding of "
                             "a direct convolution (about 1e-6 of an output's scale instead "
                             "of 1e-5)")
     train.add_argument("--no-progress", action="store_true",
