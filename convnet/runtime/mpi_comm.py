@@ -12,12 +12,16 @@ mpi4py's pickling ones.  Importing this module initialises MPI.
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
 
 from convnet.errors import DeviceError
 from convnet.runtime.communicator import Communicator
+
+
+ABORT_PAUSE_SECONDS = 0.2  # before MPI_Abort, for the launcher to forward the last output
 
 
 class MpiCommunicator(Communicator):
@@ -68,6 +72,11 @@ class MpiCommunicator(Communicator):
                 stream.flush()
             except (OSError, ValueError, AttributeError):
                 pass
+        # The launcher forwards each rank's output through its own proxy, and Abort
+        # kills the proxies at once: a rank's last lines, flushed just now, were lost
+        # once under a loaded test run (an empty stderr from a failed run).  A short
+        # pause lets them through before the run ends.
+        time.sleep(ABORT_PAUSE_SECONDS)
         self._comm.Abort(code)
         raise SystemExit(code)  # Abort does not return; this keeps the type checker honest
 
