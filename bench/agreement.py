@@ -25,8 +25,8 @@ PyTorch drawing its own dropout masks, a changed norm constant).  The report giv
 the counts per tensor and in total for the engine, for PyTorch float32, and between
 the two, and the engine's largest difference.
 
-Winograd: the engine computes stride-1 3x3 and 5x5 convolutions by Winograd's
-algorithm on CPU devices, whose float32 rounding is about ten times a direct
+Winograd: the engine computes stride-1 convolutions with 3x3 to 6x6 filters by
+Winograd's algorithm on CPU devices, whose float32 rounding is about ten times a direct
 convolution's, so more ties switch than in PyTorch's float32 step.  The check of
 the net therefore runs the engine with direct convolutions (``--no-winograd``), and
 :func:`same_net` adds the counts of the same step with the Winograd convolutions the
@@ -225,10 +225,10 @@ def same_net(torch, net, gpus: tuple, batch: list) -> dict:
     the engine uses Winograd convolutions, the same step with them: its counts against
     the direct step's show what their larger float32 rounding does to one step.  JSON:
     the check's, plus ``winograd`` (text, absent without Winograd layers)."""
-    direct = one_step(torch, net, gpus, batch, winograd=False)
-    report = direct.as_json()
     from convnet.config.memory_rules import winograd_conv_layers
 
+    direct = one_step(torch, net, gpus, batch, winograd=False)
+    report = direct.as_json()
     layers = winograd_conv_layers(net)
     if layers:
         fast = one_step(torch, net, gpus, batch, winograd=True)

@@ -62,7 +62,8 @@ import threading
 
 from . import array_module, array_module_name, kernel, winograd
 
-LAYOUT: str | None = None  # None: choose per layer; "nchw", "chwn", "cases", "winograd": force (tests)
+# None: choose per layer; "nchw", "chwn", "cases" or "winograd": force it (tests)
+LAYOUT: str | None = None
 WINOGRAD = True  # False: no Winograd unless LAYOUT forces it (--no-winograd: direct conv rounding)
 
 _SCRATCH = threading.local()
@@ -108,8 +109,8 @@ def conv_layout(filters: int, modules: int, filter_sizes, paddings, strides, cha
         return "winograd"
     if LAYOUT not in (None, "winograd"):
         return LAYOUT
-    if LAYOUT is None and WINOGRAD and _winograd_pays(filters, modules, filter_sizes, paddings, strides,
-                                         channels, groups):
+    if LAYOUT is None and WINOGRAD and _winograd_pays(filters, modules, filter_sizes,
+                                                      paddings, strides, channels, groups):
         return "winograd"
     if modules * modules >= CASES_MIN_PIXELS:
         return "cases"

@@ -69,7 +69,8 @@ def _both_passes(layout, xs, ws, b, pads, shared, monkeypatch):
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(1, 3), r=st.integers(2, 5), img=st.integers(2, 9), groups=st.sampled_from([1, 2]),
+@given(n=st.integers(1, 3), r=st.integers(2, 5), img=st.integers(2, 9),
+       groups=st.sampled_from([1, 2]),
        per_group=st.integers(1, 3), filters_per_group=st.integers(1, 3),
        pad_frac=st.floats(0, 1), two_inputs=st.booleans(), shared=st.booleans(),
        seed=st.integers(0, 1000))

@@ -70,9 +70,9 @@ def conv_memory(layer) -> LayerMemory:
     """Conv (kernels/conv.py), by the layout the kernel picks for the layer:
     ``cases`` (large output maps) keeps nothing, the backward pass rebuilds the
     columns; ``winograd`` each input's transformed tiles (a^2 C T^2, with T^2 tiles
-    of a x a for the layer's F(m, r)); ``chwn`` keeps each input's zero-padded copy (C, T, T) with
-    T = (modulesX - 1) * stride + filterSize; ``nchw`` each input's columns
-    (C * fs^2, modulesX^2)."""
+    of a x a for the layer's F(m, r)); ``chwn`` each input's zero-padded copy
+    (C, T, T) with T = (modulesX - 1) * stride + filterSize; ``nchw`` each input's
+    columns (C * fs^2, modulesX^2)."""
     a = layer.attrs
     m, n = a["modulesX"], len(layer.inputs)
     layout = conv_kernel_layout(layer)
