@@ -21,7 +21,9 @@ from convnet.config import load_net
 from convnet.config.model import on_one_device
 from convnet.errors import DivergedError
 from convnet.plan.planner import make_plan
-from convnet.runtime.async_replicas import AsyncReplicas, ReplicaFailed, async_replica_devices
+from convnet.runtime.async_replicas import AsyncReplicas, async_replica_devices
+from convnet.runtime.replica_threads import ReplicaFailed
+from convnet.runtime.slowdown import Slowdown
 from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
 from plan_helpers import SMALL_HYBRID, fc_net
@@ -104,7 +106,7 @@ def test_a_minibatchs_shard_updates_add_up_to_the_synchronous_update():
 def test_replicas_agree_once_drained_and_the_run_keeps_learning():
     net = fc_net(DATA_PARALLEL)
     batches = _fc_batches(30)
-    apart = _async(net, staleness=1, slowdown={1: 3.0})
+    apart = _async(net, staleness=1, slowdown=Slowdown(3.0, 1, len(GPUS)))
     try:
         first = apart.evaluate(batches[0]).costs["cost"]["cost"]
         cases = sum(apart.step(b).num_cases for b in batches)
@@ -172,7 +174,7 @@ class _StartLog:
        factor=st.sampled_from([1.0, 3.0]))
 def test_no_replica_runs_more_than_s_steps_ahead(staleness, slow, factor):
     net = fc_net(DATA_PARALLEL)
-    apart = _async(net, staleness=staleness, slowdown={slow: factor})
+    apart = _async(net, staleness=staleness, slowdown=Slowdown(factor, slow, len(GPUS)))
     log = _StartLog(apart, delays={slow: 0.02})  # a straggler even on a loaded machine
     try:
         within(HANG_SECONDS, lambda: [apart.step(b) for b in _fc_batches(24)] and apart.drain())
@@ -214,7 +216,7 @@ def _fail_on(apart: AsyncReplicas, step: int, error: BaseException) -> None:
 
 def test_a_failing_replica_ends_the_run_with_its_error():
     net = fc_net(DATA_PARALLEL)
-    apart = _async(net, staleness=1, slowdown={0: 2.0})
+    apart = _async(net, staleness=1, slowdown=Slowdown(2.0, 0, len(GPUS)))
     _fail_on(apart, 3, RuntimeError("device lost"))
     try:
         with pytest.raises(ReplicaFailed, match=r"replica [01] \(device [01]\) failed: "
@@ -241,7 +243,7 @@ def test_a_diverging_replica_reports_the_engines_own_error():
 
 def test_a_replica_failing_on_the_last_shards_ends_the_drain():
     net = fc_net(DATA_PARALLEL)
-    apart = _async(net, staleness=3, slowdown={1: 4.0})
+    apart = _async(net, staleness=3, slowdown=Slowdown(4.0, 1, len(GPUS)))
     _fail_on(apart, 6, RuntimeError("late failure"))
     try:
         with pytest.raises(ReplicaFailed, match="late failure"):
@@ -267,7 +269,7 @@ def test_slowing_a_device_changes_no_result_of_a_lockstep_step():
     net = fc_net(DATA_PARALLEL)
     plan = make_plan(net, GPUS, MINI)
     states = []
-    for slowdown in (None, {1: 3.0}):
+    for slowdown in (None, Slowdown(3.0, 1, len(GPUS))):
         executor = Executor(net, plan, make_devices(GPUS, "cpu"), seed=3, slowdown=slowdown)
         try:
             for batch in _fc_batches(4):

@@ -225,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--slow-device", type=slow_device, default=None, metavar="D:F",
                        help="for tests and benchmarks only: make logical device D F times "
                             "slower (after each of its tasks it sleeps F-1 times what the "
-                            "task took), to see how --sync copes with a straggler")
+                            "task took), to see how --sync copes with a straggler; any:F "
+                            "slows one device drawn at random at each step instead")
     train.add_argument("--no-winograd", action="store_true",
                        help="compute every convolution directly (im2col and GEMM), also the "
                             "stride-1 ones (3x3 to 6x6 filters, 16 or more channels) that by "

@@ -30,6 +30,7 @@ from convnet.plan.report import human_bytes
 from convnet.plan.report import plan_summary, plan_text
 from convnet.runtime.async_replicas import async_replica_devices
 from convnet.runtime.backends import choose_backend
+from convnet.runtime.local_replicas import apart_periods
 from convnet.runtime.tasks import exchanges_per_step, local_periods
 from convnet.simulate.report import simulation_summary, simulation_text
 
@@ -155,6 +156,9 @@ def sync_text(sync: str, plan, net, processes: int = 1) -> str | None:
                          f"nothing to keep together)")
         if periods:
             text += "; not bitwise reproducible against --sync sync"
+        if processes == 1 and apart_periods(plan, net, local_sgd_period(sync)):
+            text += ("; the replicas run apart between averages, each waiting for the others "
+                     "only to average (the same weights as the lockstep walk of --sequential)")
         return (f"{text}. All-reduces per minibatch (of gradients, or of weights when "
                 f"averaging): {exchanges_per_step(plan, periods):.3g} "
                 f"({exchanges_per_step(plan, {}):.3g} under --sync sync).")

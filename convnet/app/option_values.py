@@ -161,19 +161,23 @@ def async_staleness(sync: str) -> int | None:
     return int(sync.partition(":")[2]) if sync.startswith("async:") else None
 
 
-def slow_device(text: str) -> tuple[int, float]:
-    """``--slow-device D:F`` (test-only): logical device D runs F >= 1 times slower."""
+def slow_device(text: str) -> tuple[int | None, float]:
+    """``--slow-device D:F`` or ``any:F`` (test-only): logical device D, or at every step
+    one drawn at random (None), runs F >= 1 times slower (convnet/runtime/slowdown.py)."""
     device, _, factor = str(text).strip().partition(":")
     try:
         if not factor.isascii():
             raise ValueError(factor)
-        index, value = _ascii_int(device), float(factor)
-        if 0 <= index < MAX_DEVICES and 1.0 <= value <= 1000.0:
+        index = None if device.strip().lower() == "any" else _ascii_int(device)
+        value = float(factor)
+        if (index is None or 0 <= index < MAX_DEVICES) and 1.0 <= value <= 1000.0:
             return index, value
     except ValueError:
         pass
-    raise argparse.ArgumentTypeError(f"expected D:F, a logical device D and a slowdown "
-                                     f"factor F from 1 to 1000 (e.g. 1:2), got '{text}'")
+    raise argparse.ArgumentTypeError(f"expected D:F or any:F, a logical device D (any: a "
+                                     f"different one each step, drawn at random) and a "
+                                     f"slowdown factor F from 1 to 1000 (e.g. 1:2), got "
+                                     f"'{text}'")
 
 
 def layer_name(text: str) -> str:

@@ -82,7 +82,8 @@ class RunOptions:
     feature_path: Path | None
     profile: bool
     sequential: bool
-    slow_device: tuple[int, float] | None  # test-only: (logical device, slowdown factor)
+    slow_device: tuple[int | None, float] | None  # test-only: (logical device or None for
+    # one drawn at random each step, slowdown factor)
     no_progress: bool
     # tools
     print_plan: str | None  # "text" or "json"
@@ -298,7 +299,7 @@ def check_options(opts: RunOptions) -> None:
                          "leave out the increments moving beside them: give --sync sync or "
                          "local:K to profile")
     processes = launch.process_count()
-    if opts.slow_device is not None and opts.slow_device[0] >= len(opts.gpu) * processes:
+    if opts.slow_device is not None and (opts.slow_device[0] or 0) >= len(opts.gpu) * processes:
         each = f" for each of {processes} processes" if processes > 1 else ""
         raise UsageError(f"--slow-device {opts.slow_device[0]}:...: --gpu lists "
                          f"{len(opts.gpu)} device(s){each}, numbered from 0")

@@ -54,6 +54,11 @@ from convnet.runtime.async_replicas import AsyncReplicas, async_replica_devices
 from convnet.runtime.backends import choose_backend
 from convnet.runtime.cluster import cluster_devices
 from convnet.runtime.executor import Executor
+from convnet.runtime.local_replicas import LocalReplicas, apart_periods
+from convnet.runtime.slowdown import Slowdown
+
+#: What trains a net: the lockstep executor, or replicas that run apart.
+TrainingExecutor = Executor | AsyncReplicas | LocalReplicas
 
 
 def make_data_provider(opts: RunOptions):
@@ -144,12 +149,15 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
         raise
 
 
-def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor | AsyncReplicas:
+def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> TrainingExecutor:
     """The executor on the devices and backend the options name (this process's share
     of them in a multi-process run), once the plan is known to fit in memory; under
     ``--sync async:S`` the replicas that train apart (:class:`AsyncReplicas`) for a
     data-parallel net, and for any other the lockstep executor whose replicated layers
-    exchange their increments apart."""
+    exchange their increments apart; under local SGD of every replicated layer of a
+    data-parallel net in one process, the replicas that run apart between averages
+    (:class:`LocalReplicas`: bitwise the lockstep walk's weights), unless
+    ``--sequential`` or ``--profile`` asks for the lockstep walk."""
     backend = choose_backend(opts.backend)
     cluster = launch.cluster_for(opts.gpu)
     check_memory(plan, net, backend, cluster.is_local,
@@ -164,10 +172,14 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> Executor | As
                          "layer on the same devices); start it without mpiexec, or give "
                          "--sync sync or local:K")
     devices = cluster_devices(cluster, opts.gpu, backend)
-    slowdown = dict([opts.slow_device]) if opts.slow_device is not None else None
+    slowdown = (Slowdown(opts.slow_device[1], opts.slow_device[0], plan.num_devices)
+                if opts.slow_device is not None else None)
     if staleness is not None and data_parallel:
         return AsyncReplicas(net, plan, devices, staleness, seed=opts.seed, slowdown=slowdown,
                              cluster=cluster)
+    periods = apart_periods(plan, net, local_sgd) if staleness is None else None
+    if periods and cluster.size == 1 and not (opts.sequential or opts.profile):
+        return LocalReplicas(net, plan, devices, periods, seed=opts.seed, slowdown=slowdown)
     # Any other plan keeps its lockstep steps; under async:S only the replicated layers'
     # increments move apart (convnet.runtime.increment_exchange).
     return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential,

@@ -54,17 +54,13 @@ replica 0, returns the checkpoint state.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import threading
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
 
 from convnet.config.model import NetConfig, on_one_device
-from convnet.errors import ConvnetError
 from convnet.plan.ops import Plan, shard_bounds
 from convnet.plan.planner import make_plan
 from convnet.runtime.batch_check import check_batch
@@ -72,8 +68,9 @@ from convnet.runtime.cluster import Cluster, single_process
 from convnet.runtime.executor import Executor, StepResult
 from convnet.runtime.learning_rules import ScaledRate, scale_rates
 from convnet.runtime.rank_courier import TRAINING, Dealer, RankCourier, UpdateLayout
+from convnet.runtime.replica_threads import ReplicaThreads, combined
+from convnet.runtime.slowdown import Slowdown
 
-_POLL_SECONDS = 0.05
 EVAL_PIECES = 2  # pieces per replica that an evaluation's minibatch is cut into
 
 
@@ -104,12 +101,7 @@ class StalenessRecord:
     shards: list = dataclasses.field(default_factory=list)
 
 
-class ReplicaFailed(ConvnetError):
-    """A replica's thread raised an error that is not one of the engine's worded ones
-    (those reach the caller as they are)."""
-
-
-class AsyncReplicas:
+class AsyncReplicas(ReplicaThreads):
     """The replicas of ``net`` on ``devices`` (those :func:`async_replica_devices` names),
     trained asynchronously with staleness bound ``staleness``.
 
@@ -117,15 +109,15 @@ class AsyncReplicas:
     ``evaluate``, ``features``, ``state_arrays``, ``load_state_arrays``,
     ``step_count``, ``timings`` and ``close``.  ``step`` queues the minibatch's shards
     and returns the costs of the shards finished since the last call (it waits only
-    while the queue is full).  ``seed``, ``check_finite``, ``slowdown`` (device
-    index -> factor) and ``cluster`` are the :class:`Executor`'s: in a multi-process
-    run ``devices`` holds stand-ins for the other ranks' devices, and every rank must
-    make its replica set at the same point (see the module docstring).
+    while the queue is full).  ``seed``, ``check_finite``, ``slowdown`` and ``cluster``
+    are the :class:`Executor`'s: in a multi-process run ``devices`` holds stand-ins
+    for the other ranks' devices, and every rank must make its replica set at the
+    same point (see the module docstring).
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, staleness: int,
                  seed: int = 0, check_finite: bool = True,
-                 slowdown: dict[int, float] | None = None, cluster: Cluster | None = None):
+                 slowdown: Slowdown | None = None, cluster: Cluster | None = None):
         replica_devices = async_replica_devices(plan)
         if replica_devices is None:
             raise ValueError("asynchronous training needs every layer replicated on the same "
@@ -139,11 +131,12 @@ class AsyncReplicas:
         one = on_one_device(net)
         one_plan = make_plan(one, (plan.physical_devices[self.replica_devices[0]],),
                              plan.minibatch // count)
-        slowdown = slowdown or {}
-        self.replicas = [Executor(one, one_plan, [devices[d]], seed=seed, parallel=False,
-                                  check_finite=check_finite,
-                                  slowdown={0: slowdown[d]} if d in slowdown else None)
-                         for d in self.replica_devices]
+        super().__init__([Executor(one, one_plan, [devices[d]], seed=seed, parallel=False,
+                                   check_finite=check_finite,
+                                   slowdown=slowdown and slowdown.on_devices((d,)))
+                          for d in self.replica_devices],
+                         [f"replica {replica_devices.index(d)} (device {d})"
+                          for d in self.replica_devices])
         if count > 1:
             for replica in self.replicas:
                 for name in replica.store.rules:
@@ -159,17 +152,13 @@ class AsyncReplicas:
         self._queue_limit = 2 * count  # unclaimed shards the loop may queue ahead
         self._claims: list[int | None] = [None] * local  # each replica's next shard
         self._asking = [False] * local  # waiting for rank 0's answer to a claim
+        self._waiting = [False] * local  # held by the staleness bound (counted once)
         self._finished_above: set[int] = set()  # finished shards past the first unfinished
         self._first_unfinished = 0  # every shard before it is finished (known here)
         # Per replica, the increments sent to it: layer -> array name -> array (on the
         # sender's device, or on the host from another rank), in arrival order.
         self._inboxes: list[list[dict]] = [[] for _ in range(local)]
-        self._jobs: list[collections.deque] = [collections.deque() for _ in range(local)]
         self._finished: list[tuple[int, StepResult]] = []  # (shard number, its result)
-        self._error: BaseException | None = None
-        self._failed_replica: int | None = None
-        self._closing = False
-        self._cv = threading.Condition()
         self._layout = self._courier = None
         if self.cluster.size > 1:
             store = self.replicas[0].store
@@ -179,10 +168,7 @@ class AsyncReplicas:
                                         self._deliver, self._courier_failed)
         self._dealer = self._courier or Dealer()  # claimed from holding the lock
         self._tests = 0  # evaluations so far: each deals its pieces as its own stream
-        self._threads = [threading.Thread(target=self._serve, args=(r,), daemon=True,
-                                          name=f"replica-{r}") for r in range(local)]
-        for thread in self._threads:
-            thread.start()
+        self._start()
 
     # ------------------------------------------------------------ the caller's side
     def step(self, batch: list[np.ndarray], progress: float = 0.0) -> StepResult:
@@ -203,7 +189,7 @@ class AsyncReplicas:
             self._cv.notify_all()
             self._wait_until(lambda: self._queued - self._seen <= self._queue_limit)
             finished, self._finished = self._finished, []
-        result = _combined([r for _, r in sorted(finished, key=lambda f: f[0])])
+        result = combined([r for _, r in sorted(finished, key=lambda f: f[0])])
         result.seconds = time.perf_counter() - start
         return result
 
@@ -223,7 +209,7 @@ class AsyncReplicas:
         self.drain()
         with self._cv:
             finished, self._finished = self._finished, []
-        result = _combined([r for _, r in sorted(finished, key=lambda f: f[0])])
+        result = combined([r for _, r in sorted(finished, key=lambda f: f[0])])
         result.seconds = time.perf_counter() - start
         return result
 
@@ -252,7 +238,7 @@ class AsyncReplicas:
                    for done in per_replica]
         if self.cluster.size > 1:
             results = [done for share in self.cluster.comm.allgather(results) for done in share]
-        return _combined([result for _, result in sorted(results, key=lambda d: d[0])])
+        return combined([result for _, result in sorted(results, key=lambda d: d[0])])
 
     def _claim_piece(self, stream: int, limit: int) -> int:
         """(On a replica's thread.)  The next piece of test ``stream``, -1 when all are
@@ -287,106 +273,42 @@ class AsyncReplicas:
             replica.load_state_arrays(arrays)
 
     def close(self) -> None:
-        with self._cv:
-            self._closing = True
-            self._cv.notify_all()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        super().close()
         if self._courier is not None:
             self._courier.close()
-        for replica in self.replicas:
-            replica.close()
 
-    def _wait_until(self, ready) -> None:
-        """Wait (holding the lock between checks) until ``ready()`` or a replica fails."""
-        while not ready():
-            self._raise_if_failed()
-            self._cv.wait(_POLL_SECONDS)
-        self._raise_if_failed()
-
-    def _raise_if_failed(self) -> None:
-        error = self._error
-        if error is None:
-            return
-        if isinstance(error, ConvnetError) or not isinstance(error, Exception):
-            raise error
+    def _failed_where(self) -> str:
         if self._failed_replica is None:
-            raise ReplicaFailed(f"moving the replicas' updates between processes failed on "
-                                f"rank {self.cluster.rank}: {type(error).__name__}: "
-                                f"{error}") from error
-        device = self.replica_devices[self._failed_replica]
-        number = async_replica_devices(self.plan).index(device)
-        raise ReplicaFailed(f"replica {number} (device {device}) failed: "
-                            f"{type(error).__name__}: {error}") from error
-
-    def _on_every_replica(self, fn) -> list:
-        """``fn(r)`` on every replica's own thread (once it is between shards); the results
-        in replica order."""
-        futures = [Future() for _ in self.replicas]
-        with self._cv:
-            self._raise_if_failed()
-            for r, future in enumerate(futures):
-                self._jobs[r].append((fn, future))
-            self._cv.notify_all()
-            self._wait_until(lambda: all(f.done() for f in futures))
-        return [f.result() for f in futures]
+            return f"moving the replicas' updates between processes on rank {self.cluster.rank}"
+        return super()._failed_where()
 
     # ----------------------------------------------------------- the replicas' side
-    def _serve(self, r: int) -> None:
-        replica = self.replicas[r]
-        replica.devices[0].activate()
-        try:
-            while True:
-                work = self._next_work(r)
-                if work is None:
-                    return
-                if isinstance(work, tuple):
-                    fn, future = work
-                    future.set_result(fn(r))
-                else:
-                    self._train(r, work)
-                with self._cv:
-                    self._cv.notify_all()
-        except BaseException as error:  # noqa: BLE001 - handed to the caller
-            with self._cv:
-                if self._error is None:
-                    self._error, self._failed_replica = error, r
-                self._cv.notify_all()
-
-    def _next_work(self, r: int):
-        """The next job for replica ``r`` (one of the caller's first), the next shard once
-        it is queued here and the staleness bound allows it, or None when the run ends.
-        A free replica claims the next shard number as soon as some queued shard may
-        still be unclaimed."""
-        waited = False
-        with self._cv:
-            while True:
-                if self._closing or self._error is not None:
-                    return None
-                if self._jobs[r]:
-                    return self._jobs[r].popleft()
-                ordinal = self._claims[r]
-                if ordinal is None and not self._asking[r] and \
-                        self._seen + sum(self._asking) < self._queued:
-                    granted = self._dealer.claim(TRAINING, 0,
-                                                 lambda ordinal, r=r: self._grant(r, ordinal))
-                    if granted is None:  # rank 0 answers later (_grant)
-                        self._asking[r] = True
-                    else:
-                        self._claimed(r, granted)
-                    continue
-                if ordinal is not None and ordinal in self._shards:
-                    lead = ordinal // self.count - self._first_unfinished // self.count
-                    if lead <= self.staleness:
-                        self._claims[r] = None
-                        record = self.record
-                        record.max_lead = max(record.max_lead, lead)
-                        record.shards[r] += 1
-                        return self._shards.pop(ordinal)
-                    if not waited:
-                        self.record.waits += 1
-                        waited = True
-                self._cv.wait(_POLL_SECONDS)
+    def _next_shard(self, r: int) -> _Shard | None:
+        """(Holding the lock.)  Replica ``r``'s next shard once it is queued here and the
+        staleness bound allows it; None while it must wait.  A free replica claims the
+        next shard number as soon as some queued shard may still be unclaimed."""
+        if self._claims[r] is None and not self._asking[r] and \
+                self._seen + sum(self._asking) < self._queued:
+            granted = self._dealer.claim(TRAINING, 0, lambda ordinal: self._grant(r, ordinal))
+            if granted is None:  # rank 0 answers later (_grant)
+                self._asking[r] = True
+            else:
+                self._claimed(r, granted)
+        ordinal = self._claims[r]
+        if ordinal is None or ordinal not in self._shards:
+            return None
+        lead = ordinal // self.count - self._first_unfinished // self.count
+        if lead > self.staleness:
+            if not self._waiting[r]:
+                self.record.waits += 1
+                self._waiting[r] = True
+            return None
+        self._claims[r] = None
+        self._waiting[r] = False
+        record = self.record
+        record.max_lead = max(record.max_lead, lead)
+        record.shards[r] += 1
+        return self._shards.pop(ordinal)
 
     def _claimed(self, r: int, ordinal: int) -> None:
         """(Holding the lock.)  Replica ``r`` trains shard ``ordinal`` next."""
@@ -453,10 +375,7 @@ class AsyncReplicas:
             self._finish(ordinal, StepResult(head["cases"], head["costs"], head["seconds"]))
 
     def _courier_failed(self, error: BaseException) -> None:
-        with self._cv:
-            if self._error is None:
-                self._error = error
-            self._cv.notify_all()
+        self._fail(error, None)
 
     def _add_received(self, r: int) -> None:
         """Add every increment sent to replica ``r`` to its weights, in arrival order."""
@@ -473,22 +392,8 @@ class AsyncReplicas:
                     weights[name][0][k] += device.copy_from(inc)
         for name, rules in replica.store.rules.items():
             if any(rule.ball for rule in rules.values()):
-                replica._constrain(name, 0)  # the executor's own wball step
+                replica.constrain(name, 0)  # the executor's own wball step
 
 
-def _combined(results: list[StepResult]) -> StepResult:
-    """One result for several shards' or parts' (case-weighted means; seconds added)."""
-    cases = sum(r.num_cases for r in results)
-    sums: dict[str, dict[str, float]] = {}
-    for result in results:
-        for layer, costs in result.costs.items():
-            totals = sums.setdefault(layer, {})
-            for k, v in costs.items():
-                totals[k] = totals.get(k, 0.0) + v * result.num_cases
-    return StepResult(cases, {layer: {k: v / cases for k, v in totals.items()}
-                              for layer, totals in sums.items()},
-                      sum(r.seconds for r in results))
-
-
-__all__ = ["AsyncReplicas", "ReplicaFailed", "ScaledRate",
+__all__ = ["AsyncReplicas", "ScaledRate",
            "StalenessRecord", "async_replica_devices"]

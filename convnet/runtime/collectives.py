@@ -132,6 +132,16 @@ class ChunkedAllReduce(AllReduce):
                 sums[k] = total
         return sums
 
+    def average_slice(self, arrays: list[dict], rank: int, received: dict | None = None) -> None:
+        """Local SGD's averaging: slice ``rank`` of every ``arrays[r][k]``, summed over r
+        in rank order (:meth:`reduce_slice`) and divided by the number of ranks, written
+        into ``arrays[rank][k]`` (the other ranks read only their own slices of it).
+        Followed by :meth:`gather_slices`, every rank holds the mean."""
+        for k, total in self.reduce_slice(arrays, rank, received).items():
+            flat = arrays[rank][k].reshape(-1)
+            lo, hi = self.bounds(flat.size, rank)
+            flat[lo:hi] = total / len(arrays)
+
     def gather_slices(self, arrays: list[dict], rank: int, received: dict | None = None) -> None:
         """Copy, into each contiguous ``arrays[rank][k]`` in place, every other rank's
         slice of it from ``arrays[owner][k]``, or from ``received[owner][k]`` where

@@ -58,7 +58,7 @@ from convnet.runtime.learning_rules import scale_rates
 from convnet.runtime.non_finite import non_finite_cost_error, non_finite_gradient_error
 from convnet.runtime.optimizer import MomentumSGD
 from convnet.runtime.rank_tasks import tasks_for_rank
-from convnet.runtime.slowdown import slow_down
+from convnet.runtime.slowdown import Slowdown
 from convnet.runtime.tasks import ReplicaSync, Task, TaskAction, local_periods, make_tasks
 from convnet.runtime.transfers import Transfers, accumulate
 from convnet.runtime.weights import WeightStore, assemble_state, shared_weight_layers
@@ -96,6 +96,7 @@ class _StepBuffers:
     bounds: list[tuple[int, int]]
     ctx_base: dict
     progress: float  # of training, in [0, 1]: what the learning-rate schedules read
+    case_offset: int = 0  # of the first case, where the batch is a shard of a larger one
     acts: dict = field(default_factory=dict)
     states: dict = field(default_factory=dict)
     grads: dict = field(default_factory=dict)
@@ -124,16 +125,17 @@ class Executor:
     None is synchronous SGD; either is the default of the layers without a
     ``sync=`` key.  ``async_staleness``, where given, is the S of the
     asynchronous exchange of the replicated layers' increments (see the module
-    docstring; ``exchange_delay`` is the exchange's test hook).  ``slowdown``
-    maps a device index to a factor F > 1: every task on that device then takes
-    F times its time (it sleeps F - 1 times what the task took), a test-only way
-    to make one device slower (``--slow-device``, see docs/DESIGN.md).
+    docstring; ``exchange_delay`` is the exchange's test hook).  ``slowdown``, a
+    :class:`~convnet.runtime.slowdown.Slowdown`, makes the tasks of a device F
+    times as long in the steps it names (the device sleeps F - 1 times what each
+    task took), a test-only way to make devices slower (``--slow-device``, see
+    docs/DESIGN.md).
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, seed: int = 0,
                  parallel: bool = True, check_finite: bool = True,
                  cluster: Cluster | None = None, local_sgd: int | None = None,
-                 slowdown: dict[int, float] | None = None,
+                 slowdown: Slowdown | None = None,
                  async_staleness: int | None = None, exchange_delay=None):
         if len(devices) != plan.num_devices:
             raise ValueError("one device per logical index of the plan is needed")
@@ -150,7 +152,7 @@ class Executor:
         self.plan = plan
         self.devices = devices
         self.cluster = cluster if cluster is not None else single_process(len(devices))
-        self.slowdown = dict(slowdown or {})
+        self.slowdown = slowdown
         self.seed = seed
         self.step_count = 0
         self.check_finite = check_finite
@@ -282,9 +284,13 @@ class Executor:
         self.store.load_state_arrays(arrays)
 
     # ------------------------------------------------------------------- steps
-    def step(self, batch: list[np.ndarray], progress: float = 0.0) -> StepResult:
-        """One training step on a minibatch: forward, backward and the updates due."""
-        result = self._execute(batch, self.train_tasks(), train=True, progress=progress)
+    def step(self, batch: list[np.ndarray], progress: float = 0.0,
+             case_offset: int = 0) -> StepResult:
+        """One training step on a minibatch: forward, backward and the updates due.
+        ``case_offset`` is the index of the batch's first case in a larger minibatch
+        that it is a shard of (what the dropout masks of its cases are drawn by)."""
+        result = self._execute(batch, self.train_tasks(), train=True, progress=progress,
+                               case_offset=case_offset)
         self.step_count += 1
         return result
 
@@ -344,9 +350,10 @@ class Executor:
             collective.close()
         self.collectives.clear()
 
-    def _execute(self, batch, tasks, train: bool, progress: float) -> StepResult:
+    def _execute(self, batch, tasks, train: bool, progress: float,
+                 case_offset: int = 0) -> StepResult:
         start = time.perf_counter()
-        buffers = self._run_tasks(batch, tasks, train, progress)
+        buffers = self._run_tasks(batch, tasks, train, progress, case_offset)
         num_cases = buffers.bounds[-1][1]
         metrics = buffers.metrics
         if self.cluster.size > 1:  # each rank has the shards of its own cost layer replicas
@@ -361,13 +368,14 @@ class Executor:
                  for layer, sums in costs.items()}
         return StepResult(num_cases, costs, time.perf_counter() - start)
 
-    def _run_tasks(self, batch, tasks: list[Task], train: bool, progress: float) -> _StepBuffers:
+    def _run_tasks(self, batch, tasks: list[Task], train: bool, progress: float,
+                   case_offset: int = 0) -> _StepBuffers:
         num_cases = check_batch(self.net, self.plan, batch)
         buffers = _StepBuffers(batch=batch, bounds=shard_bounds(num_cases, self.plan.num_shards),
                                ctx_base={"train": train, "seed": self.seed,
                                          "step": self.step_count},
-                               progress=progress)
-        actions, slowdown = self._actions, self.slowdown
+                               progress=progress, case_offset=case_offset)
+        actions, slowdown, step = self._actions, self.slowdown, self.step_count
         t0 = time.perf_counter()
         timings = [] if self.timings is not None else None
         meter = self.memory
@@ -376,8 +384,9 @@ class Executor:
             """Carry out ``task``; ``device`` is the calling worker's (None: all of the task's)."""
             began = time.perf_counter()
             actions[task.action](task, buffers, device)
-            if slowdown:
-                slow_down(slowdown, [device] if device is not None else task.devices, began)
+            if slowdown is not None:
+                slowdown.sleep_after([device] if device is not None else task.devices,
+                                     step, began)
             if timings is not None:
                 for d in ([device] if device is not None else task.devices):
                     timings.append(OpTiming(d, task.kind, task.layer, began - t0,
@@ -403,8 +412,8 @@ class Executor:
     def _ctx(self, buffers: _StepBuffers, shard: int) -> Context:
         ctx = buffers.contexts.get(shard)
         if ctx is None:
-            ctx = buffers.contexts[shard] = Context(case_offset=buffers.bounds[shard][0],
-                                                    **buffers.ctx_base)
+            ctx = buffers.contexts[shard] = Context(
+                case_offset=buffers.case_offset + buffers.bounds[shard][0], **buffers.ctx_base)
         return ctx
 
     def _load(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
@@ -487,7 +496,7 @@ class Executor:
         self._apply_update(op, buffers, self.store.weights[op.layer][op.replica],
                            self.store.momentum[op.layer][op.replica],
                            self.store.grads[op.layer][op.replica])
-        self._constrain(op.layer, op.replica)
+        self.constrain(op.layer, op.replica)
         if self.exchange is not None and op.layer in self.exchange.replicas:
             self.exchange.post(op.layer, op.replica, self.step_count,
                                self.store.momentum[op.layer][op.replica])
@@ -505,7 +514,7 @@ class Executor:
         for increments in received:
             for k, inc in increments.items():
                 weights[k] += inc
-        self._constrain(layer, replica)
+        self.constrain(layer, replica)
 
     def _reduce_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
         op = task.op
@@ -535,22 +544,16 @@ class Executor:
         self.store.grads[op.layer][task.rank].clear()  # every rank's reduce has read it
 
     def _average_slice(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
-        """Local SGD's averaging: slice ``task.rank`` of the layer's weights, summed over
-        the replicas in replica order and divided by their number, into that rank's
-        weights (the other ranks read only their own slices of them)."""
-        op, rank = task.op, task.rank
-        chunked = self._sliced(op.layer)
-        weights = self.store.weights[op.layer]
-        received = self._received(task, "avg-slice", buffers)
-        for k, total in chunked.reduce_slice(weights, rank, received).items():
-            flat = weights[rank][k].reshape(-1)
-            lo, hi = chunked.bounds(flat.size, rank)
-            flat[lo:hi] = total / len(weights)
+        """Local SGD's averaging of slice ``task.rank`` of the layer's weights over the
+        replicas (:meth:`~convnet.runtime.collectives.ChunkedAllReduce.average_slice`)."""
+        op = task.op
+        self._sliced(op.layer).average_slice(self.store.weights[op.layer], task.rank,
+                                             self._received(task, "avg-slice", buffers))
 
     def _constrain_task(self, task: Task, buffers: _StepBuffers, device: int | None) -> None:
-        self._constrain(task.op.layer, task.op.replica)
+        self.constrain(task.op.layer, task.op.replica)
 
-    def _constrain(self, layer: str, replica: int) -> None:
+    def constrain(self, layer: str, replica: int) -> None:
         """cuda-convnet2's ``wball``: after an update, every filter or output unit of
         one replica's weights back to norm ``rule.ball``.  Every replica projects the
         same weights (after all gathers, with a sharded update) and so stays bitwise
