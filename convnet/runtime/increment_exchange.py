@@ -108,22 +108,22 @@ class IncrementExchange:
         # rank arrived already: none of them is in transit)
         self._transit: dict[tuple[str, int], collections.Counter] = \
             collections.defaultdict(collections.Counter)
+        self._failure: str | None = None  # why the exchange failed, once it has
+        self._error: BaseException | None = None  # what raised here, if it failed here
+        self._closing = False
         # (layer, receiver here) -> increments the replicas on other ranks post to it per step
         self._remote_posts: dict[tuple[str, int], int] = {}
         self._link = None
         if cluster is not None and cluster.size > 1:
             for layer, devs in replicas.items():
                 remote = sum(posts.get((layer, r), 0) for r, d in enumerate(devs) if not here(d))
-                self._remote_posts.update({(layer, q): remote for q in self.local[layer]
-                                           if len(devs) > 1 and remote})
+                if remote:
+                    self._remote_posts.update({(layer, q): remote for q in self.local[layer]})
             self._link = IncrementLink(cluster.comm.duplicate(),
                                        {layer: tuple(cluster.rank_of(d) for d in devs)
                                         for layer, devs in replicas.items()},
                                        shapes, self._arrived, self._failed_elsewhere,
                                        self._fail)
-        self._failure: str | None = None  # why the exchange failed, once it has
-        self._error: BaseException | None = None  # what raised here, if it failed here
-        self._closing = False
         self._courier = threading.Thread(target=self._serve, daemon=True, name="increments")
         self._courier.start()
 
