@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import re
-import time
 
 import numpy as np
 import pytest
@@ -24,7 +23,7 @@ import pytest
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
-from mpi_helpers import ROOT, needs_mpi, run_mpi
+from mpi_helpers import ROOT, needs_mpi, run_failing, run_ranks
 from mpi_programs import hybrid_async_steps as program
 from plan_helpers import SMALL_HYBRID, fc_net
 
@@ -37,10 +36,7 @@ pytestmark = needs_mpi
 
 
 def _run(folder, mode: str, staleness: int, steps: int) -> list[dict]:
-    done = run_mpi(RANKS, [PROGRAM, mode, str(staleness), str(steps), str(folder / mode)],
-                   cwd=folder, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return [dict(np.load(folder / f"{mode}.{rank}.npz")) for rank in range(RANKS)]
+    return run_ranks(RANKS, PROGRAM, [mode, str(staleness), str(steps)], folder, mode)
 
 
 def _sync(steps: int):
@@ -142,14 +138,9 @@ def test_replicas_on_both_ranks_agree_once_drained(slow_runs, staleness):
                                    second[f"weights/fc1/1/{key}"], rtol=1e-5, atol=1e-7)
 
 
-def _fail(tmp_path, mode: str, staleness: int = 1):
-    started = time.monotonic()
-    done = run_mpi(RANKS, [PROGRAM, mode, str(staleness), "200", str(tmp_path / mode)],
-                   cwd=tmp_path, timeout=HANG_SECONDS)
-    assert time.monotonic() - started < HANG_SECONDS
-    assert done.returncode != 0
-    assert not list(tmp_path.glob(f"{mode}.*.npz"))  # no rank got to the end
-    return done.stderr
+def _fail(tmp_path, mode: str, staleness: int = 1) -> str:
+    return run_failing(RANKS, PROGRAM, [mode, str(staleness), "200"], tmp_path, mode,
+                       HANG_SECONDS)
 
 
 def test_a_failing_replica_ends_every_process_with_its_error(tmp_path):

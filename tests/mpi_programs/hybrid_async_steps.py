@@ -35,12 +35,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from convnet.app.launch import run_as_rank  # noqa: E402
-from convnet.errors import ConvnetError  # noqa: E402
 from convnet.plan.planner import make_plan  # noqa: E402
 from convnet.runtime.cluster import Cluster, cluster_devices, connect  # noqa: E402
 from convnet.runtime.executor import Executor  # noqa: E402
 from convnet.runtime.tasks import TaskAction  # noqa: E402
-from plan_helpers import SMALL_HYBRID, fc_net  # noqa: E402
+from mpi_programs import as_command_line  # noqa: E402
+from plan_helpers import SMALL_HYBRID, fc_net, small_batches  # noqa: E402
 
 MINI = 8
 SLOW_SECONDS = 0.02  # each delivery in mode slow
@@ -51,9 +51,7 @@ REPLICATED = "fc1"
 
 def batches(count: int):
     """The minibatches of tests/test_async_hybrid.py."""
-    rng = np.random.default_rng(7)
-    return [[rng.standard_normal((MINI, 4)).astype(np.float32),
-             rng.integers(0, 3, (MINI, 1)).astype(np.float32)] for _ in range(count)]
+    return small_batches(count, seed=7, n=MINI)
 
 
 def make(staleness: int, cluster: Cluster, delay=None) -> Executor:
@@ -133,15 +131,6 @@ def local_weights(executor: Executor) -> dict:
     return out
 
 
-def main(argv: list[str]) -> int:
-    """As the command line does: an engine error is one line on stderr and its exit code."""
-    try:
-        return train(argv)
-    except ConvnetError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
-
-
 def train(argv: list[str]) -> int:
     mode, staleness, steps, out = argv[0], int(argv[1]), int(argv[2]), argv[3]
     comm, hosts = connect()
@@ -188,4 +177,4 @@ def train(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_as_rank(main, sys.argv[1:]))
+    sys.exit(run_as_rank(lambda argv: as_command_line(train, argv), sys.argv[1:]))
