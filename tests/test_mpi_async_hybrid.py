@@ -39,36 +39,39 @@ def _run(folder, mode: str, staleness: int, steps: int) -> list[dict]:
     return run_ranks(RANKS, PROGRAM, [mode, str(staleness), str(steps)], folder, mode)
 
 
-def _sync(steps: int):
-    """Synchronous SGD over the same logical devices in this process: (state, costs of
-    the evaluation)."""
-    net = fc_net(SMALL_HYBRID)
-    sync = Executor(net, make_plan(net, (0, 1), program.MINI), make_devices((0, 1), "cpu"),
-                    seed=3)
+def _sync(spec, devices: int, steps: int):
+    """Synchronous SGD over the same logical devices in this process: (its plan, state,
+    costs of the evaluation)."""
+    net = fc_net(spec)
+    plan = make_plan(net, (0,) * devices, program.MINI)
+    sync = Executor(net, plan, make_devices((0,) * devices, "cpu"), seed=3)
     try:
         data = program.batches(steps + 1)
         for batch in data[:steps]:
             sync.step(batch)
-        return sync.state_arrays(), sync.evaluate(data[-1]).costs["cost"]
+        return plan, sync.state_arrays(), sync.evaluate(data[-1]).costs["cost"]
     finally:
         sync.close()
 
 
-def test_with_s_0_every_rank_holds_syncs_weights(tmp_path):
-    """Each replica's update with half the rate, plus the other rank's increment of the
-    same step before the next forward: sync's weights, on every replica of every rank."""
+@pytest.mark.parametrize("mode, spec, devices", [("train", SMALL_HYBRID, 2),
+                                                 ("train-wide", program.WIDE, 4)])
+def test_with_s_0_every_rank_holds_syncs_weights(tmp_path, mode, spec, devices):
+    """Each replica's update with 1/R of the rate, plus the other replicas' increments of
+    the same step before the next forward: sync's weights, on every replica of every
+    rank (in the wide net two replicas per rank)."""
     steps = 6
-    ranks = _run(tmp_path, "train", 0, steps)
-    want, evaluation = _sync(steps)
-    compared = 0
+    ranks = _run(tmp_path, mode, 0, steps)
+    plan, want, evaluation = _sync(spec, devices, steps)
+    compared = set()
     for got in ranks:
         for key in (k for k in got if k.startswith("weights/")):
-            _, layer, _, array = key.split("/")
+            _, layer, replica, array = key.split("/")
             np.testing.assert_allclose(got[key], want[f"weights/{layer}/{array}"], rtol=1e-5,
                                        atol=1e-6, err_msg=key)
-            compared += 1
-    assert {k.split("/")[2] for k in ranks[1] if k.startswith("weights/fc1/")} == {"1"}
-    assert compared == len([k for k in want if k.startswith("weights/")]) + 2  # fc1 twice
+            compared.add((layer, int(replica)))
+    assert compared == {(name, q) for name, p in plan.layers.items() if p.param_count
+                        for q in range(p.replicas)}
     # the checkpoint is replica 0's, gathered on rank 0
     for key in (k for k in want if k.startswith("weights/")):
         np.testing.assert_allclose(ranks[0][f"state/{key}"], want[key], rtol=1e-5, atol=1e-6)

@@ -9,6 +9,9 @@ staleness bound S, and writes what the test checks to ``OUT.RANK.npz``:
 * ``train``: after the steps and a drain, the weights of every replica on
   this rank (``weights/LAYER/REPLICA/KEY``), the checkpoint state (rank 0)
   and the costs of an evaluation.
+* ``train-wide``: the same with :data:`WIDE` on two logical devices per
+  rank, so that each rank also copies increments between its own replicas,
+  and hands each one from the other rank to both of them.
 * ``slow``: every delivery of an increment sleeps first, so they fall
   behind the steps.  Writes, kept outside the exchange, every post
   ``(sender, step)`` and every take ``(receiver, step, increments taken)``
@@ -47,6 +50,12 @@ SLOW_SECONDS = 0.02  # each delivery in mode slow
 HOLD_SECONDS = 0.2  # how long rank 1's update waits in mode fail-link
 LATE_FAILURE_SECONDS = 0.3  # how long its failing send takes then
 REPLICATED = "fc1"
+#: fc1 replicated on all four devices of two ranks, model-parallel layers on 0 and 3
+WIDE = [("fc1", "fc", ["data"], [0, 1, 2, 3], 0),
+        ("fca", "fc", ["fc1"], [0], 0), ("fcb", "fc", ["fc1"], [3], 0),
+        ("top", "fc", ["fca", "fcb"], [0], 0), ("probs", "softmax", ["top"], None, 0),
+        ("cost", "cost.logreg", ["labels", "probs"], [0], 0)]
+NETS = {"train-wide": (WIDE, 2)}  # mode -> (net, logical devices per rank); else SMALL_HYBRID
 
 
 def batches(count: int):
@@ -54,11 +63,11 @@ def batches(count: int):
     return small_batches(count, seed=7, n=MINI)
 
 
-def make(staleness: int, cluster: Cluster, delay=None) -> Executor:
-    net = fc_net(SMALL_HYBRID)
-    plan = make_plan(net, (0,) * cluster.size, MINI)
-    return Executor(net, plan, cluster_devices(cluster, (0,), "cpu"), seed=3, cluster=cluster,
-                    async_staleness=staleness, exchange_delay=delay)
+def make(spec, staleness: int, cluster: Cluster, delay=None) -> Executor:
+    net = fc_net(spec)
+    plan = make_plan(net, (0,) * cluster.num_devices, MINI)
+    return Executor(net, plan, cluster_devices(cluster, (0,) * cluster.devices_per_rank, "cpu"),
+                    seed=3, cluster=cluster, async_staleness=staleness, exchange_delay=delay)
 
 
 def log_exchange(exchange, posts: list, takes: list) -> None:
@@ -133,8 +142,9 @@ def local_weights(executor: Executor) -> dict:
 
 def train(argv: list[str]) -> int:
     mode, staleness, steps, out = argv[0], int(argv[1]), int(argv[2]), argv[3]
+    spec, per_rank = NETS.get(mode, (SMALL_HYBRID, 1))
     comm, hosts = connect()
-    cluster = Cluster(comm, 1, hosts)
+    cluster = Cluster(comm, per_rank, hosts)
     delay = None
     if mode == "slow":
         def delay():
@@ -146,7 +156,7 @@ def train(argv: list[str]) -> int:
             deliveries.append(1)
             if comm.rank == 1 and len(deliveries) > 3:
                 raise OSError("link down")
-    executor = make(staleness, cluster, delay)
+    executor = make(spec, staleness, cluster, delay)
     posts: list = []
     takes: list = []
     results: dict = {}
@@ -162,7 +172,7 @@ def train(argv: list[str]) -> int:
             executor.step(batch)
         executor.drain()
         results.update(local_weights(executor))
-        if mode == "train":
+        if mode.startswith("train"):
             results.update({f"state/{k}": v for k, v in executor.state_arrays().items()})
             costs = executor.evaluate(data[-1]).costs["cost"]
             results["evaluation"] = np.array([costs["cost"], costs["error"]])
