@@ -7,8 +7,10 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +46,27 @@ def run_mpi(n: int, args: list[str], cwd, timeout: float = 120, **kwargs):
     """``mpiexec -n N python ARGS``; the completed process (output captured as text)."""
     return subprocess.run([mpiexec(), "-n", str(n), sys.executable, *args], cwd=cwd,
                           env=env(), capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def run_ranks(n: int, program, args: list[str], folder: Path, out: str,
+              timeout: float = 60) -> list[dict]:
+    """``mpiexec -n N python PROGRAM ARGS FOLDER/OUT``, which must succeed: the arrays each
+    rank wrote to ``FOLDER/OUT.RANK.npz``, in rank order."""
+    done = run_mpi(n, [str(program), *args, str(folder / out)], cwd=folder, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return [dict(np.load(folder / f"{out}.{rank}.npz")) for rank in range(n)]
+
+
+def run_failing(n: int, program, args: list[str], folder: Path, out: str,
+                seconds: float = 30) -> str:
+    """Like :func:`run_ranks` for a run that must end on an error within ``seconds``
+    (no hang), with no rank writing its results: its standard error."""
+    started = time.monotonic()
+    done = run_mpi(n, [str(program), *args, str(folder / out)], cwd=folder, timeout=seconds)
+    assert time.monotonic() - started < seconds
+    assert done.returncode != 0
+    assert not list(folder.glob(f"{out}.*.npz"))  # no rank got to the end
+    return done.stderr
 
 
 def run_alone(args: list[str], cwd, timeout: float = 120):

@@ -236,6 +236,11 @@ SMALL_HYBRID = [("fc1", "fc", ["data"], [0, 1], 0),
 
 def small_batch(n=8):
     """A minibatch for SMALL_HYBRID: 4 features and a label in 0..2 per case."""
-    rng = np.random.default_rng(0)
-    return [rng.standard_normal((n, 4)).astype(np.float32),
-            rng.integers(0, 3, (n, 1)).astype(np.float32)]
+    return small_batches(1, seed=0, n=n)[0]
+
+
+def small_batches(count: int, seed: int, n=8):
+    """``count`` minibatches like :func:`small_batch`, drawn in turn from one seed."""
+    rng = np.random.default_rng(seed)
+    return [[rng.standard_normal((n, 4)).astype(np.float32),
+             rng.integers(0, 3, (n, 1)).astype(np.float32)] for _ in range(count)]

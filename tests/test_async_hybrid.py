@@ -23,7 +23,7 @@ from convnet.plan.planner import make_plan
 from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
 from convnet.runtime.increment_exchange import ExchangeFailed
-from plan_helpers import SMALL_HYBRID, fc_net
+from plan_helpers import SMALL_HYBRID, fc_net, small_batches
 from thread_helpers import within
 
 GPUS = (0, 1)
@@ -35,9 +35,7 @@ MODEL_PARALLEL = [("fca", "fc", ["data"], [0], 0), ("fcb", "fc", ["data"], [1], 
 
 
 def _batches(count: int):
-    rng = np.random.default_rng(7)
-    return [[rng.standard_normal((MINI, 4)).astype(np.float32),
-             rng.integers(0, 3, (MINI, 1)).astype(np.float32)] for _ in range(count)]
+    return small_batches(count, seed=7, n=MINI)
 
 
 def _executor(spec, staleness=None, delay=None, parallel=True):

@@ -24,7 +24,7 @@ from convnet.plan.planner import make_plan
 from convnet.runtime.devices import make_devices
 from convnet.runtime.executor import Executor
 from convnet.runtime.tasks import ReplicaSync, TaskAction, exchanges_per_step, make_tasks
-from plan_helpers import SMALL_HYBRID, fc_net
+from plan_helpers import SMALL_HYBRID, fc_net, small_batches
 from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
 MINI = 8
@@ -37,9 +37,7 @@ DATA_PARALLEL = [("fc1", "fc", ["data"], [0, 1], 0), ("fc2", "fc", ["fc1"], [0, 
 
 
 def _fc_batches(count: int):
-    rng = np.random.default_rng(5)
-    return [[rng.standard_normal((MINI, 4)).astype(np.float32),
-             rng.integers(0, 3, (MINI, 1)).astype(np.float32)] for _ in range(count)]
+    return small_batches(count, seed=5, n=MINI)
 
 
 def _conv_net(tmp_path, momentum=True):

@@ -17,7 +17,7 @@ from convnet.app.launch import _RankStderr
 from convnet.plan.planner import make_plan
 from convnet.plan.ranks import rank_totals
 from convnet.runtime.cluster import launched_size
-from convnet.runtime.rank_courier import META_BYTES, TRAINING, Dealer, UpdateLayout
+from convnet.runtime.rank_courier import META_BYTES, TRAINING, Dealer, update_layout
 from convnet.runtime.rank_tasks import tasks_for_rank
 from convnet.runtime.tasks import TaskAction, make_tasks
 from mpi_helpers import env
@@ -110,24 +110,26 @@ def test_an_update_message_carries_its_shard_number_costs_and_increments(shapes,
     rng = np.random.default_rng(seed)
     layers = {f"layer{i}": {"W0": tuple(shape), "b": (shape[0],)}
               for i, shape in enumerate(shapes)}
-    layout = UpdateLayout(layers)
+    layout = update_layout(layers)
     increments = {name: {k: rng.standard_normal(shape).astype(np.float32)
                          for k, shape in arrays.items()} for name, arrays in layers.items()}
     costs = {"cost": {"cost": float(rng.random()), "error": 0.25}}
-    message = layout.pack(ordinal, 7, 0.125, costs, increments)
+    head = {"ordinal": ordinal, "cases": 7, "seconds": 0.125, "costs": costs}
+    message = layout.pack(head, increments)
     assert message.dtype == np.uint8 and message.nbytes == layout.nbytes
-    head, got = layout.unpack(message.copy())
-    assert head == {"ordinal": ordinal, "cases": 7, "seconds": 0.125, "costs": costs}
+    got_head, got = layout.unpack(message.copy())
+    assert got_head == head
     for name, arrays in increments.items():
         for k, array in arrays.items():
             assert np.array_equal(got[name][k], array), (name, k)
 
 
 def test_costs_too_large_for_an_update_message_are_an_error():
-    layout = UpdateLayout({"fc": {"W0": (2, 2)}})
+    layout = update_layout({"fc": {"W0": (2, 2)}})
     costs = {f"cost{i}": {"cost": 1.0 / 3} for i in range(META_BYTES // 20)}
-    with pytest.raises(ValueError, match="update message has room for"):
-        layout.pack(0, 1, 0.0, costs, {"fc": {"W0": np.zeros((2, 2), np.float32)}})
+    with pytest.raises(ValueError, match=f"message has room for {META_BYTES}"):
+        layout.pack({"ordinal": 0, "cases": 1, "seconds": 0.0, "costs": costs},
+                    {"fc": {"W0": np.zeros((2, 2), np.float32)}})
 
 
 def test_the_dealer_numbers_shards_without_end_and_each_tests_pieces_up_to_its_limit():

@@ -132,10 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "steps (local SGD); async[:S] runs the replicas of a "
                           "data-parallel net apart, each applying its own updates at once "
                           "and the others' as they arrive, never more than S steps ahead "
-                          f"of the slowest (default S: {DEFAULT_STALENESS}). local and async "
+                          f"of the slowest (default S: {DEFAULT_STALENESS}; in a hybrid net "
+                          "the steps stay lockstep and only the replicated layers' updates "
+                          "travel apart, at most S steps late). local and async "
                           "move less and wait less and are not the same training as sync; "
-                          "async is not bitwise reproducible (under mpiexec it takes a data-"
-                          "parallel net only); "
+                          "async is not bitwise reproducible; "
                           "with --compare, several modes (e.g. --sync sync local:4) train "
                           "every config once per mode [resumable] (default: sync)")
     data = p.add_argument_group("data")

@@ -163,12 +163,17 @@ def sync_text(sync: str, plan, net, processes: int = 1) -> str | None:
                 f"averaging): {exchanges_per_step(plan, periods):.3g} "
                 f"({exchanges_per_step(plan, {}):.3g} under --sync sync).")
     if async_replica_devices(plan) is None:
-        return (f"Sync: async:{staleness} in a {plan.scheme} plan: the steps stay lockstep "
+        text = (f"Sync: async:{staleness} in a {plan.scheme} plan: the steps stay lockstep "
                 f"(the other layers keep their schedule); the replicated layers "
                 f"({', '.join(replicated)}) update from their own shards at once and add "
                 f"the other replicas' increments as they arrive, at most {staleness} step(s) "
                 f"late; NOT bitwise reproducible (the order of the updates depends on "
                 f"timing).")
+        if processes > 1:
+            text += (f" Between the {processes} processes each update's increments go to "
+                     f"every other process with a replica of its layer, instead of the "
+                     f"all-reduce slices counted in the processes table.")
+        return text
     text = (f"Sync: asynchronous: the {plan.num_shards} replicas train apart on shards of a "
             f"shared queue, each applying its own update at once and the others' as they "
             f"arrive, at most {staleness} step(s) ahead of the slowest; NOT bitwise "

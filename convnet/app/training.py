@@ -163,18 +163,10 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> TrainingExecu
     check_memory(plan, net, backend, cluster.is_local,
                  weight_sharing(plan, net, backend, opts.sync, cluster.size))
     local_sgd, staleness = local_sgd_period(opts.sync), async_staleness(opts.sync)
-    data_parallel = async_replica_devices(plan) is not None
-    if staleness is not None and not data_parallel and cluster.size > 1:
-        saved = opts.resume is not None and opts.resume.saved_options.get("sync") == opts.sync
-        whose = " (the checkpoint's)" if saved else ""
-        raise UsageError(f"--sync {opts.sync}{whose} of a {plan.scheme} net runs in one "
-                         "process: across processes it needs a data-parallel net (every "
-                         "layer on the same devices); start it without mpiexec, or give "
-                         "--sync sync or local:K")
     devices = cluster_devices(cluster, opts.gpu, backend)
     slowdown = (Slowdown(opts.slow_device[1], opts.slow_device[0], plan.num_devices)
                 if opts.slow_device is not None else None)
-    if staleness is not None and data_parallel:
+    if staleness is not None and async_replica_devices(plan) is not None:
         return AsyncReplicas(net, plan, devices, staleness, seed=opts.seed, slowdown=slowdown,
                              cluster=cluster)
     periods = apart_periods(plan, net, local_sgd) if staleness is None else None

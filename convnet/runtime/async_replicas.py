@@ -67,7 +67,7 @@ from convnet.runtime.batch_check import check_batch
 from convnet.runtime.cluster import Cluster, single_process
 from convnet.runtime.executor import Executor, StepResult
 from convnet.runtime.learning_rules import ScaledRate, scale_rates
-from convnet.runtime.rank_courier import TRAINING, Dealer, RankCourier, UpdateLayout
+from convnet.runtime.rank_courier import TRAINING, Dealer, RankCourier, update_layout
 from convnet.runtime.replica_threads import ReplicaThreads, combined
 from convnet.runtime.slowdown import Slowdown
 
@@ -162,8 +162,8 @@ class AsyncReplicas(ReplicaThreads):
         self._layout = self._courier = None
         if self.cluster.size > 1:
             store = self.replicas[0].store
-            self._layout = UpdateLayout({name: {k: v.shape for k, v in momentum[0].items()}
-                                         for name, momentum in store.momentum.items()})
+            self._layout = update_layout({name: {k: v.shape for k, v in momentum[0].items()}
+                                          for name, momentum in store.momentum.items()})
             self._courier = RankCourier(self.cluster.comm, self._layout.nbytes,
                                         self._deliver, self._courier_failed)
         self._dealer = self._courier or Dealer()  # claimed from holding the lock
@@ -349,8 +349,8 @@ class AsyncReplicas(ReplicaThreads):
             increments = {name: {k: device.copy_from(v) for k, v in m[0].items()}
                           for name, m in momentum.items()}
         if self._courier is not None:
-            message = self._layout.pack(shard.ordinal, result.num_cases, result.seconds,
-                                        result.costs,
+            message = self._layout.pack({"ordinal": shard.ordinal, "cases": result.num_cases,
+                                         "seconds": result.seconds, "costs": result.costs},
                                         {name: {k: device.to_host(v) for k, v in m[0].items()}
                                          for name, m in momentum.items()})
         device.synchronize()

@@ -2,8 +2,8 @@
 
 In the manner of ChainerMN's communicators: point-to-point transfers of
 float32 arrays with tags, raw byte messages that a polling thread sends and
-receives without blocking (the ``--sync async`` courier), a few collectives
-on small Python objects, and abort.  :class:`LocalCommunicator` is the one-process case (nothing to talk
+receives without blocking (the ``--sync async`` couriers), a few collectives
+on small Python objects, a duplicate whose messages keep apart, and abort.  :class:`LocalCommunicator` is the one-process case (nothing to talk
 to); :class:`convnet.runtime.mpi_comm.MpiCommunicator` is MPI through mpi4py;
 :func:`convnet.runtime.cluster.connect` picks one.
 """
@@ -70,6 +70,12 @@ class Communicator(ABC):
         """Every rank's ``obj`` in rank order on ``root``; None elsewhere."""
 
     @abstractmethod
+    def duplicate(self) -> Communicator:
+        """A communicator over the same processes whose messages never match this one's,
+        whatever their tags (``MPI_Comm_dup``).  Every rank must call it, at the same
+        point of the run."""
+
+    @abstractmethod
     def abort(self, code: int) -> NoReturn:
         """End every process of the run now, with exit status ``code``."""
 
@@ -108,6 +114,9 @@ class LocalCommunicator(Communicator):
 
     def gather(self, obj, root=0):
         return [obj]
+
+    def duplicate(self):
+        return LocalCommunicator()
 
     def abort(self, code):
         raise SystemExit(code)

@@ -37,11 +37,15 @@ each updates from its own shards at once, with the learning rates divided by
 its layer's replica count, and the increments move between the replicas
 beside the steps (:mod:`convnet.runtime.increment_exchange`); a replica adds
 the ones that arrived before its first forward of the layer in a later step,
-never more than S steps late.  Momentum is each replica's own.
+never more than S steps late.  Momentum is each replica's own.  In a
+multi-process run the increments also go to the replicas on other ranks
+(:mod:`convnet.runtime.increment_link`), and each rank's exchange learns
+from :meth:`Executor.step` which steps have ended everywhere.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 from dataclasses import dataclass, field
@@ -143,8 +147,6 @@ class Executor:
             raise ValueError(f"local SGD averages every K >= 1 steps, not {local_sgd}")
         if local_sgd is not None and async_staleness is not None:
             raise ValueError("local SGD and the asynchronous exchange exclude each other")
-        if async_staleness is not None and cluster is not None and cluster.size > 1:
-            raise ValueError("the asynchronous exchange runs in one process only")
         if async_staleness is not None and any(l.params.get("sync") for l in net):
             raise ValueError("the asynchronous exchange runs every replicated layer apart: "
                              "no layer may set its own sync= mode")
@@ -188,8 +190,16 @@ class Executor:
                           if isinstance(op, AllReduce)}
             for layer, replica_devices in replicated.items():
                 scale_rates(self.store.rules, layer, 1.0 / len(replica_devices))
-            self.exchange = IncrementExchange(replicated, devices, async_staleness,
-                                              delay=exchange_delay)
+            local_replica = {layer: self.store.momentum[layer][q] for layer, devs in
+                             replicated.items() for q, d in enumerate(devs)
+                             if self.cluster.is_local(d)}
+            self.exchange = IncrementExchange(
+                replicated, devices, async_staleness, delay=exchange_delay,
+                cluster=self.cluster,
+                shapes={layer: {k: v.shape for k, v in momentum.items()}
+                        for layer, momentum in local_replica.items()},
+                posts=collections.Counter((op.layer, op.replica) for op in plan.ops
+                                          if isinstance(op, Update)))
             self._added: dict[tuple[str, int], int] = {}  # (layer, replica) -> step added
         self.optimizer = MomentumSGD()
         self.transfers = Transfers(self.cluster.comm, net, devices, self.store, self._collective)
@@ -291,6 +301,8 @@ class Executor:
         that it is a shard of (what the dropout masks of its cases are drawn by)."""
         result = self._execute(batch, self.train_tasks(), train=True, progress=progress,
                                case_offset=case_offset)
+        if self.exchange is not None:
+            self.exchange.step_ended(self.step_count)
         self.step_count += 1
         return result
 
@@ -336,8 +348,8 @@ class Executor:
             return
         self.exchange.drain()
         for layer, replica_devices in self.exchange.replicas.items():
-            for replica, device in enumerate(replica_devices):
-                self.devices[device].activate()
+            for replica in self.exchange.local[layer]:
+                self.devices[replica_devices[replica]].activate()
                 self._add_increments(layer, replica, self.step_count)
 
     def close(self) -> None:

@@ -25,14 +25,15 @@ ABORT_PAUSE_SECONDS = 0.2  # before MPI_Abort, for the launcher to forward the l
 
 
 class MpiCommunicator(Communicator):
-    """``MPI.COMM_WORLD``: every process the launcher started."""
+    """``MPI.COMM_WORLD`` (every process the launcher started), or ``comm``, a duplicate
+    of it (:meth:`duplicate`)."""
 
-    def __init__(self):
+    def __init__(self, comm=None):
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             raise DeviceError("the MPI library does not support MPI_THREAD_MULTIPLE, which "
                               "the device worker threads need (use the mpich wheel of the "
                               "'mpi' extra)")
-        self._comm = MPI.COMM_WORLD
+        self._comm = MPI.COMM_WORLD if comm is None else comm
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
         self.tag_limit = int(self._comm.Get_attr(MPI.TAG_UB)) + 1
@@ -65,6 +66,11 @@ class MpiCommunicator(Communicator):
 
     def gather(self, obj, root=0):
         return self._comm.gather(obj, root=root)
+
+    def duplicate(self):
+        # Never freed: MPI_Comm_free is collective, which a rank ending on an error cannot
+        # take part in; a run makes one or two, and MPI_Finalize releases them.
+        return MpiCommunicator(self._comm.Dup())
 
     def abort(self, code):
         for stream in (sys.stdout, sys.stderr):

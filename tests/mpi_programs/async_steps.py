@@ -36,11 +36,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from convnet.app.launch import run_as_rank  # noqa: E402
-from convnet.errors import ConvnetError  # noqa: E402
 from convnet.plan.planner import make_plan  # noqa: E402
 from convnet.runtime.async_replicas import AsyncReplicas  # noqa: E402
 from convnet.runtime.cluster import Cluster, cluster_devices, connect  # noqa: E402
-from plan_helpers import fc_net  # noqa: E402
+from mpi_programs import as_command_line  # noqa: E402
+from plan_helpers import fc_net, small_batches  # noqa: E402
 
 MINI = 8
 LAYERS = [("fc1", "fc", ["data"], [0, 1], 0), ("fc2", "fc", ["fc1"], [0, 1], 0),
@@ -52,9 +52,7 @@ LATE_START_SECONDS = 0.05
 
 
 def batches(count: int):
-    rng = np.random.default_rng(5)
-    return [[rng.standard_normal((MINI, 4)).astype(np.float32),
-             rng.integers(0, 3, (MINI, 1)).astype(np.float32)] for _ in range(count)]
+    return small_batches(count, seed=5, n=MINI)
 
 
 def make(staleness: int, cluster: Cluster) -> AsyncReplicas:
@@ -81,15 +79,6 @@ def wrap_step(apart: AsyncReplicas, before=None, after=None) -> None:
                 after(shard)
 
     replica.step = step
-
-
-def main(argv: list[str]) -> int:
-    """As the command line does: an engine error is one line on stderr and its exit code."""
-    try:
-        return train(argv)
-    except ConvnetError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
 
 
 def train(argv: list[str]) -> int:
@@ -139,4 +128,4 @@ def train(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_as_rank(main, sys.argv[1:]))
+    sys.exit(run_as_rank(lambda argv: as_command_line(train, argv), sys.argv[1:]))
