@@ -5,11 +5,12 @@
     python bench/bench_sync.py --part digits-mpi [--seeds 0 1 2] [--epochs 10] [--slow 3]
     python bench/bench_sync.py --part digits-layers [--seeds 0 1 2] [--epochs 10] [--slow 3]
     python bench/bench_sync.py --part cifar    [--seeds 0] [--epochs 3] [--slow 3]
-                               [--conditions normal slowed] [--json FILE]
+                               [--conditions normal slowed moving] [--test-freq N]
+                               [--json FILE]
 
 Every run is the real command line (``convnet.py``) in its own process, with a
-test after every data batch (``--test-freq 1``) so that the log has a test
-error curve.  From each run's ``log.csv`` the script reads the final test
+test after every data batch (``--test-freq 1``, or every N batches) so that the
+log has a test error curve.  From each run's ``log.csv`` the script reads the final test
 error, the wall time of the run (``cumulative_time``: training and the
 tests) and the wall time at which the test error first reached the final
 test error of the ``sync`` run of the same seed and condition.  The reference
@@ -23,7 +24,10 @@ Parts:
   two devices, its ``digits-params.cfg``: momentum 0.9) on the bundled digits,
   with sync, local:4, local:16 and async (S = 4), each normally and with
   device 1 made ``--slow`` times slower (``--slow-device 1:F``, a test-only
-  option: the device sleeps F-1 times what each of its tasks took).
+  option: the device sleeps F-1 times what each of its tasks took), and with the
+  ``moving`` condition, ``--slow-device any:F``: at every step one device drawn
+  at random is F times slower (a straggler that moves between devices, where
+  replicas that run apart between averages gain over lockstep steps).
 * ``digits4``: the same net on four devices (``gpu=0,1,2,3`` in a temporary
   copy; four logical devices on however many cores there are), sync against
   local:8 and async: the local:8 target is a final test error within one
@@ -76,6 +80,9 @@ sys.path.insert(0, str(ROOT))
 EXAMPLES = ROOT / "examples"
 REF = EXAMPLES / "cuda-convnet2"
 NOT_LEARNED_ERROR = 0.80
+#: Condition -> its extra arguments ({:g}: the --slow factor).
+CONDITIONS = {"normal": [], "slowed": ["--slow-device", "1:{:g}"],
+              "moving": ["--slow-device", "any:{:g}"]}
 
 
 def _copy_with_gpus(src: Path, out: Path, gpus: str, replace: str) -> Path:
@@ -108,13 +115,13 @@ def _steps(args: list[str], processes: int = 1) -> int:
     return per_epoch * opts.epochs
 
 
-def _run(args: list[str], folder: Path, processes: int = 1) -> dict:
+def _run(args: list[str], folder: Path, processes: int = 1, test_freq: int = 1) -> dict:
     """One training run (under ``mpiexec -n processes`` when more than one); its final
     figures and its log's test curve."""
     launcher = ([str(Path(sys.executable).parent / "mpiexec"), "-n", str(processes)]
                 if processes > 1 else [])
     command = [*launcher, sys.executable, str(ROOT / "convnet.py"), *args, "--no-progress",
-               "--test-freq", "1", "--save-path", str(folder), "--overwrite"]
+               "--test-freq", str(test_freq), "--save-path", str(folder), "--overwrite"]
     start = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -170,7 +177,7 @@ def _median(values):
 
 def run_part(name: str, base: list[str], modes: list[str], seeds: list[int],
              conditions: list[tuple[str, list[str]]], work: Path, processes: int = 1,
-             mode_args: dict[str, list[str]] | None = None) -> dict:
+             mode_args: dict[str, list[str]] | None = None, test_freq: int = 1) -> dict:
     """Every mode under every condition for every seed, the modes taking turns.
     ``mode_args`` gives a mode's own arguments (default ``--sync MODE``); with it the
     all-reduces are counted per layer (:func:`_layer_all_reduces`)."""
@@ -184,7 +191,7 @@ def run_part(name: str, base: list[str], modes: list[str], seeds: list[int],
             for mode in modes:
                 folder = work / f"{name}-{cond}-{mode.replace(':', '')}-{seed}"
                 run = _run([*base, *extra, *args_of[mode], "--seed", str(seed)], folder,
-                           processes)
+                           processes, test_freq)
                 results.setdefault((cond, mode), []).append(run)
                 print(f"  {name} {cond:<7} {mode:<9} seed {seed}: test error "
                       f"{100 * run['final_error']:5.2f}%  wall {run['wall']:6.2f} s", flush=True)
@@ -240,15 +247,19 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--slow", type=float, default=3.0,
-                        help="slowdown factor of device 1 in the slowed condition")
-    parser.add_argument("--conditions", nargs="+", choices=("normal", "slowed"),
+                        help="slowdown factor of the slowed device (slowed: device 1; "
+                             "moving: one drawn at random each step)")
+    parser.add_argument("--conditions", nargs="+", choices=tuple(CONDITIONS),
                         default=["normal", "slowed"],
                         help="run only these conditions (digits4 has only normal)")
+    parser.add_argument("--test-freq", type=int, default=1,
+                        help="training batches between tests (default 1: a test error "
+                             "curve point after every batch)")
     parser.add_argument("--json", type=Path, default=None, help="also write the tables here")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores", flush=True)
-    conditions = [c for c in [("normal", []), ("slowed", ["--slow-device", f"1:{args.slow:g}"])]
-                  if c[0] in args.conditions]
+    conditions = [(name, [arg.format(args.slow) for arg in extra])
+                  for name, extra in CONDITIONS.items() if name in args.conditions]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.part == "digits":
@@ -256,7 +267,8 @@ def main() -> int:
                     str(EXAMPLES / "digits-params.cfg"), "--gpu", "0,1",
                     "--epochs", str(args.epochs or 10)]
             table = run_part("digits", base, ["sync", "local:4", "local:16", "async"],
-                             args.seeds or [0, 1, 2], conditions, work)
+                             args.seeds or [0, 1, 2], conditions, work,
+                             test_freq=args.test_freq)
             title = "digits, 2 devices"
         elif args.part == "digits-layers":
             base = ["--layer-def", str(EXAMPLES / "digits-data.cfg"), "--gpu", "0,1",
@@ -269,14 +281,15 @@ def main() -> int:
                                  "conv-sync+fc-local:8": [
                                      "--layer-params",
                                      str(EXAMPLES / "digits-local-fc-params.cfg"),
-                                     "--sync", "sync"]})
+                                     "--sync", "sync"]}, test_freq=args.test_freq)
             title = "digits, 2 devices, per-layer sync keys (all-reduces per layer)"
         elif args.part == "digits-mpi":
             base = ["--layer-def", str(EXAMPLES / "digits-data.cfg"), "--layer-params",
                     str(EXAMPLES / "digits-params.cfg"), "--gpu", "0",
                     "--epochs", str(args.epochs or 10)]
             table = run_part("digits-mpi", base, ["sync", "local:4", "async"],
-                             args.seeds or [0, 1, 2], conditions, work, processes=2)
+                             args.seeds or [0, 1, 2], conditions, work, processes=2,
+                             test_freq=args.test_freq)
             title = "digits, 2 processes x 1 device"
         elif args.part == "digits4":
             layer_def = _copy_with_gpus(EXAMPLES / "digits-data.cfg", work / "digits-4.cfg",
@@ -285,7 +298,8 @@ def main() -> int:
                     str(EXAMPLES / "digits-params.cfg"), "--gpu", "0,1,2,3",
                     "--epochs", str(args.epochs or 10)]
             table = run_part("digits4", base, ["sync", "local:8", "async"],
-                             args.seeds or [0, 1, 2], [("normal", [])], work)
+                             args.seeds or [0, 1, 2], [("normal", [])], work,
+                             test_freq=args.test_freq)
             title = "digits, 4 devices"
         else:
             layer_def = _copy_with_gpus(REF / "layers-cifar10-11pct.cfg", work / "cifar-2.cfg",
@@ -297,7 +311,7 @@ def main() -> int:
                     "--num-classes", "10", "--train-range", "1-4", "--test-range", "9",
                     "--dummy-cases", "256", "--mini", "128", "--epochs", str(args.epochs or 3)]
             table = run_part("cifar", base, ["sync", "local:4", "local:16", "async"],
-                             args.seeds or [0], conditions, work)
+                             args.seeds or [0], conditions, work, test_freq=args.test_freq)
             title = "CIFAR-10 reference net on dummy data, 2 devices"
     print_table(title, table)
     print(f"load average after: {os.getloadavg()[0]:.2f}")

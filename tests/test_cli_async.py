@@ -37,12 +37,13 @@ def test_async_trains_a_hybrid_net_and_print_plan_says_how():
     assert "NOT bitwise reproducible" in proc.stdout
 
 
-def test_a_diverging_async_run_ends_with_the_training_error(tmp_path):
+@pytest.mark.parametrize("mode", ["async:1", "local:4"])  # replicas apart, each way
+def test_a_diverging_run_of_replicas_apart_ends_with_the_training_error(tmp_path, mode):
     params = (EXAMPLES / "digits-params.cfg").read_text()
     wild = tmp_path / "wild-params.cfg"
     wild.write_text(re.sub(r"^epsW=.*$", "epsW=1e6", params, flags=re.M))
     net = [a if a != EXAMPLES / "digits-params.cfg" else wild for a in DATA_NET]
-    proc = run_cli(*DUMMY, *net, "--epochs", "3", "--sync", "async:1", timeout=60)
+    proc = run_cli(*DUMMY, *net, "--epochs", "3", "--sync", mode, timeout=60)
     assert_clean_error(proc, 1, "training diverged in epoch", "lower the learning rates")
 
 

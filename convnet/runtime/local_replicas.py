@@ -104,7 +104,9 @@ class LocalReplicas(ReplicaThreads):
         self._results: dict[int, dict[int, StepResult]] = {}
         self._completed = 0  # the steps every replica has finished
         self._finished: list[StepResult] = []  # completed since the last step() or settle()
-        self._queue_limit = max(self.periods.values())  # steps queued past the slowest
+        # Steps queued past the slowest replica: enough for a fast one to run up to the
+        # next average.  The shards are views of the caller's minibatches (never written).
+        self._queue_limit = max(self.periods.values())
         self._start()
 
     # ------------------------------------------------------------ the caller's side
@@ -128,8 +130,7 @@ class LocalReplicas(ReplicaThreads):
         with self._cv:
             self._raise_if_failed()
             for queue, (lo, hi) in zip(self._queues, shard_bounds(num_cases, self.count)):
-                queue.append(_Shard(self._queued, [np.array(c[lo:hi]) for c in batch], lo,
-                                    progress))
+                queue.append(_Shard(self._queued, [c[lo:hi] for c in batch], lo, progress))
             self._queued += 1
             self._cv.notify_all()
             self._wait_until(lambda: self._queued - self._completed <= self._queue_limit)
