@@ -241,3 +241,26 @@ def test_a_moving_straggler_slows_one_device_per_step_drawn_the_same_in_every_ru
         assert straggler.on_devices((2,)).factor_of(0, step) == factors[2]
     fixed = Slowdown(2.0, 1, 4)
     assert [fixed.factor_of(d, 7) for d in range(4)] == [1.0, 2.0, 1.0, 1.0]
+
+
+def test_a_profiled_step_accounts_each_device_s_time_within_the_step():
+    """--compare's profile of the replicas apart: every step drained, each replica's
+    operations (and its averages, one span each) on its own device, never adding up to
+    more than the step."""
+    net = fc_net(DATA_PARALLEL)
+    plan = make_plan(net, GPUS, MINI)
+    apart = LocalReplicas(net, plan, make_devices(GPUS, "cpu"), {"fc1": 2, "fc2": 2}, seed=3)
+    try:
+        runs = apart.timed_steps(_fc_batches(1)[0], 4)
+        assert len(runs) == 4
+        for seconds, timings in runs:
+            for device in GPUS:
+                spans = [t for t in timings if t.device == device]
+                assert {t.kind for t in spans} >= {"forward", "backward"}
+                assert sum(t.end - t.start for t in spans) <= seconds * 1.01
+        averages = [t for _, timings in runs for t in timings if t.kind == "allreduce"]
+        assert len(averages) == 2 * len(GPUS)  # after steps 1 and 3 (step 0 warms up)
+        assert all(t.layer == "fc1+fc2" for t in averages)
+        assert all(replica.timings is None for replica in apart.replicas)
+    finally:
+        apart.close()

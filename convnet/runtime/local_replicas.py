@@ -196,6 +196,8 @@ class LocalReplicas(ReplicaThreads):
             if i:
                 runs.append((seconds, [t for per_replica in self.timings for t in per_replica]))
         self.timings = None
+        for replica in self.replicas:
+            replica.timings = None  # the replicas record no more operations
         return runs
 
     def close(self) -> None:
@@ -250,11 +252,10 @@ class LocalReplicas(ReplicaThreads):
             self._averaging.gather_slices(weights[layer], r)
             self.replicas[r].constrain(layer, 0)
         self._barrier.wait()
-        if profile is not None:
-            offset = self._started
-            profile[r].extend(OpTiming(self.replica_devices[r], "allreduce", layer,
-                                       began - offset, time.perf_counter() - offset)
-                              for layer in layers)
+        if profile is not None:  # one span: the layers average together
+            profile[r].append(OpTiming(self.replica_devices[r], "allreduce", "+".join(layers),
+                                       began - self._started,
+                                       time.perf_counter() - self._started))
 
 
 __all__ = ["LocalReplicas", "apart_periods"]
