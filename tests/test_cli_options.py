@@ -97,6 +97,7 @@ def test_cuda_convnet2_flag_values():
     (["--slow-device", "1:0.5"], "--slow-device"),
     (["--slow-device", "1:nan"], "--slow-device"),
     (["--slow-device", "x:2"], "--slow-device"),
+    (["--slow-device", "any"], "--slow-device: expected D:F or any:F"),
 ])
 def test_bad_values_exit_2_with_one_line(capsys, argv, fragment):
     assert_clean_error(call(capsys, *argv), 2, fragment, "(see --help)")
@@ -175,6 +176,7 @@ def test_spellings_of_sync_modes():
     assert parse(["--sync", " ASYNC:02 "]).sync == ["async:2"]
     assert parse(["--sync", "Local:3", "sync"]).sync == ["local:3", "sync"]  # --compare
     assert parse(["--slow-device", "1:2.5"]).slow_device == (1, 2.5)
+    assert parse(["--slow-device", " Any:3"]).slow_device == (None, 3.0)  # moves
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
