@@ -1,4 +1,5 @@
-"""``--sync async:S`` on CUDA devices (convnet/runtime/async_replicas.py).
+"""Replicas apart on CUDA devices: ``--sync async:S`` (convnet/runtime/async_replicas.py)
+and local SGD between averages (convnet/runtime/local_replicas.py).
 
 Skipped without CuPy and a CUDA GPU.  Two logical devices share GPU 0 (each its
 own stream), so one GPU is enough: one replica must be synchronous SGD bit for
@@ -80,4 +81,37 @@ def test_two_replicas_on_cuda_agree_once_drained(tmp_path):
                 np.testing.assert_allclose(second[key], first[key], rtol=1e-4, atol=1e-6,
                                            err_msg=key)
     finally:
+        apart.close()
+
+
+def test_local_sgd_apart_on_cuda_trains_as_the_lockstep_walk(tmp_path):
+    """Local SGD's replicas apart between averages (convnet/runtime/local_replicas.py):
+    the averages move slices between the devices with ``Device.copy_from``, and every
+    replica ends where the lockstep walk's does (up to the GPU kernels' own rounding
+    order, which need not be fixed)."""
+    from convnet.plan.planner import make_plan
+    from convnet.runtime.devices import make_devices
+    from convnet.runtime.executor import Executor
+    from convnet.runtime.local_replicas import LocalReplicas, apart_periods
+
+    net, batches = _net_and_batches(tmp_path)
+    gpus = (0, 0)
+    plan = make_plan(net, gpus, 8)
+    lockstep = Executor(net, plan, make_devices(gpus, "cuda"), seed=3, local_sgd=2)
+    apart = LocalReplicas(net, plan, make_devices(gpus, "cuda"), apart_periods(plan, net, 2),
+                          seed=3)
+    try:
+        for batch in batches + batches[:1]:  # five steps: the last one between averages
+            lockstep.step(batch)
+            apart.step(batch)
+        apart.drain()
+        for r, replica in enumerate(apart.replicas):
+            for name, replicas in lockstep.store.weights.items():
+                for k, want in replicas[r].items():
+                    np.testing.assert_allclose(
+                        replica.devices[0].to_host(replica.store.weights[name][0][k]),
+                        lockstep.devices[r].to_host(want), rtol=1e-5, atol=1e-7,
+                        err_msg=f"{name} {r} {k}")
+    finally:
+        lockstep.close()
         apart.close()
