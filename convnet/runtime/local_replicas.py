@@ -99,6 +99,7 @@ class LocalReplicas(ReplicaThreads):
         self._barrier = threading.Barrier(count)
         self._queued = 0  # the steps queued
         self.timings = None  # set to a list by timed_steps: each replica's operations
+        self._started = 0.0  # when timed_steps began its current step
         # Each replica's queue of shards, and each step's results by replica.
         self._queues: list[list[_Shard]] = [[] for _ in range(count)]
         self._results: dict[int, dict[int, StepResult]] = {}
@@ -204,7 +205,7 @@ class LocalReplicas(ReplicaThreads):
         super().close()
         self._averaging.close()
 
-    def _on_failure(self) -> None:
+    def _release_waits(self) -> None:
         self._barrier.abort()  # a replica waiting for the others to average stops
 
     # ----------------------------------------------------------- the replicas' side

@@ -57,7 +57,7 @@ class ReplicaThreads:
         with self._cv:
             self._closing = True
             self._cv.notify_all()
-        self._on_failure()
+        self._release_waits()
         for thread in self._threads:
             thread.join(timeout=5)
         for replica in self.replicas:
@@ -101,10 +101,11 @@ class ReplicaThreads:
             if self._error is None:
                 self._error, self._failed_replica = error, replica
             self._cv.notify_all()
-        self._on_failure()
+        self._release_waits()
 
-    def _on_failure(self) -> None:
-        """Wake whatever a replica may be blocked in besides the lock (a subclass's)."""
+    def _release_waits(self) -> None:
+        """On a failure or at close: wake whatever a replica may be blocked in besides the
+        lock (a subclass's)."""
 
     # ----------------------------------------------------------- the replicas' side
     def _serve(self, r: int) -> None:

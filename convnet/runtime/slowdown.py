@@ -19,6 +19,7 @@ Two kinds of straggler:
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ class Slowdown:
         """The logical device (of the run) that is slow in ``step``."""
         if self.device is not ANY:
             return self.device
-        return random.Random(_DRAW_SALT * 1_000_003 + step).randrange(self.num_devices)
+        return _drawn(step, self.num_devices)
 
     def factor_of(self, device: int, step: int) -> float:
         """How many times slower the executor's ``device`` runs in ``step``."""
@@ -60,6 +61,13 @@ class Slowdown:
         factor = max((self.factor_of(d, step) for d in devices), default=1.0)
         if factor > 1.0:
             time.sleep((factor - 1.0) * (time.perf_counter() - began))
+
+
+@functools.lru_cache(maxsize=64)
+def _drawn(step: int, num_devices: int) -> int:
+    """The device an ``any:F`` straggler slows in ``step``: drawn once per step, not once
+    per task of it."""
+    return random.Random(_DRAW_SALT * 1_000_003 + step).randrange(num_devices)
 
 
 __all__ = ["ANY", "Slowdown"]
