@@ -101,29 +101,38 @@ def test_a_sleeping_worker_takes_the_wake_up_time_to_start_a_task():
 def test_contention_is_the_median_time_side_by_side_over_the_time_alone():
     _, _, data = _plan("digits-data.cfg", "0,1")
     forward = next(op for op in data.ops if op.kind == "forward" and op.device == 0)
-    profile = ComputeProfile(128, {("forward", forward.layer): OpCost(0.0, 1e-5)}, host=HOST)
-    model = CostModel(profile, DEVICE_KINDS["measured"])
-    tasks = [Task(0, forward, TaskAction.FORWARD, ())]
-    alone = 64 * 1e-5  # shards of 64 cases
 
-    def steps(*factors):
-        return [(0.0, [OpTiming(0, "forward", forward.layer, 1.0, 1.0 + f * alone),
+    def model(per_case: float) -> CostModel:
+        profile = ComputeProfile(128, {("forward", forward.layer): OpCost(0.0, per_case)},
+                                 host=HOST)
+        return CostModel(profile, DEVICE_KINDS["measured"])
+
+    alone = model(1e-5)
+    tasks = [Task(0, forward, TaskAction.FORWARD, ())]
+
+    def steps(*factors, per_case=1e-5):  # shards of 64 cases
+        return [(0.0, [OpTiming(0, "forward", forward.layer, 1.0, 1.0 + f * 64 * per_case),
                        OpTiming(0, "backward", forward.layer, 0.0, 5.0)]) for f in factors]
 
     key = ("forward", forward.layer)
-    assert measured_contention(model, data, tasks, [steps(1.2, 1.5, 9.0)]) == \
+    assert measured_contention(data, tasks, [(alone, steps(1.2, 1.5, 9.0))]) == \
         {key: pytest.approx(1.5)}  # not in the model: no factor for the backward
-    # the least disturbed round counts
-    assert measured_contention(model, data, tasks, [steps(2.0, 2.1, 2.2), steps(1.2, 1.3, 1.4),
-                                                    steps(1.9, 2.0, 2.0)])[key] == \
+    # the median over the rounds counts: one round disturbed by other work does not
+    assert measured_contention(data, tasks, [(alone, steps(2.0, 2.1, 2.2)),
+                                             (alone, steps(1.2, 1.3, 1.4)),
+                                             (alone, steps(1.4, 1.5, 1.6))])[key] == \
+        pytest.approx(1.5)
+    # rounds in a slow phase of the machine, slow alone and side by side alike
+    slow = (model(1.5e-5), steps(1.3, per_case=1.5e-5))
+    assert measured_contention(data, tasks, [(alone, steps(1.3)), slow, slow])[key] == \
         pytest.approx(1.3)
-    assert measured_contention(model, data, tasks, [steps(0.5, 0.9, 0.8)])[key] == 1.0
-    assert measured_contention(model, data, tasks, [steps(5.0, 6.0, 7.0)])[key] == HOST.cores
+    assert measured_contention(data, tasks, [(alone, steps(0.5, 0.9, 0.8))])[key] == 1.0
+    assert measured_contention(data, tasks, [(alone, steps(5.0, 6.0, 7.0))])[key] == HOST.cores
     # an all-reduce's copies share the memory bandwidth too: against the link figures
     op = next(op for op in data.ops if isinstance(op, AllReduce))
     reduce = Task(1, op, TaskAction.REDUCE_SLICE, (), device=0)
-    took = [(0.0, [OpTiming(0, "allreduce", op.layer, 0.0, 1.5 * model.work(reduce, data))])]
-    assert measured_contention(model, data, [reduce], [took]) == \
+    took = [(0.0, [OpTiming(0, "allreduce", op.layer, 0.0, 1.5 * alone.work(reduce, data))])]
+    assert measured_contention(data, [reduce], [(alone, took)]) == \
         {("allreduce", op.layer): pytest.approx(1.5)}
 
 

@@ -4,24 +4,33 @@ Compute (load, forward, backward, update) is measured.  The net is profiled
 with every layer on one device (and no ``updatePeriod``, which may need
 replicas), on one thread in plan order with one BLAS thread, as each CPU
 device's worker runs, so the times are the operations' own.  It is profiled
-twice, on the first minibatch and on its first half; each (kind, layer)
-keeps the median time of its operation at each size, and a straight line
-through the two, ``fixed + per_case * cases``, separates the per-operation
-overhead from the work per case.  Where the logical devices are worker
-threads sharing the host's cores, the net is also run data-parallel on every
-core (every layer replicated, parallel workers as in training) for a few
-consecutive steps.  The median time of each operation there over its time
-alone at the same shard size (from the lines above; an all-reduce's parts, from
-the link figures below) is its *contention*, what the workers lose to each
-other: memory bandwidth, caches, and the interpreter lock that Python-side work
+on the first minibatch and on its first half; each (kind, layer) keeps the
+median time of its operation at each size, and a straight line through the
+two, ``fixed + per_case * cases``, separates the per-operation overhead from
+the work per case.  Where the logical devices are worker threads sharing the
+host's cores, the net is also run data-parallel on every core (every layer
+replicated, parallel workers as in training) for a few consecutive steps.
+The median time of each operation there over its time alone at the same
+shard size (from the lines above; an all-reduce's parts, from the link
+figures below) is its *contention*, what the workers lose to each other:
+memory bandwidth, caches, and the interpreter lock that Python-side work
 holds (the replicas of a data-parallel step run the same operations side by
-side, so the small ones, mostly Python dispatch under the lock, slow each other
-the most: 2-4x on the digits net, against 1.0-1.1x for its convolutions).
-The same run gives the workers' *wake-ups*: the time from a step's start to
-each worker's first task (asleep on its queue), and from the end of the last
-task a worker waited for to the start of its own (asleep on an event); a
-sleeping worker needs the operating system to wake it and then the interpreter
-lock, which the other workers hold while they run Python.
+side, so the small ones, mostly Python dispatch under the lock, slow each
+other the most: 2-4x on the digits net, against 1.0-1.1x for its
+convolutions).  The same run gives the workers' *wake-ups*: the time from a
+step's start to each worker's first task (asleep on its queue), and from the
+end of the last task a worker waited for to the start of its own (asleep on
+an event); a sleeping worker needs the operating system to wake it and then
+the interpreter lock, which the other workers hold while they run Python.
+
+The three runs take turns in rounds, a short block of each per round, for the
+reason the measurements they are checked against do: a shared machine's speed
+moves in phases of about a second (the digits net's one-device step ran 16-17
+ms for a second, then 21-24 ms for the next), and a profile taken in one burst
+lands in one phase.  The operations' times are the medians over every round;
+a round's contention is taken against the times alone of the same round, so
+that a slow phase slows both sides of the ratio, and the median over the
+rounds counts.
 Any plan of the same net is then predicted from that one profile: load,
 forward and backward at its shard's cases, updates (a function of the weights
 alone) at the profiled time, divided by the ranks that share a sharded update.
@@ -38,7 +47,6 @@ bandwidth`` holding all replicas.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -52,16 +60,17 @@ from convnet.simulate.schedule import Simulation, simulate
 #: Op kinds whose time is measured rather than derived from a link.
 COMPUTE_KINDS = ("load", "forward", "backward", "update")
 
-#: Profiled steps after one warm-up step, at each of the two sizes.
-PROFILE_STEPS = 5
+#: Rounds of the profile; in each, a block of steps of each profiled run in turn.
+PROFILE_ROUNDS = 3
 
-#: The data-parallel run that measures contention: steps not counted (a fresh
-#: executor's first steps run slow: the digits net's data-parallel step took 14-26 ms
-#: in its first 2-4 steps after another executor's, then 11 ms), then rounds of
-#: counted steps.  Of the rounds, the least disturbed by other work on the machine
-#: counts: a burst of it during one round reads as a 2x contention of everything.
-CONTENTION_WARMUP = 6
-CONTENTION_ROUNDS = 3
+#: Profiled steps per block, at each of the two sizes, after one warm-up step.
+PROFILE_STEPS = 2
+
+#: The data-parallel block of a round that measures contention: its steps not counted
+#: (a fresh executor's first steps run slow: the digits net's data-parallel step took
+#: 14-26 ms in its first 2-4 steps after another executor's, then 11 ms), then its
+#: counted steps.
+CONTENTION_WARMUP = 3
 CONTENTION_STEPS = 4
 
 
@@ -250,51 +259,60 @@ class CostModel:
 
 def profile_compute(executor, batch: list, host: HostFigures, plan: Plan,
                     dispatch: float = 0.0, data_parallel=None,
-                    steps: int = PROFILE_STEPS) -> ComputeProfile:
-    """Time ``steps`` training steps (after one warm-up) of ``batch`` and of its first half
-    on ``executor`` (``plan``, best on one device, run sequentially; its weights
-    change, so use one made for the purpose) and fit each operation's cost to the two
-    sizes.  Given ``data_parallel``, (an executor, its plan) of the net replicated on
-    every core with parallel workers, also measure the contention there."""
+                    rounds: int = PROFILE_ROUNDS) -> ComputeProfile:
+    """Time ``rounds`` rounds of training steps of ``batch`` and of its first half on
+    ``executor`` (``plan``, best on one device, run sequentially; its weights change,
+    so use one made for the purpose) and fit each operation's cost to the two sizes.
+    Given ``data_parallel``, (an executor, its plan) of the net replicated on every
+    core with parallel workers, each round also times it, to measure the contention
+    and the wake-ups there."""
     cases = len(batch[0])
     half = [column[:max(cases // 2, 1)] for column in batch]
-    big = executor.timed_steps(batch, steps)
-    small = executor.timed_steps(half, steps)
     sliced = {name: len(p.devices) for name, p in plan.layers.items() if len(p.devices) > 1
               and all(task.action is not TaskAction.UPDATE for task in executor.train_tasks()
                       if task.layer == name)}
-    profile = ComputeProfile.fit((len(half[0]) / plan.num_shards, small),
-                                 (cases / plan.num_shards, big), host,
-                                 {name: p.param_count for name, p in plan.layers.items()},
-                                 dispatch, sliced)
+    counts = {name: p.param_count for name, p in plan.layers.items()}
+
+    def fit(small: list, big: list) -> ComputeProfile:
+        return ComputeProfile.fit((len(half[0]) / plan.num_shards, small),
+                                  (cases / plan.num_shards, big), host, counts, dispatch,
+                                  sliced)
+
+    alone, together = [], []
+    for _ in range(rounds):
+        alone.append((executor.timed_steps(half, PROFILE_STEPS),
+                      executor.timed_steps(batch, PROFILE_STEPS)))
+        if data_parallel is not None:
+            steps = data_parallel[0].timed_steps(batch, CONTENTION_WARMUP + CONTENTION_STEPS)
+            together.append(steps[CONTENTION_WARMUP:])
+    profile = fit([s for small, _ in alone for s in small], [s for _, big in alone for s in big])
     if data_parallel is None:
         return profile
-    together, together_plan = data_parallel
-    counted = together.timed_steps(batch, CONTENTION_WARMUP + CONTENTION_ROUNDS *
-                                   CONTENTION_STEPS)[CONTENTION_WARMUP:]
-    rounds = [counted[i:i + CONTENTION_STEPS] for i in range(0, len(counted), CONTENTION_STEPS)]
-    model = CostModel(profile, DEVICE_KINDS["measured"])
-    tasks = together.train_tasks()
-    start_wake, wake = wake_seconds(tasks, rounds)
+    executor_together, together_plan = data_parallel
+    tasks = executor_together.train_tasks()
+    start_wake, wake = wake_seconds(tasks, together)
+    paired = [(CostModel(fit(*sizes), DEVICE_KINDS["measured"]), steps)
+              for sizes, steps in zip(alone, together)]
     return replace(profile, start_wake=start_wake, wake=wake,
-                   contention=measured_contention(model, together_plan, tasks, rounds))
+                   contention=measured_contention(together_plan, tasks, paired))
 
 
-def measured_contention(model: CostModel, plan: Plan, tasks: list[Task],
-                        rounds: list[list[tuple[float, list]]]) -> dict[tuple[str, str], float]:
+def measured_contention(plan: Plan, tasks: list[Task],
+                        rounds: list[tuple[CostModel, list[tuple[float, list]]]]
+                        ) -> dict[tuple[str, str], float]:
     """(kind, layer) -> how much slower its tasks (``tasks`` of ``plan``: computations
     and the all-reduces' parts, whose copies share the memory bandwidth) ran in the
-    rounds of timed steps than ``model`` predicts them alone: the median over a
-    round's steps and devices of their seconds over the prediction, the least over
-    the rounds, kept within [1, the core count] (sharing cores can make a task no
-    slower than running after the others)."""
-    alone: dict[tuple[int, str, str], float] = {}
-    for task in tasks:
-        for d in task.devices:
-            key = (d, task.kind, task.layer)
-            alone[key] = alone.get(key, 0.0) + model.work(task, plan)
-    least: dict[tuple[str, str], float] = {}
-    for steps in rounds:
+    rounds of timed steps than the round's model (its profile alone) predicts them:
+    the median over a round's steps and devices of their seconds over the prediction,
+    the median over the rounds, kept within [1, the core count] (sharing cores can
+    make a task no slower than running after the others)."""
+    per_round: dict[tuple[str, str], list[float]] = {}
+    for model, steps in rounds:
+        alone: dict[tuple[int, str, str], float] = {}
+        for task in tasks:
+            for d in task.devices:
+                key = (d, task.kind, task.layer)
+                alone[key] = alone.get(key, 0.0) + model.work(task, plan)
         ratios: dict[tuple[str, str], list[float]] = {}
         for _, timings in steps:
             took: dict[tuple[int, str, str], float] = {}
@@ -305,9 +323,10 @@ def measured_contention(model: CostModel, plan: Plan, tasks: list[Task],
             for key, seconds in took.items():
                 ratios.setdefault(key[1:], []).append(seconds / alone[key])
         for key, values in ratios.items():
-            least[key] = min(least.get(key, math.inf), statistics.median(values))
-    cores = model.profile.host.cores
-    return {key: min(max(ratio, 1.0), cores) for key, ratio in least.items()}
+            per_round.setdefault(key, []).append(statistics.median(values))
+    cores = max((model.profile.host.cores for model, _ in rounds), default=1)
+    return {key: min(max(statistics.median(values), 1.0), cores)
+            for key, values in per_round.items()}
 
 
 def wake_seconds(tasks: list[Task], rounds: list[list[tuple[float, list]]]
