@@ -10,9 +10,11 @@ steps of ``--rounds`` rounds, where each round runs a block of consecutive
 training steps of every placement of the net in turn (interleaved, so that a
 disturbance of the shared machine hits all of them alike; only the last steps
 of each block counted), parallel workers as in training.  Each table says how
-many cores other processes kept busy during its profile and measurement: on two
-cores, a run beside other work measures something else than the profile
-predicts.
+many cores other processes kept busy during its profile and measurement, and
+how many cores' worth of work the machine gave two processes side by side
+before and after (a virtual machine's cores can be taken by work outside it):
+on two cores, a run beside other work measures something else than the
+profile predicts.
 
 Part 1: the digits configs of examples/ and the CIFAR-10 reference net
 (cuda-convnet2's layers-cifar10-11pct on 3x32x32 dummy images) as one device
@@ -93,9 +95,11 @@ class OtherWork:
     """Cores that other processes kept busy during the block (Linux: /proc/stat's busy
     time less this process's own), to tell a quiet run from one that shared the
     machine: on two cores, other work on one of them turns a data-parallel step
-    into a one-device step."""
+    into a one-device step.  Also :func:`cores_given` before and after, for work
+    outside this machine that takes its cores."""
 
     cores: float | None = None
+    given: list[float]
 
     @staticmethod
     def _busy() -> float | None:
@@ -113,6 +117,7 @@ class OtherWork:
         return usage.ru_utime + usage.ru_stime
 
     def __enter__(self):
+        self.given = [cores_given()]
         self._start = (time.perf_counter(), self._busy(), self._own())
         return self
 
@@ -121,10 +126,46 @@ class OtherWork:
         if busy is not None:
             elapsed = time.perf_counter() - wall
             self.cores = max(self._busy() - busy - (self._own() - own), 0.0) / elapsed
+        self.given.append(cores_given())
 
     def __str__(self) -> str:
-        return ("other processes' load unknown" if self.cores is None else
+        load = ("other processes' load unknown" if self.cores is None else
                 f"other processes kept {self.cores:.2f} cores busy meanwhile")
+        before, after = self.given
+        return f"{load}; cores given {before:.2f} before, {after:.2f} after"
+
+
+def _spin(count: int, results) -> None:
+    start = time.perf_counter()
+    total = 0
+    for i in range(count):
+        total += i
+    results.put(time.perf_counter() - start)
+
+
+def cores_given(count: int = 2_000_000, repeats: int = 3) -> float:
+    """How many cores' worth of work the machine gives now: the same pure-Python loop in
+    one process, then in one process per usable core side by side (cores * time alone
+    / time side by side, the median of ``repeats``).  A virtual machine's cores can be
+    busy with work outside it, which neither the load average nor /proc/stat show:
+    then two workers gain less from two cores than the profile measured at another
+    moment."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    cores = len(os.sched_getaffinity(0))
+    results = context.Queue()
+
+    def run(n: int) -> float:
+        workers = [context.Process(target=_spin, args=(count, results)) for _ in range(n)]
+        for worker in workers:
+            worker.start()
+        times = [results.get() for _ in workers]
+        for worker in workers:
+            worker.join()
+        return statistics.mean(times)
+
+    return statistics.median(cores * run(1) / run(cores) for _ in range(repeats))
 
 
 #: Consecutive steps of one placement per round, and how many of them are counted:
@@ -135,20 +176,21 @@ COUNTED_STEPS = 4
 
 
 def measure(opts, runs, rounds: int, memory: bool = False):
-    """[(name, net)] -> measured median step seconds (and, with ``memory``, the most
-    bytes any device held, the executor's own accounting over one more step).  Each
-    round runs ``BLOCK_STEPS`` consecutive steps of every placement in turn
-    (interleaved, so that a disturbance of the shared machine hits all of them alike)
-    and counts the last ``COUNTED_STEPS`` of each block, the steady steps that
-    training runs back to back."""
+    """[(name, net)] or [(name, net, options)] (default ``opts``) -> measured median step
+    seconds (and, with ``memory``, the most bytes any device held, the executor's own
+    accounting over one more step).  Each round runs ``BLOCK_STEPS`` consecutive steps
+    of every run in turn (interleaved, so that a disturbance of the shared machine hits
+    all of them alike, whatever their ``--gpu``) and counts the last ``COUNTED_STEPS``
+    of each block, the steady steps that training runs back to back."""
     from convnet.runtime.memory import MemoryMeter
 
     batch = first_minibatch(opts)
     executors = []
     try:
-        for _, net in runs:
-            executors.append(training.make_executor(opts, net, make_plan(net, opts.gpu,
-                                                                          opts.mini)))
+        for _, net, *own in runs:
+            run_opts = own[0] if own else opts
+            executors.append(training.make_executor(
+                run_opts, net, make_plan(net, run_opts.gpu, run_opts.mini)))
         times = [[] for _ in runs]
         for _ in range(rounds):
             for i, executor in enumerate(executors):
@@ -199,7 +241,7 @@ def table(title: str, names, predicted, measured, other: OtherWork) -> None:
 def validate(title: str, rows, rounds: int) -> None:
     """Predict and measure the step time and peak memory of every (label, options, net,
     profile key) of ``rows``: each net profiled once per key (as ``--simulate``
-    does), the rows of one ``--gpu`` measured together in interleaved rounds."""
+    does), every row measured in the same interleaved rounds."""
     from convnet.simulate.report import peak_memory
 
     profiles, predicted, predicted_peak = {}, [], []
@@ -210,13 +252,9 @@ def validate(title: str, rows, rounds: int) -> None:
             plan = make_plan(net, opts.gpu, opts.mini)
             predicted.append(profiles[key].predict(plan).step_seconds)
             predicted_peak.append(max(peak_memory(plan, net, profiles[key])))
-        measured, measured_peak = [0.0] * len(rows), [0] * len(rows)
-        for gpu in dict.fromkeys(opts.gpu for _, opts, _, _ in rows):
-            group = [i for i, row in enumerate(rows) if row[1].gpu == gpu]
-            seconds, peaks = measure(rows[group[0]][1], [(rows[i][0], rows[i][2]) for i in group],
-                                     rounds, memory=True)
-            for i, t, peak in zip(group, seconds, peaks):
-                measured[i], measured_peak[i] = t, peak
+        measured, measured_peak = measure(rows[0][1], [(label, net, opts)
+                                                       for label, opts, net, _ in rows],
+                                          rounds, memory=True)
     names = [label for label, *_ in rows]
     table(title, names, predicted, measured, other)
     print(f"{'peak memory of a device':<40} {'predicted MiB':>12} {'measured MiB':>12} "
