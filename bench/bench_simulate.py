@@ -9,12 +9,17 @@ that profile.  The measured step of a placement is the median of the counted
 steps of ``--rounds`` rounds, where each round runs a block of consecutive
 training steps of every placement of the net in turn (interleaved, so that a
 disturbance of the shared machine hits all of them alike; only the last steps
-of each block counted), parallel workers as in training.  Each table says how
-many cores other processes kept busy during its profile and measurement, and
-how many cores' worth of work the machine gave two processes side by side
-before and after (a virtual machine's cores can be taken by work outside it):
-on two cores, a run beside other work measures something else than the
-profile predicts.
+of each block counted), parallel workers as in training.  The profile's rounds
+(``--simulate`` takes three in a row) are taken one at the start of each of
+these rounds: this virtual machine's speed moves in phases of seconds to
+minutes (the digits net's one-device step measured 16 ms in one run and 27 ms
+in another, nothing else running in the machine), and a profile taken before
+the measurement is checked against a machine that has since changed speed.
+Each table says how many cores other processes kept busy during its profile
+and measurement, and how many cores' worth of work the machine gave two
+processes side by side before and after (a virtual machine's cores can be
+taken by work outside it): on two cores, a run beside other work measures
+something else than the profile predicts.
 
 Part 1: the digits configs of examples/ and the CIFAR-10 reference net
 (cuda-convnet2's layers-cifar10-11pct on 3x32x32 dummy images) as one device
@@ -48,6 +53,7 @@ import resource
 import statistics
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 from convnet.app import training  # noqa: E402
 from convnet.app.cli import build_parser  # noqa: E402
 from convnet.app.options import resolve_options  # noqa: E402
-from convnet.app.simulation import first_minibatch, measure_costs  # noqa: E402
+from convnet.app.simulation import NetProfiler, first_minibatch, measure_costs  # noqa: E402
 from convnet.plan.planner import make_plan  # noqa: E402
 
 EX = ROOT / "examples"
@@ -175,13 +181,15 @@ BLOCK_STEPS = 8
 COUNTED_STEPS = 4
 
 
-def measure(opts, runs, rounds: int, memory: bool = False):
+def measure(opts, runs, rounds: int, memory: bool = False, profilers=()):
     """[(name, net)] or [(name, net, options)] (default ``opts``) -> measured median step
     seconds (and, with ``memory``, the most bytes any device held, the executor's own
-    accounting over one more step).  Each round runs ``BLOCK_STEPS`` consecutive steps
-    of every run in turn (interleaved, so that a disturbance of the shared machine hits
-    all of them alike, whatever their ``--gpu``) and counts the last ``COUNTED_STEPS``
-    of each block, the steady steps that training runs back to back."""
+    accounting over one more step).  Each round takes a round of each of
+    ``profilers`` (:class:`NetProfiler`), then runs ``BLOCK_STEPS`` consecutive steps
+    of every run in turn (interleaved, so that a disturbance of the shared machine, or
+    a phase of it, hits all of them and the profiles alike, whatever their ``--gpu``)
+    and counts the last ``COUNTED_STEPS`` of each block, the steady steps that
+    training runs back to back."""
     from convnet.runtime.memory import MemoryMeter
 
     batch = first_minibatch(opts)
@@ -193,6 +201,8 @@ def measure(opts, runs, rounds: int, memory: bool = False):
                 run_opts, net, make_plan(net, run_opts.gpu, run_opts.mini)))
         times = [[] for _ in runs]
         for _ in range(rounds):
+            for profiler in profilers:
+                profiler.round()
             for i, executor in enumerate(executors):
                 block = [executor.step(batch, progress=1.0).seconds
                          for _ in range(BLOCK_STEPS)]
@@ -241,20 +251,24 @@ def table(title: str, names, predicted, measured, other: OtherWork) -> None:
 def validate(title: str, rows, rounds: int) -> None:
     """Predict and measure the step time and peak memory of every (label, options, net,
     profile key) of ``rows``: each net profiled once per key (as ``--simulate``
-    does), every row measured in the same interleaved rounds."""
+    does), every row measured in the same interleaved rounds as the profiles'."""
     from convnet.simulate.report import peak_memory
 
-    profiles, predicted, predicted_peak = {}, [], []
-    with OtherWork() as other:
+    predicted, predicted_peak = [], []
+    with OtherWork() as other, ExitStack() as stack:
+        profilers = {}
         for _, opts, net, key in rows:
-            if key not in profiles:
-                profiles[key] = measure_costs(opts, net)
-            plan = make_plan(net, opts.gpu, opts.mini)
-            predicted.append(profiles[key].predict(plan).step_seconds)
-            predicted_peak.append(max(peak_memory(plan, net, profiles[key])))
+            if key not in profilers:
+                profilers[key] = stack.enter_context(NetProfiler(opts, net))
         measured, measured_peak = measure(rows[0][1], [(label, net, opts)
                                                        for label, opts, net, _ in rows],
-                                          rounds, memory=True)
+                                          rounds, memory=True,
+                                          profilers=list(profilers.values()))
+        profiles = {key: profiler.cost_model() for key, profiler in profilers.items()}
+    for _, opts, net, key in rows:
+        plan = make_plan(net, opts.gpu, opts.mini)
+        predicted.append(profiles[key].predict(plan).step_seconds)
+        predicted_peak.append(max(peak_memory(plan, net, profiles[key])))
     names = [label for label, *_ in rows]
     table(title, names, predicted, measured, other)
     print(f"{'peak memory of a device':<40} {'predicted MiB':>12} {'measured MiB':>12} "
@@ -314,11 +328,10 @@ def part2(rounds: int, mini: int) -> None:
                    "--gpu", "0,1", "--mini", mini)
     base = training.load_net_for(opts)
     runs = [(name, placed(base, gpus)) for name, gpus in PLACEMENTS.items()]
-    with OtherWork() as other:
-        costs = measure_costs(opts, base)
-        predicted = [costs.predict(make_plan(net, opts.gpu, mini)).step_seconds
-                     for _, net in runs]
-        measured = measure(opts, runs, rounds)
+    with OtherWork() as other, NetProfiler(opts, base) as profiler:
+        measured = measure(opts, runs, rounds, profilers=[profiler])
+        costs = profiler.cost_model()
+    predicted = [costs.predict(make_plan(net, opts.gpu, mini)).step_seconds for _, net in runs]
     table(f"CIFAR-10 placements, --gpu 0,1 --mini {mini}", list(PLACEMENTS), predicted,
           measured, other)
     print(f"Spearman rank correlation over {len(runs)} placements: "

@@ -20,7 +20,7 @@ from convnet.errors import PlanError
 from convnet.plan.placements import Candidate, placed_layers
 from convnet.plan.planner import make_plan
 from convnet.runtime.backends import choose_backend
-from convnet.simulate.costs import CostModel, dispatch_seconds, profile_compute
+from convnet.simulate.costs import PROFILE_ROUNDS, CostModel, Profiler, dispatch_seconds
 from convnet.simulate.hardware import DEVICE_KINDS, device_kind, measure_host
 
 
@@ -56,32 +56,64 @@ def data_parallel(opts: RunOptions, net: NetConfig, cases: int, cores: int):
                                   everywhere, plan), plan
 
 
+class NetProfiler:
+    """The profile of ``net`` on the first device of ``opts.gpu`` (see
+    :func:`profiled_plan`), a round at a time: the executors it runs (closed on
+    leaving), :meth:`round`, and :meth:`cost_model` from the rounds so far.  ``option``
+    names the option asking, in the error of a multi-process run."""
+
+    def __init__(self, opts: RunOptions, net: NetConfig, option: str = "--simulate"):
+        launch.require_one_process(option)
+        self._opts = opts
+        batch = first_minibatch(opts)
+        single, plan, gpus = profiled_plan(opts, all_synchronous(net), len(batch[0]))
+        one = replace(opts, sequential=True, gpu=gpus, sync="sync")
+        host = measure_host()
+        self._cpu = choose_backend(opts.backend) == "cpu"
+        self._executor = training.make_executor(one, single, plan)
+        self._together = None
+        try:
+            # On the host, the net replicated on every core measures how the workers
+            # contend.
+            if self._cpu and host.cores > 1 and len(gpus) == 1:
+                self._together = data_parallel(opts, single, len(batch[0]), host.cores)
+            dispatch = dispatch_seconds(self._executor.train_tasks(), self._executor.devices)
+            self._profiler = Profiler(self._executor, batch, host, plan, dispatch,
+                                      self._together)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> NetProfiler:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def round(self) -> None:
+        self._profiler.round()
+
+    def cost_model(self) -> CostModel:
+        if self._opts.simulate_devices:
+            kind = device_kind(self._opts.simulate_devices)
+        elif self._cpu:
+            kind = DEVICE_KINDS["measured"]
+        else:  # GPUs of their own, compute as profiled; transfers assumed over PCIe 3
+            kind = replace(DEVICE_KINDS["gpu-pcie3"], name="measured", speed=1.0,
+                           source="the GPU the net was profiled on; its compute times as "
+                                  "measured")
+        return CostModel(self._profiler.profile(), kind)
+
+    def close(self) -> None:
+        self._executor.close()
+        if self._together is not None:
+            self._together[0].close()
+
+
 def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate") -> CostModel:
-    """The cost model of ``net`` from a profile on the first device of ``opts.gpu`` (see
-    :func:`profiled_plan`); ``option`` names the option asking, in the error of a
-    multi-process run."""
-    launch.require_one_process(option)
-    batch = first_minibatch(opts)
-    single, plan, gpus = profiled_plan(opts, all_synchronous(net), len(batch[0]))
-    one = replace(opts, sequential=True, gpu=gpus, sync="sync")
-    host = measure_host()
-    cpu = choose_backend(opts.backend) == "cpu"
-    executor = training.make_executor(one, single, plan)
-    # On the host, the net replicated on every core measures how the workers contend.
-    together = data_parallel(opts, single, len(batch[0]), host.cores) \
-        if cpu and host.cores > 1 and len(gpus) == 1 else None
-    try:
-        dispatch = dispatch_seconds(executor.train_tasks(), executor.devices)
-        profile = profile_compute(executor, batch, host, plan, dispatch, together)
-    finally:
-        executor.close()
-        if together is not None:
-            together[0].close()
-    if opts.simulate_devices:
-        kind = device_kind(opts.simulate_devices)
-    elif cpu:
-        kind = DEVICE_KINDS["measured"]
-    else:  # GPUs of their own, compute as profiled; transfers assumed over PCIe 3
-        kind = replace(DEVICE_KINDS["gpu-pcie3"], name="measured", speed=1.0,
-                       source="the GPU the net was profiled on; its compute times as measured")
-    return CostModel(profile, kind)
+    """The cost model of ``net`` from :data:`PROFILE_ROUNDS` rounds of its profile in a
+    row (see :class:`NetProfiler`)."""
+    with NetProfiler(opts, net, option) as profiler:
+        for _ in range(PROFILE_ROUNDS):
+            profiler.round()
+        return profiler.cost_model()

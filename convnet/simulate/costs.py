@@ -257,44 +257,55 @@ class CostModel:
         return replace(self, kind=kind)
 
 
-def profile_compute(executor, batch: list, host: HostFigures, plan: Plan,
-                    dispatch: float = 0.0, data_parallel=None,
-                    rounds: int = PROFILE_ROUNDS) -> ComputeProfile:
-    """Time ``rounds`` rounds of training steps of ``batch`` and of its first half on
-    ``executor`` (``plan``, best on one device, run sequentially; its weights change,
-    so use one made for the purpose) and fit each operation's cost to the two sizes.
-    Given ``data_parallel``, (an executor, its plan) of the net replicated on every
-    core with parallel workers, each round also times it, to measure the contention
-    and the wake-ups there."""
-    cases = len(batch[0])
-    half = [column[:max(cases // 2, 1)] for column in batch]
-    sliced = {name: len(p.devices) for name, p in plan.layers.items() if len(p.devices) > 1
-              and all(task.action is not TaskAction.UPDATE for task in executor.train_tasks()
-                      if task.layer == name)}
-    counts = {name: p.param_count for name, p in plan.layers.items()}
+class Profiler:
+    """The rounds of one net's profile: each :meth:`round` times a block of training
+    steps of ``batch`` and of its first half on ``executor`` (``plan``, best on one
+    device, run sequentially; its weights change, so use one made for the purpose)
+    and, given ``data_parallel`` ((an executor, its plan) of the net replicated on
+    every core with parallel workers), a block of that; :meth:`profile` fits each
+    operation's cost to the two sizes over every round so far, with the contention
+    and the wake-ups of the data-parallel blocks.  Rounds are taken one at a time so
+    that a caller can take them between other work."""
 
-    def fit(small: list, big: list) -> ComputeProfile:
-        return ComputeProfile.fit((len(half[0]) / plan.num_shards, small),
-                                  (cases / plan.num_shards, big), host, counts, dispatch,
-                                  sliced)
+    def __init__(self, executor, batch: list, host: HostFigures, plan: Plan,
+                 dispatch: float = 0.0, data_parallel=None):
+        self._executor, self._batch, self._plan = executor, batch, plan
+        self._host, self._dispatch, self._data_parallel = host, dispatch, data_parallel
+        self._half = [column[:max(len(batch[0]) // 2, 1)] for column in batch]
+        self._sliced = {name: len(p.devices) for name, p in plan.layers.items()
+                        if len(p.devices) > 1 and all(
+                            task.action is not TaskAction.UPDATE
+                            for task in executor.train_tasks() if task.layer == name)}
+        self._alone: list[tuple[list, list]] = []  # per round: (half steps, whole steps)
+        self._together: list[list] = []  # per round: counted data-parallel steps
 
-    alone, together = [], []
-    for _ in range(rounds):
-        alone.append((executor.timed_steps(half, PROFILE_STEPS),
-                      executor.timed_steps(batch, PROFILE_STEPS)))
-        if data_parallel is not None:
-            steps = data_parallel[0].timed_steps(batch, CONTENTION_WARMUP + CONTENTION_STEPS)
-            together.append(steps[CONTENTION_WARMUP:])
-    profile = fit([s for small, _ in alone for s in small], [s for _, big in alone for s in big])
-    if data_parallel is None:
-        return profile
-    executor_together, together_plan = data_parallel
-    tasks = executor_together.train_tasks()
-    start_wake, wake = wake_seconds(tasks, together)
-    paired = [(CostModel(fit(*sizes), DEVICE_KINDS["measured"]), steps)
-              for sizes, steps in zip(alone, together)]
-    return replace(profile, start_wake=start_wake, wake=wake,
-                   contention=measured_contention(together_plan, tasks, paired))
+    def round(self) -> None:
+        self._alone.append((self._executor.timed_steps(self._half, PROFILE_STEPS),
+                            self._executor.timed_steps(self._batch, PROFILE_STEPS)))
+        if self._data_parallel is not None:
+            steps = self._data_parallel[0].timed_steps(
+                self._batch, CONTENTION_WARMUP + CONTENTION_STEPS)
+            self._together.append(steps[CONTENTION_WARMUP:])
+
+    def _fit(self, small: list, big: list) -> ComputeProfile:
+        shards = self._plan.num_shards
+        return ComputeProfile.fit(
+            (len(self._half[0]) / shards, small), (len(self._batch[0]) / shards, big),
+            self._host, {name: p.param_count for name, p in self._plan.layers.items()},
+            self._dispatch, self._sliced)
+
+    def profile(self) -> ComputeProfile:
+        profile = self._fit([s for small, _ in self._alone for s in small],
+                            [s for _, big in self._alone for s in big])
+        if self._data_parallel is None:
+            return profile
+        executor, plan = self._data_parallel
+        tasks = executor.train_tasks()
+        start_wake, wake = wake_seconds(tasks, self._together)
+        paired = [(CostModel(self._fit(*sizes), DEVICE_KINDS["measured"]), steps)
+                  for sizes, steps in zip(self._alone, self._together)]
+        return replace(profile, start_wake=start_wake, wake=wake,
+                       contention=measured_contention(plan, tasks, paired))
 
 
 def measured_contention(plan: Plan, tasks: list[Task],
