@@ -19,7 +19,7 @@ from convnet.plan.ops import AllReduce, Copy
 from convnet.plan.planner import make_plan
 from convnet.runtime.tasks import Task, TaskAction, make_tasks
 from convnet.runtime.executor import OpTiming
-from convnet.simulate.costs import (ComputeProfile, CostModel, OpCost, fixed_share,
+from convnet.simulate.costs import (ComputeProfile, CostModel, OpCost, Profiler, fixed_share,
                                     measured_contention, wake_seconds)
 from convnet.simulate.hardware import DEVICE_KINDS, LINKS, HostFigures, measure_host
 from convnet.simulate.schedule import simulate
@@ -216,6 +216,29 @@ def test_a_line_through_two_sizes_separates_overhead_from_work_per_case():
     assert cost.at(32) == pytest.approx(0.002 + 32e-5)
     for noisy in (0.003, 0.0009):  # no faster, or faster than in proportion
         assert OpCost.through((64, noisy), (128, 0.002)) == OpCost(0.0, 0.002 / 128)
+
+
+def test_a_profile_is_fitted_over_every_round():
+    """Rounds in phases of a shared machine (1x, then 3x as slow): each operation's
+    time is the median over all of them, not one round's."""
+    _, _, plan = _plan("digits-single.cfg", "0")
+
+    class Phases:  # an executor whose one forward takes 1e-5 s per case, times a phase
+        def __init__(self):
+            self.phases = iter([1, 1, 3, 3])  # each round: half, then whole
+
+        def train_tasks(self):
+            return []
+
+        def timed_steps(self, batch, steps):
+            seconds = next(self.phases) * len(batch[0]) * 1e-5
+            return [(seconds, [OpTiming(0, "forward", "fc10", 0.0, seconds)])] * steps
+
+    profiler = Profiler(Phases(), [list(range(128))], HOST, plan)
+    for _ in range(2):
+        profiler.round()
+    assert profiler.profile().costs[("forward", "fc10")] == \
+        OpCost(pytest.approx(0.0, abs=1e-12), pytest.approx(2e-5))
 
 
 def test_the_fit_keeps_each_figure_in_its_place():
