@@ -294,10 +294,12 @@ def part1(rounds: int) -> None:
     opts = options("--layer-def", EX / "digits-single.cfg", "--layer-params", digits,
                    "--gpu", "0,1", "--mini", 128)
     # One profile per net: the hybrid's params make it another net.
+    # Three times the rounds: its steps are 25x shorter than CIFAR-10's, and five rounds
+    # of them span a few of the machine's phases (docs/SIMULATE.md).
     validate("digits, --mini 128", on_gpus(opts, [
         (name, training.load_net_for(replace(opts, layer_def=EX / f"{name}.cfg",
                                              layer_params=params)), params)
-        for name, params in hand]), rounds)
+        for name, params in hand]), 3 * rounds)
     opts = options("--layer-def", CIFAR_DEF, "--layer-params", CIFAR_PARAMS, *DUMMY_CIFAR,
                    "--gpu", "0,1", "--mini", 128)
     base = training.load_net_for(opts)

@@ -159,8 +159,8 @@ def test_wake_ups_are_measured_at_a_steps_start_and_after_a_wait():
     assert all(order.values())
     rounds = [[step(0.0003, 0.0001), step(0.0005, 0.0002)], [step(0.0002, 0.0004)]]
     start_wake, wake = wake_seconds(tasks, rounds)
-    assert start_wake == pytest.approx(0.0007)  # medians 0.9 (0.3, 1.3, 0.5, 1.5) and 0.7 ms
-    assert wake == pytest.approx(0.00015)  # round one's median, 0.1 and 0.2 ms
+    assert start_wake == pytest.approx(0.0008)  # of medians 0.9 (0.3, 1.3, 0.5, 1.5), 0.7 ms
+    assert wake == pytest.approx(0.000275)  # of round one's median, 0.15 ms, and two's, 0.4
     assert wake_seconds(tasks, []) == (0.0, 0.0)
 
 
