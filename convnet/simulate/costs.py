@@ -31,6 +31,7 @@ lands in one phase.  The operations' times are the medians over every round;
 a round's contention is taken against the times alone of the same round, so
 that a slow phase slows both sides of the ratio, and the median over the
 rounds counts.
+
 Any plan of the same net is then predicted from that one profile: load,
 forward and backward at its shard's cases, updates (a function of the weights
 alone) at the profiled time, divided by the ranks that share a sharded update.
