@@ -9,6 +9,6 @@ point (also installed as the ``convnet`` console script).
 import sys
 
 if __name__ == "__main__":
-    from convnet.app.launcher import main
+    from convnet.app.command_line.launcher import main
 
     sys.exit(main())

@@ -161,8 +161,8 @@ def engine_masks(net, seed: int = 0, step: int = 0):
 def initial_weights(net, gpus: tuple, mini: int) -> dict:
     """The engine's initial weights (seed 0) of ``net`` on ``gpus``, {layer: {key: array}}."""
     from convnet.plan.planner import make_plan
-    from convnet.runtime.devices import make_devices
-    from convnet.runtime.executor import Executor
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
 
     ex = Executor(net, make_plan(net, tuple(gpus), mini), make_devices(tuple(gpus), "cpu"),
                   seed=0, parallel=False)
@@ -197,8 +197,8 @@ def one_step(torch, net, gpus: tuple, batch: list, winograd: bool = True) -> Agr
     module docstring)."""
     from convnet.kernels import conv
     from convnet.plan.planner import make_plan
-    from convnet.runtime.devices import make_devices
-    from convnet.runtime.executor import Executor
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
 
     mini = batch[0].shape[0]
     default, conv.WINOGRAD = conv.WINOGRAD, winograd
@@ -225,7 +225,7 @@ def same_net(torch, net, gpus: tuple, batch: list) -> dict:
     the engine uses Winograd convolutions, the same step with them: its counts against
     the direct step's show what their larger float32 rounding does to one step.  JSON:
     the check's, plus ``winograd`` (text, absent without Winograd layers)."""
-    from convnet.config.memory_rules import winograd_conv_layers
+    from convnet.config.layer_types.memory_rules import winograd_conv_layers
 
     direct = one_step(torch, net, gpus, batch, winograd=False)
     report = direct.as_json()

@@ -71,8 +71,8 @@ def engine_run(layer_def, params, gpus, mini, dims, classes, steps, warmup, chec
     """Time training steps of the engine; returns (images/s, the first minibatch's cost
     before training, the initial weights {layer: {key: host array}}, the net)."""
     from convnet.config import load_net
-    from convnet.runtime.devices import make_devices
-    from convnet.runtime.executor import Executor
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
     from convnet.plan.planner import make_plan
 
     net = load_net(layer_def, params, data_dims={0: tuple(dims), 1: (1,)}, num_classes=classes)

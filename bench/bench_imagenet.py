@@ -37,7 +37,7 @@ minibatch / median step time; spread = 10th-90th percentile of the per-step img/
 Memory, per process, after the timing: the peak resident set size (``getrusage``)
 and the resident size before the first training step (the interpreter, the
 libraries and the weights); for the engine also its own accounting
-(``convnet.runtime.memory``: the arrays each device holds, sampled after every
+(``convnet.runtime.step.memory``: the arrays each device holds, sampled after every
 task of two more training steps, high-water mark per device) next to
 ``--print-plan``'s estimate of the same (``convnet.plan.report.device_totals``);
 for PyTorch also what autograd saves for the backward pass (saved-tensor hooks,
@@ -118,9 +118,9 @@ def check_worker(args) -> None:
 def engine_worker(args) -> None:
     from convnet.plan.planner import make_plan
     from convnet.plan.report import device_totals
-    from convnet.runtime.devices import make_devices
-    from convnet.runtime.executor import Executor
-    from convnet.runtime.memory import MemoryMeter, peak_rss_bytes
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
+    from convnet.runtime.step.memory import MemoryMeter, peak_rss_bytes
 
     gpus = NETS[args.net]
     net = load(args.net, args.size)
@@ -155,7 +155,7 @@ def torch_worker(args) -> None:
     import numpy as np
     import torch
 
-    from convnet.runtime.memory import peak_rss_bytes
+    from convnet.runtime.step.memory import peak_rss_bytes
 
     torch.set_num_threads(args.torch_threads)
     net = load(args.net, args.size)

@@ -46,8 +46,8 @@ def worker(args) -> None:
     from bench_training import load, make_batch
     from convnet.plan.planner import make_plan
     from convnet.plan.ranks import rank_totals
-    from convnet.runtime.cluster import Cluster, cluster_devices, connect
-    from convnet.runtime.executor import Executor
+    from convnet.runtime.processes.cluster import Cluster, cluster_devices, connect
+    from convnet.runtime.step.executor import Executor
 
     comm, hosts = connect()
     gpus = (0,) if comm.size == 2 else (0, 1)

@@ -26,7 +26,7 @@ Part 1: the digits configs of examples/ and the CIFAR-10 reference net
 on ``--gpu 0`` and ``--gpu 0,1``, data-parallel and hybrid on ``--gpu 0,1``;
 the scheme ranking of each net, predicted and measured; the peak memory of a
 device, predicted (the plan's estimate) and measured (the executor's own
-accounting, ``convnet.runtime.memory``).
+accounting, ``convnet.runtime.step.memory``).
 
 Part 2: twelve placements of the CIFAR-10 net on two devices (the replica
 counts of a chain must not grow along it, so: every layer up to a cut
@@ -61,9 +61,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from convnet.app import training  # noqa: E402
-from convnet.app.cli import build_parser  # noqa: E402
+from convnet.app.command_line.main import build_parser  # noqa: E402
 from convnet.app.options import resolve_options  # noqa: E402
-from convnet.app.simulation import NetProfiler, first_minibatch, measure_costs  # noqa: E402
+from convnet.app.prediction.simulation import NetProfiler, first_minibatch, measure_costs  # noqa: E402
 from convnet.plan.planner import make_plan  # noqa: E402
 
 EX = ROOT / "examples"
@@ -190,7 +190,7 @@ def measure(opts, runs, rounds: int, memory: bool = False, profilers=()):
     a phase of it, hits all of them and the profiles alike, whatever their ``--gpu``)
     and counts the last ``COUNTED_STEPS`` of each block, the steady steps that
     training runs back to back."""
-    from convnet.runtime.memory import MemoryMeter
+    from convnet.runtime.step.memory import MemoryMeter
 
     batch = first_minibatch(opts)
     executors = []
@@ -342,7 +342,7 @@ def part2(rounds: int, mini: int) -> None:
 
 def part3(rounds: int) -> None:
     """--auto-place 2's choice against the hand-written configs of examples/, measured."""
-    from convnet.app.auto_place import rank
+    from convnet.app.prediction.auto_place import rank
 
     digits = EX / "digits-params.cfg"
     nets = [("digits", EX / "digits-single.cfg", digits, [],

@@ -103,9 +103,9 @@ def _scaled_rates(src: Path, out: Path, factor: float) -> Path:
 def _steps(args: list[str], processes: int = 1) -> int:
     """Training steps (minibatches) of a run (of ``processes`` processes): what its data
     batches cut into."""
-    from convnet.app.cli import build_parser
+    from convnet.app.command_line.main import build_parser
     from convnet.app.options import resolve_options
-    from convnet.app.training import make_data_provider, minibatch_bounds
+    from convnet.app.run.training import make_data_provider, minibatch_bounds
 
     opts = resolve_options(build_parser().parse_args(args))
     provider = make_data_provider(opts)
@@ -149,12 +149,12 @@ def _layer_all_reduces(args: list[str], steps: int) -> int:
     """All-reduces of a run's replicated layers in ``steps`` steps, each layer's counted
     (its gradients every step, or its weights every K-th step under local:K): what
     ``--print-plan`` counts per minibatch, times the steps."""
-    from convnet.app.cli import build_parser
+    from convnet.app.command_line.main import build_parser
     from convnet.app.options import resolve_options
-    from convnet.app.training import build_net_and_plan
-    from convnet.config.values import local_sgd_period
+    from convnet.app.run.training import build_net_and_plan
+    from convnet.config.values.typed import local_sgd_period
     from convnet.plan.ops import AllReduce
-    from convnet.runtime.tasks import local_periods
+    from convnet.runtime.step.tasks import local_periods
 
     opts = resolve_options(build_parser().parse_args(args))
     net, plan = build_net_and_plan(opts)

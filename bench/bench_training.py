@@ -133,8 +133,8 @@ def halves_worker(args) -> None:
     this on the same cores; what it loses against it is the executor's."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from convnet.runtime.devices import make_devices
-    from convnet.runtime.executor import Executor
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
     from convnet.plan.planner import make_plan
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,8 +162,8 @@ def halves_worker(args) -> None:
 
 
 def engine_worker(args) -> None:
-    from convnet.runtime.devices import make_devices
-    from convnet.runtime.executor import Executor
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
     from convnet.plan.planner import make_plan
 
     gpus = tuple(range(args.devices))
@@ -183,7 +183,7 @@ def engine_worker(args) -> None:
 
 def torch_worker(args) -> None:
     if args.keep_freed:  # the engine's allocator setting, for comparison
-        from convnet.runtime.devices import keep_freed_memory
+        from convnet.runtime.devices.cpu import keep_freed_memory
 
         keep_freed_memory()
     import torch
@@ -280,7 +280,7 @@ def main(argv=None) -> int:
                     help="also print the per-layer profile of each engine configuration")
     ap.add_argument("--torch-keep-freed", action="store_true",
                     help="also time PyTorch with the engine's malloc setting "
-                         "(convnet.runtime.devices.keep_freed_memory)")
+                         "(convnet.runtime.devices.cpu.keep_freed_memory)")
     child_roles = {"engine": engine_worker, "halves": halves_worker, "torch": torch_worker,
                    "gemm": gemm_worker}
     ap.add_argument("--worker", choices=sorted(child_roles), help=argparse.SUPPRESS)

@@ -1,6 +1,6 @@
 """The layer library: one implementation per cuda-convnet2 layer type.
 
-Each type's descriptor in :mod:`convnet.config.layertypes` names the class
+Each type's descriptor in :mod:`convnet.config.layer_types.table` names the class
 that computes it (``"convnet.layers.weights:ConvLayer"``); :func:`build_layer`
 resolves that name.  The classes live in family modules: :mod:`convnet.layers.weights`
 (conv, local, fc), :mod:`convnet.layers.pooling`, :mod:`convnet.layers.norms`,
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-from convnet.config.layertypes import LayerType, layer_type
+from convnet.config.layer_types.table import LayerType, layer_type
 from convnet.config.model import LayerDef
 
 from .base import Context, Layer

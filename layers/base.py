@@ -48,7 +48,7 @@ class Layer:
 
     Subclasses override :meth:`init_params`, :meth:`forward` and
     :meth:`backward`; the descriptor of each layer type
-    (:mod:`convnet.config.layertypes`) names the subclass that computes it.
+    (:mod:`convnet.config.layer_types.table`) names the subclass that computes it.
     """
 
     def __init__(self, ldef: LayerDef):

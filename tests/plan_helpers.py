@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from convnet.config.model import LayerDef, NetConfig
-from convnet.config.schedules import Schedule
+from convnet.config.values.schedules import Schedule
 
 WEIGHT_PARAMS = {"epsW": [Schedule("const", 0.01)], "epsB": Schedule("const", 0.02),
                  "momW": [0.9], "momB": 0.9, "wc": [0.0], "wball": [0.0], "updatePeriod": 0}

@@ -1,4 +1,4 @@
-"""``--sync async:S`` in a hybrid net (convnet/runtime/increment_exchange.py).
+"""``--sync async:S`` in a hybrid net (convnet/runtime/processes/increment_exchange.py).
 
 The steps stay lockstep; only the replicated layers' increments move apart.
 Checked here: a net without replicated layers is synchronous SGD bit for bit;
@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from convnet.plan.planner import make_plan
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
-from convnet.runtime.increment_exchange import ExchangeFailed
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
+from convnet.runtime.processes.increment_exchange import ExchangeFailed
 from plan_helpers import SMALL_HYBRID, fc_net, small_batches
 from thread_helpers import within
 

@@ -1,4 +1,4 @@
-"""Asynchronous data parallelism (``--sync async:S``, convnet/runtime/async_replicas.py).
+"""Asynchronous data parallelism (``--sync async:S``, convnet/runtime/sync/async_replicas.py).
 
 With one replica it must be synchronous SGD bit for bit; with several, a
 minibatch's shard updates must add up to synchronous SGD's update, no replica
@@ -21,11 +21,11 @@ from convnet.config import load_net
 from convnet.config.model import on_one_device
 from convnet.errors import DivergedError
 from convnet.plan.planner import make_plan
-from convnet.runtime.async_replicas import AsyncReplicas, async_replica_devices
-from convnet.runtime.replica_threads import ReplicaFailed
-from convnet.runtime.slowdown import Slowdown
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
+from convnet.runtime.sync.async_replicas import AsyncReplicas, async_replica_devices
+from convnet.runtime.sync.replica_threads import ReplicaFailed
+from convnet.runtime.devices.slowdown import Slowdown
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
 from plan_helpers import SMALL_HYBRID, fc_net
 from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 from thread_helpers import within

@@ -108,7 +108,7 @@ def test_written_file_loads_plans_and_trains_unchanged(tmp_path):
 def test_a_chosen_update_period_is_written_to_a_params_file(tmp_path):
     """The hybrid params file says updatePeriod=2; a candidate that updates every pass
     needs 1, and only those lines change."""
-    from convnet.app.auto_place import Ranked, changed_periods
+    from convnet.app.prediction.auto_place import Ranked, changed_periods
     from convnet.config.gpu_lines import set_key_lines
 
     net = infer_shapes(parse_net(HYBRID_DEF, HYBRID_PARAMS), DIGITS_DIMS, 10)

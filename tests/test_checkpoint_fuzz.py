@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convnet.app.checkpoint import load_checkpoint, save_checkpoint
-from convnet.app.cli import build_parser
+from convnet.app.command_line.main import build_parser
 from convnet.app.options import RESUMABLE, resolve_options
-from convnet.app.resume_state import read_counters, read_state
+from convnet.app.run.resume_state import read_counters, read_state
 from convnet.errors import ConvnetError
 from tests.checkpoint_helpers import net_and_plan, npy_bytes, rebuild
 from tests.cli_helpers import DUMMY, ok, run_cli

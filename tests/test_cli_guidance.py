@@ -32,7 +32,7 @@ def test_class_count_mismatch_suggests_num_classes():
 def test_help_names_the_program_as_invoked(tmp_path):
     link = tmp_path / "convnet"  # as the installed console script is named
     link.write_text(f"import sys\nsys.path.insert(0, {str(REPO)!r})\n"
-                    "from convnet.app.cli import main\nsys.exit(main())\n")
+                    "from convnet.app.command_line.main import main\nsys.exit(main())\n")
     out = subprocess.run([sys.executable, str(link), "--help"], capture_output=True,
                          text=True, check=True).stdout
     assert out.startswith("usage: convnet [-h]") and "\n  convnet --save-path runs/a" in out

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import time
 
-from convnet.app.run_summary import where_text
+from convnet.app.run.summary import where_text
 
 from cli_helpers import (DUMMY, assert_same_arrays, checkpoint_arrays, ok, parse_test_line,
                          read_log, run_cli, start_cli)

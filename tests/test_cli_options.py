@@ -9,7 +9,7 @@ import re
 import pytest
 
 from cli_helpers import assert_clean_error, ok, run_cli
-from convnet.app.cli import build_parser, main
+from convnet.app.command_line.main import build_parser, main
 from convnet.app.option_values import DEFAULT_STALENESS
 
 CUDA_CONVNET2_OPTIONS = ("--layer-def --layer-params --gpu --mini --epochs --data-provider --data-path "

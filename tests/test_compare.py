@@ -18,19 +18,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from convnet.app.cli import build_parser, main
-from convnet.app.compare import compare, config_pairs, run_names
+from convnet.app.command_line.main import build_parser, main
+from convnet.app.comparison.compare import compare, config_pairs, run_names
 from convnet.plan.time_split import CATEGORY
-from convnet.app.compare_plot import figure_pixels
-from convnet.app.compare_table import (DEVICE_HEADER, SCHEME_HEADER, fmt_bytes, fmt_cost, fmt_error,
+from convnet.app.comparison.plot import figure_pixels
+from convnet.app.comparison.table import (DEVICE_HEADER, SCHEME_HEADER, fmt_bytes, fmt_cost, fmt_error,
                                    fmt_ms, fmt_rate, fmt_seconds)
 from convnet.config import load_net
 from convnet.data import DataOptions, make_provider
 from convnet.plan.ops import AllReduce, Copy, GradCopy
 from convnet.plan.report import PARAM_COPIES, device_totals
 from convnet.plan.planner import make_plan
-from convnet.app.run_log import CSV_COLUMNS
-from convnet.runtime.tasks import make_tasks
+from convnet.app.run.log import CSV_COLUMNS
+from convnet.runtime.step.tasks import make_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -257,7 +257,7 @@ def test_picture_has_no_overlapping_text_even_with_long_names(digits_comparison)
     renderer's extents, with the ImageNet configs' long names and five-digit rates."""
     from dataclasses import replace
 
-    from convnet.app.compare_plot import comparison_figure
+    from convnet.app.comparison.plot import comparison_figure
 
     _, results, _, _ = digits_comparison
     long = [replace(r, name=f"layers-imagenet-2gpu-{r.name}") for r in results]
@@ -381,7 +381,7 @@ def test_imagenet_configs_plan_down_to_52_pixels():
 
 
 def test_verdict_names_the_fastest_scheme_and_what_it_pays(digits_comparison):
-    from convnet.app.compare_verdict import baseline, efficiency, idle_share, speedup
+    from convnet.app.comparison.verdict import baseline, efficiency, idle_share, speedup
 
     _, results, _, text = digits_comparison
     table = parse_tables(text)[0]

@@ -17,11 +17,11 @@ import statistics
 
 import pytest
 
-from convnet.app.cli import build_parser
-from convnet.app.compare import compare
-from convnet.app.compare_plot import comparison_figure, figure_pixels
-from convnet.app.compare_table import ABSENT, fmt_bytes, fmt_rate
-from convnet.app.compare_verdict import verdict
+from convnet.app.command_line.main import build_parser
+from convnet.app.comparison.compare import compare
+from convnet.app.comparison.plot import comparison_figure, figure_pixels
+from convnet.app.comparison.table import ABSENT, fmt_bytes, fmt_rate
+from convnet.app.comparison.verdict import verdict
 from convnet.errors import UsageError
 from test_compare import EXAMPLES, PNG_SIGNATURE, overlaps, parse_tables, text_boxes
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from convnet.app.cli import main
+from convnet.app.command_line.main import main
 from convnet.config import load_net
 from convnet.plan.graph import (DPI, copied_edge, figure_size, layer_depths, layout,
                                 write_plan_graph)

@@ -19,8 +19,8 @@ from convnet.config import LayerDef, parse_data_columns
 from convnet.data import DataOptions, make_provider
 from convnet.errors import ConfigError, ConfigWarning, DataError
 from convnet.plan.planner import make_plan
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
 from convnet.runtime.gradcheck import check_net_gradients
 from convnet.kernels.constraints import UNIT_AXIS, ball_projection
 from convnet.layers import build_layer

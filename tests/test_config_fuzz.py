@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convnet.config import NeuronSpec, load_net
-from convnet.config.location import Where
-from convnet.config.values import INT_MAX, SyncMode, local_sgd_period
+from convnet.config.values.location import Where
+from convnet.config.values.typed import INT_MAX, SyncMode, local_sgd_period
 from convnet.errors import ConfigError
 from tests.config_helpers import (REFERENCE_NAMES, reference_dims, reference_pair,
                                   write_pair)

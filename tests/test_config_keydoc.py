@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from convnet.config.keydoc import render
-from convnet.config.layertypes import LAYER_TYPES
+from convnet.config.layer_types.table import LAYER_TYPES
 
 
 def test_config_reference_doc_is_up_to_date():

@@ -1,5 +1,5 @@
-"""Replicas apart on CUDA devices: ``--sync async:S`` (convnet/runtime/async_replicas.py)
-and local SGD between averages (convnet/runtime/local_replicas.py).
+"""Replicas apart on CUDA devices: ``--sync async:S`` (convnet/runtime/sync/async_replicas.py)
+and local SGD between averages (convnet/runtime/sync/local_replicas.py).
 
 Skipped without CuPy and a CUDA GPU.  Two logical devices share GPU 0 (each its
 own stream), so one GPU is enough: one replica must be synchronous SGD bit for
@@ -40,9 +40,9 @@ def _net_and_batches(tmp_path):
 def test_one_replica_on_cuda_is_synchronous_sgd_bit_for_bit(tmp_path):
     from convnet.plan.planner import make_plan
     from convnet.config.model import on_one_device
-    from convnet.runtime.async_replicas import AsyncReplicas
-    from convnet.runtime.devices import make_devices
-    from convnet.runtime.executor import Executor
+    from convnet.runtime.sync.async_replicas import AsyncReplicas
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
 
     net, batches = _net_and_batches(tmp_path)
     net = on_one_device(net)
@@ -63,8 +63,8 @@ def test_one_replica_on_cuda_is_synchronous_sgd_bit_for_bit(tmp_path):
 
 def test_two_replicas_on_cuda_agree_once_drained(tmp_path):
     from convnet.plan.planner import make_plan
-    from convnet.runtime.async_replicas import AsyncReplicas
-    from convnet.runtime.devices import make_devices
+    from convnet.runtime.sync.async_replicas import AsyncReplicas
+    from convnet.runtime.devices.backends import make_devices
 
     net, batches = _net_and_batches(tmp_path)
     gpus = (0, 0)
@@ -85,14 +85,14 @@ def test_two_replicas_on_cuda_agree_once_drained(tmp_path):
 
 
 def test_local_sgd_apart_on_cuda_trains_as_the_lockstep_walk(tmp_path):
-    """Local SGD's replicas apart between averages (convnet/runtime/local_replicas.py):
+    """Local SGD's replicas apart between averages (convnet/runtime/sync/local_replicas.py):
     the averages move slices between the devices with ``Device.copy_from``, and every
     replica ends where the lockstep walk's does (up to the GPU kernels' own rounding
     order, which need not be fixed)."""
     from convnet.plan.planner import make_plan
-    from convnet.runtime.devices import make_devices
-    from convnet.runtime.executor import Executor
-    from convnet.runtime.local_replicas import LocalReplicas, apart_periods
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
+    from convnet.runtime.sync.local_replicas import LocalReplicas, apart_periods
 
     net, batches = _net_and_batches(tmp_path)
     gpus = (0, 0)

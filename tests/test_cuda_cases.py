@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from convnet.config.layertypes import LAYER_TYPES
+from convnet.config.layer_types.table import LAYER_TYPES
 from convnet.kernels.neurons import NEURONS
 from convnet.layers import build_layer
 from convnet.layers.base import Context

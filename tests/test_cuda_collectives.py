@@ -1,4 +1,4 @@
-"""The all-reduce collectives (convnet/runtime/collectives.py).
+"""The all-reduce collectives (convnet/runtime/devices/collectives.py).
 
 Runnable everywhere: the chunked copy-and-add on CPU devices, sequential and
 with one thread per rank, and the choice of collective.  NCCL needs two GPUs
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from convnet import kernels
-from convnet.runtime.collectives import (ChunkedAllReduce, NcclAllReduce, SingleRank, chunk_bounds,
+from convnet.runtime.devices.collectives import (ChunkedAllReduce, NcclAllReduce, SingleRank, chunk_bounds,
                                  choose_all_reduce, make_all_reduce)
-from convnet.runtime.devices import CpuDevice
+from convnet.runtime.devices.cpu import CpuDevice
 
 
 def _grads(ranks: int, seed: int = 0, dtype=np.float32):
@@ -121,7 +121,7 @@ def _gpu_count() -> int:
 def test_nccl_all_reduce_matches_the_chunked_sum(threaded):
     import cupy
 
-    from convnet.runtime.cuda_device import CudaDevice
+    from convnet.runtime.devices.cuda import CudaDevice
 
     devices = [CudaDevice(i, i) for i in range(2)]
     host = _grads(2, seed=2)

@@ -5,7 +5,7 @@ The stand-in keeps a log of what would be queued on which stream (event
 records, stream waits, copies) and checks the CUDA rules the real calls
 would enforce (an event is recorded on a stream of the GPU it was created
 on; kernels run on the current GPU's streams).  The tests pin down the
-ordering argument of :mod:`convnet.runtime.cuda_device`: a copy waits for events
+ordering argument of :mod:`convnet.runtime.devices.cuda`: a copy waits for events
 recorded on the producers' streams, the source stays referenced until the
 copy is done, cross-GPU copies are peer copies, and work done through
 ``device.xp`` or ``scope()`` lands on the device's own GPU and stream.
@@ -23,10 +23,10 @@ import pytest
 
 from convnet import kernels
 import convnet.kernels.cuda
-from convnet.runtime import cuda_device
-from convnet.runtime.backends import choose_backend
-from convnet.runtime.device import Device
-from convnet.runtime.devices import make_devices
+from convnet.runtime.devices import cuda as cuda_device
+from convnet.runtime.devices.backends import choose_backend
+from convnet.runtime.devices.base import Device
+from convnet.runtime.devices.backends import make_devices
 from convnet.errors import DeviceError
 
 

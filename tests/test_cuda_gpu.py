@@ -145,7 +145,7 @@ def test_alexnet_sized_layers_match_numpy():
 def test_copy_waits_for_a_slow_producer_on_another_stream():
     """Device B copies an array device A is still computing: the copy must see
     the final values, though the host never waited for A."""
-    from convnet.runtime.cuda_device import CudaDevice
+    from convnet.runtime.devices.cuda import CudaDevice
 
     a, b = CudaDevice(0, 0), CudaDevice(1, 0)
     ready = threading.Event()
@@ -170,7 +170,7 @@ def test_copy_waits_for_a_slow_producer_on_another_stream():
 
 
 def test_copy_source_memory_is_not_reused_before_the_copy_ran():
-    from convnet.runtime.cuda_device import CudaDevice
+    from convnet.runtime.devices.cuda import CudaDevice
 
     a, b = CudaDevice(0, 0), CudaDevice(1, 0)
     for _ in range(20):
@@ -190,7 +190,7 @@ def test_copy_source_memory_is_not_reused_before_the_copy_ran():
 
 @needs_two_gpus
 def test_copies_between_gpus_including_non_contiguous_views():
-    from convnet.runtime.cuda_device import CudaDevice
+    from convnet.runtime.devices.cuda import CudaDevice
 
     a, b = CudaDevice(0, 0), CudaDevice(1, 1)
     host = np.arange(60, dtype=np.float32).reshape(6, 10)
@@ -204,7 +204,7 @@ def test_copies_between_gpus_including_non_contiguous_views():
 
 
 def test_xp_allocates_on_the_devices_gpu_from_any_thread():
-    from convnet.runtime.cuda_device import CudaDevice
+    from convnet.runtime.devices.cuda import CudaDevice
 
     dev = CudaDevice(0, _gpus() - 1)
     w = dev.to_device(np.ones((3, 3)))
@@ -232,8 +232,8 @@ def _batches(count=3, mini=8, seed=7):
 
 
 def _train(net, gpus, backend, parallel=True, batches=None, executor_class=None):
-    from convnet.runtime.devices import make_devices
-    from convnet.runtime.executor import Executor
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
     from convnet.plan.planner import make_plan
 
     cls = executor_class or Executor
@@ -280,8 +280,8 @@ def test_parallel_and_sequential_walks_on_cuda_are_bitwise_identical(tmp_path, n
 
 
 def test_replicas_on_cuda_hold_identical_weights(tmp_path):
-    from convnet.runtime.devices import make_devices
-    from convnet.runtime.executor import Executor
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
     from convnet.plan.planner import make_plan
 
     net = _load(tmp_path, "imagenet-4gpu-data")
@@ -301,7 +301,7 @@ def test_replicas_on_cuda_hold_identical_weights(tmp_path):
 @needs_two_gpus
 @pytest.mark.parametrize("wired", [False, True])
 def test_data_parallel_over_two_gpus_matches_the_cpu(tmp_path, wired):
-    """Peer copies, and (wired) the NCCL all-reduce through convnet.runtime.collectives."""
+    """Peer copies, and (wired) the NCCL all-reduce through convnet.runtime.devices.collectives."""
     from .test_cuda_collectives import WiredExecutor
 
     net = _load(tmp_path, "imagenet-2gpu-data")

@@ -309,8 +309,8 @@ def test_executor_with_cuda_kernels_matches_numpy(tmp_path):
     """Three training steps of the hybrid reference config (scaled) on four CPU
     devices: the CUDA kernel code gives the weights the numpy kernels give."""
     from convnet.config import load_net
-    from convnet.runtime.devices import make_devices
-    from convnet.runtime.executor import Executor
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
     from convnet.plan.planner import make_plan
     from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 

@@ -10,9 +10,9 @@ import typing
 
 import numpy as np
 
-from convnet.runtime.cuda_device import CudaDevice
-from convnet.runtime.device import Device
-from convnet.runtime.devices import CpuDevice
+from convnet.runtime.devices.cuda import CudaDevice
+from convnet.runtime.devices.base import Device
+from convnet.runtime.devices.cpu import CpuDevice
 
 METHODS = ("activate", "scope", "to_device", "copy_from", "copy_into", "to_host", "synchronize")
 ATTRIBUTES = ("index", "physical", "kind", "xp")

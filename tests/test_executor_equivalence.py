@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from convnet.config import load_net
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
 from convnet.plan.planner import make_plan
 from convnet.layers import build_layer
 from convnet.layers.base import Context

@@ -7,9 +7,9 @@ import threading
 import numpy as np
 import pytest
 
-from convnet.runtime.devices import make_devices
+from convnet.runtime.devices.backends import make_devices
 from convnet.errors import DataError, PlanError, TrainingError
-from convnet.runtime.executor import Executor
+from convnet.runtime.step.executor import Executor
 from convnet.plan.planner import make_plan
 from plan_helpers import SMALL_HYBRID as HYBRID, fc_net
 from plan_helpers import small_batch as _batch

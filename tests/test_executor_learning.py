@@ -8,8 +8,8 @@ import numpy as np
 
 from convnet.config import load_net
 from convnet.data import DataOptions, make_provider
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
 from convnet.plan.planner import make_plan
 from reference_model import ReferenceTrainer
 from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config

@@ -1,4 +1,4 @@
-"""Local SGD of the replicated layers (``Executor(local_sgd=K)``, convnet/runtime/tasks.py).
+"""Local SGD of the replicated layers (``Executor(local_sgd=K)``, convnet/runtime/step/tasks.py).
 
 Between averaging steps each replica updates from its own shards' gradient;
 every K-th step the replicas' weights become their mean.  It must stay
@@ -21,9 +21,9 @@ import pytest
 from convnet.config import load_net
 from convnet.plan.ops import AllReduce
 from convnet.plan.planner import make_plan
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
-from convnet.runtime.tasks import ReplicaSync, TaskAction, exchanges_per_step, make_tasks
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
+from convnet.runtime.step.tasks import ReplicaSync, TaskAction, exchanges_per_step, make_tasks
 from plan_helpers import SMALL_HYBRID, fc_net, small_batches
 from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from convnet.config.schedules import Schedule
+from convnet.config.values.schedules import Schedule
 from convnet.errors import DivergedError, NonFiniteDataError
 from convnet.plan.planner import make_plan
-from convnet.runtime import optimizer
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
-from convnet.runtime.learning_rules import BIAS_KEY, LearningRule, learning_rules, weight_key
-from convnet.runtime.optimizer import MomentumSGD
-from convnet.runtime.tasks import TaskAction, make_tasks
-from convnet.runtime.weights import WeightStore
+from convnet.runtime.step import optimizer
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
+from convnet.runtime.step.learning_rules import BIAS_KEY, LearningRule, learning_rules, weight_key
+from convnet.runtime.step.optimizer import MomentumSGD
+from convnet.runtime.step.tasks import TaskAction, make_tasks
+from convnet.runtime.step.weights import WeightStore
 from plan_helpers import fc_net
 from plan_helpers import SMALL_HYBRID as HYBRID
 from plan_helpers import small_batch as _batch

@@ -1,4 +1,4 @@
-"""The sharded weight update and the deferrable tasks (convnet/runtime/tasks.py, convnet/runtime/workers.py).
+"""The sharded weight update and the deferrable tasks (convnet/runtime/step/tasks.py, convnet/runtime/step/workers.py).
 
 A replicated layer's update is split into reduce / update-slice / gather
 tasks per rank; it must give bitwise the weights and momentum of the plain
@@ -14,14 +14,14 @@ import time
 import numpy as np
 import pytest
 
-from convnet.runtime.collectives import ChunkedAllReduce
+from convnet.runtime.devices.collectives import ChunkedAllReduce
 from convnet.config import load_net
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
-from convnet.runtime import executor as executor_module
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
+from convnet.runtime.step import executor as executor_module
 from convnet.plan.ops import AllReduce, GradCopy, Update
 from convnet.plan.planner import make_plan
-from convnet.runtime.tasks import TaskAction, make_tasks
+from convnet.runtime.step.tasks import TaskAction, make_tasks
 from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
 MINI = 8

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from convnet import kernels
-from convnet.config.layertypes import LAYER_TYPES
+from convnet.config.layer_types.table import LAYER_TYPES
 from convnet.config.model import LayerDef, NetConfig
 from convnet.runtime.gradcheck import check_net_gradients
 from convnet.kernels.neurons import NEURONS

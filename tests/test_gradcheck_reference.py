@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from convnet.app.cli import main
+from convnet.app.command_line.main import main
 
 REFERENCE = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet2"
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convnet.app.cli import main
+from convnet.app.command_line.main import main
 from convnet.kernels import conv as kconv
-from convnet.kernels import winograd
+from convnet.kernels.conv import winograd
 
 
 @pytest.mark.parametrize("m,r", [(m, r) for r in range(1, 7) for m in range(1, 8)

@@ -9,9 +9,9 @@ import pkgutil
 import pytest
 
 from convnet import layers
-from convnet.config.layertypes import LAYER_TYPES, Kind, LayerType
+from convnet.config.layer_types.table import LAYER_TYPES, Kind, LayerType
 from convnet.config.model import LayerDef
-from convnet.config.shape_rules import same_shape
+from convnet.config.layer_types.shape_rules import same_shape
 from convnet.layers import layer_class
 from convnet.layers.base import Layer
 from convnet.layers.core import ComputeLayer

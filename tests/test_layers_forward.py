@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from convnet.config.layertypes import LAYER_TYPES
+from convnet.config.layer_types.table import LAYER_TYPES
 from convnet.config.model import LayerDef
 from convnet.kernels import conv as kconv
 from convnet.layers import build_layer, layer_class

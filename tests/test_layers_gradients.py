@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from convnet.config.layertypes import LAYER_TYPES
+from convnet.config.layer_types.table import LAYER_TYPES
 from convnet.kernels import conv as kconv
 from convnet.kernels.neurons import NEURONS
 from convnet.layers.base import Context

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from convnet.config.model import LayerDef
-from convnet.config.neurons import NeuronSpec
+from convnet.config.values.neurons import NeuronSpec
 from convnet.kernels.conv import out_size as conv_out_size
 from convnet.kernels.pool import out_size as pool_out_size
 from convnet.layers import build_layer

@@ -1,4 +1,4 @@
-"""Local SGD with the replicas running apart between averages (convnet/runtime/local_replicas.py).
+"""Local SGD with the replicas running apart between averages (convnet/runtime/sync/local_replicas.py).
 
 The walk must not change the result: every replica's weights and momentum,
 the evaluations and the features are bitwise those of the lockstep walk, also
@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 from convnet.plan.planner import make_plan
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
-from convnet.runtime.local_replicas import LocalReplicas, apart_periods
-from convnet.runtime.replica_threads import ReplicaFailed
-from convnet.runtime.slowdown import ANY, Slowdown
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
+from convnet.runtime.sync.local_replicas import LocalReplicas, apart_periods
+from convnet.runtime.sync.replica_threads import ReplicaFailed
+from convnet.runtime.devices.slowdown import ANY, Slowdown
 from cli_helpers import DUMMY, EXAMPLES, checkpoint_arrays, ok, run_cli
 from plan_helpers import SMALL_HYBRID, fc_net
 from test_executor_local_sgd import (DATA_PARALLEL, GPUS, MINI, _conv_batches, _conv_net,

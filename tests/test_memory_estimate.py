@@ -1,7 +1,7 @@
 """The plan's memory estimate (convnet/plan/memory.py, shown by --print-plan and used by
---simulate) against the executor's own accounting (convnet/runtime/memory.py).
+--simulate) against the executor's own accounting (convnet/runtime/step/memory.py).
 
-* Every layer type's memory rule (convnet/config/memory_rules.py) says exactly what
+* Every layer type's memory rule (convnet/config/layer_types/memory_rules.py) says exactly what
   its forward call keeps for the backward call, checked on the layers' real state
   for every layer of the all-layers example, the ImageNet nets and the CIFAR-10 net
   (every conv column order, the model-parallel towers).
@@ -20,14 +20,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from convnet.app.memory_fit import weight_sharing
+from convnet.app.run.memory_fit import weight_sharing
 from convnet.config import load_net
 from convnet.plan.memory import memory_peaks
 from convnet.plan.ops import FLOAT_BYTES
 from convnet.plan.planner import make_plan
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
-from convnet.runtime.memory import MemoryMeter, _owner, peak_rss_bytes
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
+from convnet.runtime.step.memory import MemoryMeter, _owner, peak_rss_bytes
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 REF = EXAMPLES / "cuda-convnet2"

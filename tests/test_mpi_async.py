@@ -1,4 +1,4 @@
-"""``--sync async:S`` across processes (convnet/runtime/async_replicas.py, rank_courier.py).
+"""``--sync async:S`` across processes (convnet/runtime/sync/async_replicas.py, rank_courier.py).
 
 Each case runs ``tests/mpi_programs/async_steps.py`` under ``mpiexec`` with
 one replica per rank.  With every replica held to one shard per minibatch
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from convnet.plan.planner import make_plan
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
 from mpi_helpers import ROOT, needs_mpi, run_failing, run_ranks
 from mpi_programs import async_steps
 

@@ -1,4 +1,4 @@
-"""``--sync async:S`` of a hybrid net across processes (convnet/runtime/increment_exchange.py,
+"""``--sync async:S`` of a hybrid net across processes (convnet/runtime/processes/increment_exchange.py,
 increment_link.py).
 
 Each case runs ``tests/mpi_programs/hybrid_async_steps.py`` under
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from convnet.plan.planner import make_plan
-from convnet.runtime.devices import make_devices
-from convnet.runtime.executor import Executor
+from convnet.runtime.devices.backends import make_devices
+from convnet.runtime.step.executor import Executor
 from mpi_helpers import ROOT, needs_mpi, run_failing, run_ranks
 from mpi_programs import hybrid_async_steps as program
 from plan_helpers import SMALL_HYBRID, fc_net

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from convnet.app.launch import _RankStderr
 from convnet.plan.planner import make_plan
 from convnet.plan.ranks import rank_totals
-from convnet.runtime.cluster import launched_size
-from convnet.runtime.rank_courier import META_BYTES, TRAINING, Dealer, update_layout
-from convnet.runtime.rank_tasks import tasks_for_rank
-from convnet.runtime.tasks import TaskAction, make_tasks
+from convnet.runtime.processes.cluster import launched_size
+from convnet.runtime.processes.rank_courier import META_BYTES, TRAINING, Dealer, update_layout
+from convnet.runtime.step.rank_tasks import tasks_for_rank
+from convnet.runtime.step.tasks import TaskAction, make_tasks
 from mpi_helpers import env
 from plan_helpers import fc_net
 
@@ -93,7 +93,7 @@ def test_rank_stream_names_the_rank_and_keeps_other_ranks_quiet():
 
 def test_several_processes_without_mpi4py_is_a_clear_error(tmp_path):
     code = ("import sys; sys.modules['mpi4py'] = None; "
-            "from convnet.app.cli import main; sys.exit(main(['--print-plan']))")
+            "from convnet.app.command_line.main import main; sys.exit(main(['--print-plan']))")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, env=env(PMI_SIZE="2", PMI_RANK="0"), timeout=60)
     assert done.returncode == 1

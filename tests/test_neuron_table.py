@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from convnet.config.location import Where
-from convnet.config.neurons import NeuronSpec, NeuronValue
+from convnet.config.values.location import Where
+from convnet.config.values.neurons import NeuronSpec, NeuronValue
 from convnet.errors import ConfigError
 from convnet.kernels.cuda.sources import SPECS
 from convnet.kernels.neurons import NEURONS, Neuron

@@ -39,8 +39,8 @@ def test_layers_and_kernels_import_under_the_project_name():
 
 
 def test_the_console_script_starts_where_convnet_py_does():
-    """Both ways in install the early signal handlers first (convnet.app.launcher),
+    """Both ways in install the early signal handlers first (convnet.app.command_line.launcher),
     which the start-up signal tests check through convnet.py."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["convnet"] == "convnet.app.launcher:main"
-    assert "from convnet.app.launcher import main" in (ROOT / "convnet.py").read_text()
+    assert project["scripts"]["convnet"] == "convnet.app.command_line.launcher:main"
+    assert "from convnet.app.command_line.launcher import main" in (ROOT / "convnet.py").read_text()

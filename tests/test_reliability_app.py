@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from convnet.app.checkpoint import load_checkpoint, save_checkpoint
-from convnet.app.memory_fit import memory_pools
-from convnet.app.run_folder import LOCK_NAME, claim_run_folder
-from convnet.app import run_log
+from convnet.app.run.memory_fit import memory_pools
+from convnet.app.run.folder import LOCK_NAME, claim_run_folder
+from convnet.app.run import log as run_log
 from convnet.errors import CheckpointError, ConfigError, UsageError
 from tests.checkpoint_helpers import net_and_plan, npy_bytes, rebuild
 from tests.cli_helpers import (DUMMY, assert_clean_error, checkpoint_arrays, command, ok,
@@ -180,8 +180,8 @@ def test_print_plan_flags_a_plan_that_does_not_fit(huge):
 
 def test_cpu_devices_share_host_memory():
     from convnet.app.options import resolve_options
-    from convnet.app.cli import build_parser
-    from convnet.app.training import build_net_and_plan
+    from convnet.app.command_line.main import build_parser
+    from convnet.app.run.training import build_net_and_plan
     from convnet.plan.report import device_totals
 
     opts = resolve_options(build_parser().parse_args(["--gpu", "0,1", "--data-dims", "1x8x8",
@@ -195,7 +195,7 @@ def test_cpu_devices_share_host_memory():
 
 # ------------------------------------------------------------ checkpoint bombs (4)
 def test_an_unused_deflated_array_is_never_decompressed(saved, tmp_path):
-    from convnet.app.resume_state import read_state
+    from convnet.app.run.resume_state import read_state
 
     bomb = rebuild(saved[0] / "checkpoint.npz", tmp_path / "bomb.npz",
                    {"weights/ghost/W0": npy_bytes((64 * 2**20 // 4,))})  # 64 MiB of zeros
@@ -325,7 +325,7 @@ def test_a_failed_log_write_leaves_no_temporary_file(tmp_path, monkeypatch):
     def broken_writer(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("convnet.app.run_log.csv.writer", broken_writer)
+    monkeypatch.setattr("convnet.app.run.log.csv.writer", broken_writer)
     with pytest.raises(CheckpointError, match="No space left"):
         log.record(1, 1, run_log.TestResult(1.0, 0.5, 10), 0.01, write=lambda line: None)
     assert list(tmp_path.iterdir()) == []
@@ -366,7 +366,7 @@ def test_config_numbers_are_ascii_and_momentum_at_most_one(tmp_path, which, key,
 @pytest.mark.parametrize("option, value", [("--mini", "１２８"), ("--gpu", "０"),
                                            ("--color-noise", "０.５"), ("--gpu", "0,70")])
 def test_option_numbers_are_ascii_and_devices_bounded(option, value):
-    from convnet.app.cli import build_parser
+    from convnet.app.command_line.main import build_parser
 
     with pytest.raises(UsageError, match=option):
         build_parser().parse_args([option, value])

@@ -10,7 +10,7 @@ import pytest
 
 from convnet.app import bundled_example
 from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
-from convnet.app.cli import build_parser
+from convnet.app.command_line.main import build_parser
 from convnet.app.options import RunOptions, options_for_checkpoint, resolve_options
 from convnet.errors import CheckpointError, UsageError
 

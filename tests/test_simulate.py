@@ -10,15 +10,15 @@ from dataclasses import replace
 import pytest
 
 from cli_helpers import EXAMPLES, run_cli
-from convnet.app import training
-from convnet.app.cli import build_parser
+from convnet.app.run import training
+from convnet.app.command_line.main import build_parser
 from convnet.app.options import resolve_options
-from convnet.app.simulation import data_parallel, first_minibatch, measure_costs, profiled_plan
+from convnet.app.prediction.simulation import data_parallel, first_minibatch, measure_costs, profiled_plan
 from convnet.config.model import on_one_device
 from convnet.plan.ops import AllReduce, Copy
 from convnet.plan.planner import make_plan
-from convnet.runtime.tasks import Task, TaskAction, make_tasks
-from convnet.runtime.executor import OpTiming
+from convnet.runtime.step.tasks import Task, TaskAction, make_tasks
+from convnet.runtime.step.executor import OpTiming
 from convnet.simulate.costs import (ComputeProfile, CostModel, OpCost, Profiler, fixed_share,
                                     measured_contention, wake_seconds)
 from convnet.simulate.hardware import DEVICE_KINDS, LINKS, HostFigures, measure_host
@@ -405,7 +405,7 @@ def test_the_imagenet_data_parallel_config_scaled_down_is_predicted_within_a_loo
     at least 0.1 s at any image size, and the profile takes some 40 steps; the
     other configs' steps are covered by part 4 and their memory by
     test_memory_estimate.py."""
-    from convnet.runtime.memory import MemoryMeter
+    from convnet.runtime.step.memory import MemoryMeter
     from convnet.simulate.report import peak_memory
 
     opts = _options(CIFAR / "layers-imagenet-2gpu-data.cfg", "0,1",

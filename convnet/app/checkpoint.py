@@ -19,7 +19,7 @@ in the target's directory, fsyncs it, renames it onto the target with
 therefore leaves either the previous checkpoint or the new one, never a mix.
 Its temporary file may remain; the next save to the same target deletes such
 leftovers (one writer per target: a training run holds its save path's lock,
-see :mod:`convnet.app.run_folder`).  A failed write (full disk,
+see :mod:`convnet.app.run.folder`).  A failed write (full disk,
 unwritable directory) raises :class:`CheckpointError`, removes its temporary
 file and leaves the previous checkpoint untouched.
 
@@ -27,7 +27,7 @@ Reading
 -------
 A checkpoint is untrusted input: :class:`CheckpointReader` reads the header
 first and each array only on request, after checking its declared size (see
-there), and :mod:`convnet.app.resume_state` asks only for the arrays the net
+there), and :mod:`convnet.app.run.resume_state` asks only for the arrays the net
 uses, as float32 of the exact shapes it needs.
 
 Save directories

@@ -3,7 +3,7 @@
 ``mpiexec -n 2 python convnet.py --gpu 0,1 ...`` starts two processes that
 train one plan over 2 x 2 logical devices: logical device ``i`` lives on rank
 ``i // len(--gpu)`` and uses ``--gpu[i % len(--gpu)]`` of that rank's
-machine (see :mod:`convnet.runtime.cluster`).  Without a launcher nothing
+machine (see :mod:`convnet.runtime.processes.cluster`).  Without a launcher nothing
 changes and MPI is never imported.
 
 What each rank does: all ranks read the config, the data and (with
@@ -24,8 +24,8 @@ import traceback
 
 from convnet.errors import ConvnetError, PlanError, UsageError
 from convnet.plan.planner import make_plan
-from convnet.runtime.cluster import Cluster, connect
-from convnet.runtime.communicator import Communicator
+from convnet.runtime.processes.cluster import Cluster, connect
+from convnet.runtime.processes.communicator import Communicator
 
 _processes: tuple[Communicator, tuple[str, ...]] | None = None
 

@@ -115,7 +115,7 @@ def batch_range(text: str) -> str:
 
 def data_dims(text: str) -> str:
     # Imported here, not above: the config package is not needed for --help.
-    from convnet.config.values import parse_data_columns
+    from convnet.config.values.typed import parse_data_columns
 
     try:
         parse_data_columns(text)
@@ -163,7 +163,7 @@ def async_staleness(sync: str) -> int | None:
 
 def slow_device(text: str) -> tuple[int | None, float]:
     """``--slow-device D:F`` or ``any:F`` (test-only): logical device D, or at every step
-    one drawn at random (None), runs F >= 1 times slower (convnet/runtime/slowdown.py)."""
+    one drawn at random (None), runs F >= 1 times slower (convnet/runtime/devices/slowdown.py)."""
     device, _, factor = str(text).strip().partition(":")
     try:
         if not factor.isascii():

@@ -27,7 +27,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from convnet.config.location import Where, quote, warn
+from convnet.config.values.location import Where, quote, warn
 
 # Real configs are a few KiB; anything this large is not one.
 MAX_FILE_BYTES = 4 * 1024 * 1024

@@ -1,4 +1,4 @@
-"""Render the layer-type table of :mod:`convnet.config.layertypes` and the neuron
+"""Render the layer-type table of :mod:`convnet.config.layer_types.table` and the neuron
 table as Markdown (docs/CONFIG.md).
 
 Generated, not written by hand, so the reference cannot drift from what the
@@ -8,7 +8,7 @@ test compares the file with this output.
 
 from __future__ import annotations
 
-from convnet.config.layertypes import LAYER_TYPES, REQUIRED, TYPE_ALIASES, Key, LayerType
+from convnet.config.layer_types.table import LAYER_TYPES, REQUIRED, TYPE_ALIASES, Key, LayerType
 from convnet.kernels.neurons import NEURONS
 
 INTRO = """# Config language reference

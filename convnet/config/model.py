@@ -73,9 +73,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from convnet.config import layertypes
-from convnet.config.layertypes import Kind, LayerType
-from convnet.config.neurons import NeuronSpec
+from convnet.config.layer_types import table as layertypes
+from convnet.config.layer_types.table import Kind, LayerType
+from convnet.config.values.neurons import NeuronSpec
 
 
 @dataclass
@@ -101,7 +101,7 @@ class LayerDef:
 
     @property
     def layer_type(self) -> LayerType:
-        """The descriptor of this layer's ``type`` (:mod:`convnet.config.layertypes`)."""
+        """The descriptor of this layer's ``type`` (:mod:`convnet.config.layer_types.table`)."""
         return layertypes.layer_type(self.type)
 
     @property

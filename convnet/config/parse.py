@@ -10,12 +10,12 @@ job.
 from __future__ import annotations
 
 from convnet.config.ini import Entry, IniFile, Section, read_ini
-from convnet.config.layertypes import LAYER_TYPES, REQUIRED, TYPE_ALIASES, Key, LayerType
-from convnet.config.location import Where, quote
+from convnet.config.layer_types.table import LAYER_TYPES, REQUIRED, TYPE_ALIASES, Key, LayerType
+from convnet.config.values.location import Where, quote
 from convnet.config.model import LayerDef, NetConfig
-from convnet.config.neurons import NeuronValue
-from convnet.config.suggest import nearest
-from convnet.config.values import Int, split_list
+from convnet.config.values.neurons import NeuronValue
+from convnet.config.values.suggest import nearest
+from convnet.config.values.typed import Int, split_list
 
 _COMMON_KEYS = ("type", "inputs", "gpu", "neuron")
 _NAME_FORBIDDEN = set(",[]=:#;")

@@ -2,8 +2,8 @@
 
 Walks the layers in file order (a topological order, checked by the parser)
 and applies each layer's shape rule, which its type's descriptor names
-(:mod:`convnet.config.layertypes`; the rules are in
-:mod:`convnet.config.shape_rules`).  Every error names the layer-def file (or
+(:mod:`convnet.config.layer_types.table`; the rules are in
+:mod:`convnet.config.layer_types.shape_rules`).  Every error names the layer-def file (or
 the layer-params file for a params key), the layer's section and the key to
 change.
 """
@@ -14,9 +14,9 @@ import copy
 import operator
 from collections.abc import Mapping
 
-from convnet.config.location import Where
+from convnet.config.values.location import Where
 from convnet.config.model import NetConfig
-from convnet.config.shape_rules import ShapeState
+from convnet.config.layer_types.shape_rules import ShapeState
 
 LABELS_IDX, LABELS_DIMS = 1, (1,)
 

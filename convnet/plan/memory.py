@@ -4,7 +4,7 @@ The executor keeps, per device: the weights and momentum of its replicas (always
 each replica's weight-gradient accumulator from its first backward call of the step
 to its update; every activation (loaded, computed or copied in) until the step ends;
 what each layer's forward call leaves for its backward call (the layer type's
-:mod:`memory rule <convnet.config.memory_rules>`: im2col columns, padded inputs,
+:mod:`memory rule <convnet.config.layer_types.memory_rules>`: im2col columns, padded inputs,
 masks, norm denominators) until that backward call; the gradient of each activation
 from the first backward call that adds to it until its layer's backward call
 consumes it (or, for an input on another device, until that device pulls it); and
@@ -12,7 +12,7 @@ during an all-reduce, the replica's summed slice of the weight gradient until it
 update (counted with the weight gradients).
 A replicated layer's all-reduce and update wait for the other replicas, and the
 device's worker goes on with the backward pass below meanwhile
-(:mod:`convnet.runtime.workers`): so its gradient and summed slice are counted
+(:mod:`convnet.runtime.step.workers`): so its gradient and summed slice are counted
 until the device's next backward call of a layer with weights has run (when the
 device is not behind the others they are freed sooner, and the estimate is high by
 that layer's gradient).
@@ -21,7 +21,7 @@ that layer's gradient).
 buffers as the executor does, and keeps each device's high-water mark with what it
 held then.  It is the estimate ``--print-plan`` reports and ``--simulate`` predicts
 peak memory from; tests/test_memory_estimate.py holds it to the executor's own
-accounting (:mod:`convnet.runtime.memory`), which looks between operations: like it,
+accounting (:mod:`convnet.runtime.step.memory`), which looks between operations: like it,
 the estimate does not count what exists only during one operation (a backward call
 holds its output gradient and kept state while it makes its input gradients; kernel
 temporaries) nor the kernels' reusable scratch buffers.  Those show in the
@@ -76,7 +76,7 @@ def memory_peaks(plan: Plan, net: NetConfig,
 
     The replicas of the layers in ``shared`` hold one copy of the weights and momentum,
     on the first replica's device (what the executor does for synchronous replicas on
-    the CPU devices of one process, see :class:`convnet.runtime.weights.WeightStore`)."""
+    the CPU devices of one process, see :class:`convnet.runtime.step.weights.WeightStore`)."""
     devices = [_Device() for _ in range(plan.num_devices)]
     peaks = [MemoryPeak(d) for d in range(plan.num_devices)]
     shard_bytes = {name: net[name].outputs * plan.shard_size * FLOAT_BYTES for name in plan.layers}

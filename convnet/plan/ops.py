@@ -9,7 +9,7 @@ That makes both walks of a plan short:
 * the sequential walk runs ``plan.ops`` in order;
 * the parallel walk gives each device's worker the operations on that
   device (a subsequence of the global order, hence deadlock-free;
-  :mod:`convnet.runtime.tasks` splits some of them further) and has it wait
+  :mod:`convnet.runtime.step.tasks` splits some of them further) and has it wait
   for each one's cross-device ``deps`` before running it.
 
 Buffer ownership keeps results deterministic: every write into a device's

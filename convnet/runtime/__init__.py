@@ -1,17 +1,11 @@
-"""Running a plan on logical devices.
+"""Running a plan on logical devices: one training step or evaluation at a time.
 
-:mod:`convnet.runtime.device` says what a logical device offers;
-:mod:`convnet.runtime.devices` (CPU workers) and :mod:`convnet.runtime.cuda_device`
-(CUDA GPUs) implement it; :mod:`convnet.runtime.collectives`
-sums gradients across them; :mod:`convnet.runtime.tasks` turns a plan into the
-tasks each device's worker runs (:mod:`convnet.runtime.workers`);
-:mod:`convnet.runtime.executor` runs one training step or evaluation, keeping
-the weights in a :mod:`convnet.runtime.weights` store and updating them with
-:mod:`convnet.runtime.optimizer` (hyper-parameters per weight array from
-:mod:`convnet.runtime.learning_rules`); :mod:`convnet.runtime.batch_check` and
-:mod:`convnet.runtime.non_finite` word what goes wrong with a minibatch.
-A run over several processes: :mod:`convnet.runtime.cluster` (ranks, devices,
-the communicator; :mod:`convnet.runtime.mpi_comm` over MPI),
-:mod:`convnet.runtime.rank_tasks` (each rank's tasks, with sends and
-receives) and :mod:`convnet.runtime.transfers` (carrying them out).
+Sub-packages, from the top of the map down (each imports only those below it):
+:mod:`~convnet.runtime.sync` (replicas that run apart: local SGD, async),
+:mod:`~convnet.runtime.step` (the step executor: tasks, workers, weights, update),
+:mod:`~convnet.runtime.processes` (ranks over MPI: cluster, communicator, couriers),
+:mod:`~convnet.runtime.devices` (CPU and CUDA logical devices, all-reduce).
+:mod:`convnet.runtime.gradcheck` (``--check-grads``) stands apart: it needs only the layers.
+The runtime may import ``plan``, ``layers``, ``config`` and ``kernels``; never ``app``.
+Start reading at :mod:`convnet.runtime.step.executor`.
 """

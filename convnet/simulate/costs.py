@@ -53,8 +53,8 @@ import time
 from dataclasses import dataclass, field, replace
 
 from convnet.plan.ops import FLOAT_BYTES, AllReduce, Plan
-from convnet.runtime.tasks import Task, TaskAction
-from convnet.runtime.workers import DeviceWorkers
+from convnet.runtime.step.tasks import Task, TaskAction
+from convnet.runtime.step.workers import DeviceWorkers
 from convnet.simulate.hardware import DEVICE_KINDS, DeviceKind, HostFigures, Link, link_of
 from convnet.simulate.schedule import Simulation, simulate
 

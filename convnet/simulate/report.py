@@ -7,7 +7,7 @@ import statistics
 from convnet.config.model import NetConfig
 from convnet.plan.ops import Plan
 from convnet.plan.report import byte_unit, device_totals
-from convnet.runtime.weights import shared_weight_layers
+from convnet.runtime.step.weights import shared_weight_layers
 from convnet.simulate.costs import CostModel
 from convnet.simulate.schedule import Simulation
 

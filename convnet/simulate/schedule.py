@@ -1,9 +1,9 @@
 """The simulated training step: the executor's tasks, run by simulated workers.
 
-The plan becomes the executor's task list (:func:`convnet.runtime.tasks.make_tasks`,
+The plan becomes the executor's task list (:func:`convnet.runtime.step.tasks.make_tasks`,
 with the all-reduces split into per-rank slices where the executor's collective
 does that), and one simulated worker per logical device picks its next task
-by the executor's own rule (:mod:`convnet.runtime.workers`): the first of its
+by the executor's own rule (:mod:`convnet.runtime.step.workers`): the first of its
 pending tasks, in list order, whose dependencies have ended, where a pending
 all-reduce part or update (deferrable) lets later tasks of other layers pass
 it.  So the all-reduce of one layer overlaps the backward pass of the layers
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from convnet.plan.ops import Plan
 from convnet.plan.time_split import CATEGORY, DeviceTime
-from convnet.runtime.tasks import make_tasks
+from convnet.runtime.step.tasks import make_tasks
 
 
 @dataclass

@@ -6,7 +6,7 @@ and the override functions only touch CuPy when called (through
 :mod:`convnet.kernels.cuda.kernel_set`).  :func:`install` registers the overrides with
 :func:`convnet.kernels.register_kernel` for the array module ``'cupy'``, so the
 generic kernels dispatch to them for CuPy arrays and numpy calls are
-unaffected; :class:`convnet.runtime.cuda_device.CudaDevice` calls it.  Without CuPy
+unaffected; :class:`convnet.runtime.devices.cuda.CudaDevice` calls it.  Without CuPy
 or without a GPU, :func:`install` raises :class:`CudaUnavailable` with the reason.
 
 Overrides (module: kernels replaced):

@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from convnet.app.launch import run_as_rank  # noqa: E402
 from convnet.plan.planner import make_plan  # noqa: E402
-from convnet.runtime.async_replicas import AsyncReplicas  # noqa: E402
-from convnet.runtime.cluster import Cluster, cluster_devices, connect  # noqa: E402
+from convnet.runtime.sync.async_replicas import AsyncReplicas  # noqa: E402
+from convnet.runtime.processes.cluster import Cluster, cluster_devices, connect  # noqa: E402
 from mpi_programs import as_command_line  # noqa: E402
 from plan_helpers import fc_net, small_batches  # noqa: E402
 

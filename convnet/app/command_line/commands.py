@@ -1,0 +1,199 @@
+"""What the command line does once it is parsed.
+
+``--compare`` goes to :mod:`convnet.app.comparison.compare`; anything else resolves its
+options (:func:`convnet.app.options.resolve_options`) and hands over to
+printing the plan, checking gradients, testing or training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+
+from convnet.app import launch
+from convnet.app.prediction import auto_place
+from convnet.app.run import training
+from convnet.app.comparison.compare import run_compare
+from convnet.app.run.memory_fit import memory_pools, weight_sharing
+from convnet.app.option_values import async_staleness
+from convnet.app.options import RunOptions, resolve_options
+from convnet.app.prediction.simulation import measure_costs
+from convnet.config.layer_types.memory_rules import winograd_conv_layers
+from convnet.config.values.typed import local_sgd_period
+from convnet.errors import ConvnetError, DeviceError
+from convnet.kernels import conv as conv_kernels
+from convnet.optional import require_matplotlib
+from convnet.plan.graph import write_plan_graph
+from convnet.plan.ops import AllReduce
+from convnet.plan.ranks import ranks_summary, ranks_text
+from convnet.plan.report import human_bytes
+from convnet.plan.report import plan_summary, plan_text
+from convnet.runtime.sync.async_replicas import async_replica_devices
+from convnet.runtime.devices.backends import choose_backend
+from convnet.runtime.sync.local_replicas import apart_periods
+from convnet.runtime.step.tasks import exchanges_per_step, local_periods
+from convnet.simulate.report import simulation_summary, simulation_text
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the parsed command line ``args``; returns the exit code."""
+    # Overflow and NaN are caught by the executor's own checks, which name the layer;
+    # numpy's warnings about them would only add lines of noise before that error.
+    warnings.filterwarnings("ignore", category=RuntimeWarning,
+                            message=r"(overflow|invalid value|divide by zero) encountered")
+    conv_kernels.WINOGRAD = not args.no_winograd  # a process-wide choice of kernels
+
+    if args.compare is not None or len(args.layer_params_list or ()) > 1:
+        launch.require_one_process("--compare")
+        return run_compare(args)  # several configs side by side
+    opts = resolve_options(args)
+    if opts.print_plan or opts.plan_graph is not None:
+        return print_plan(opts)
+    if opts.check_grads:
+        return check_gradients(opts)
+    if opts.auto_place is not None:
+        return auto_place.run(opts)
+    return training.run(opts)
+
+
+def print_plan(opts: RunOptions) -> int:
+    """--print-plan (text or JSON) with --simulate's prediction, and the --plan-graph picture.  A plan that does not
+    fit in the machine's memory is printed anyway, with a warning (training refuses it)."""
+    if opts.plan_graph is not None:
+        require_matplotlib("--plan-graph")
+    net, plan = training.build_net_and_plan(opts)
+    cluster = launch.cluster_for(opts.gpu)
+    try:
+        backend = choose_backend(opts.backend)
+    except DeviceError:  # that backend is not here: the plan is still worth printing
+        backend = None
+    shared = (weight_sharing(plan, net, backend, opts.sync, cluster.size)
+              if backend is not None else frozenset())
+    pools = (memory_pools(plan, net, backend, cluster.is_local, shared)
+             if backend is not None else [])
+    # the conv layers the CPU kernels compute by Winograd's algorithm (CUDA has its own)
+    winograd = winograd_conv_layers(net) if backend == "cpu" else []
+    costs = measure_costs(opts, net) if opts.simulate else None
+    sim = costs.predict(plan) if costs is not None else None
+    if opts.print_plan == "json":
+        summary = plan_summary(plan, net, shared)
+        summary["sync"] = opts.sync
+        summary["layer_sync"] = layer_syncs(opts.sync, plan, net)
+        note = sync_text(opts.sync, plan, net, cluster.size)
+        if note is not None:
+            summary["sync_note"] = note
+        summary["memory"] = [pool.as_json() for pool in pools]
+        summary["winograd_layers"] = winograd
+        if sim is not None:
+            summary["simulation"] = simulation_summary(sim, costs, plan, net)
+        if cluster.size > 1:
+            summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
+        print(json.dumps(summary, indent=1))
+    elif cluster.size > 1:
+        print(plan_text(plan, net, shared) + "\n\n" +
+              ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
+    else:
+        print(plan_text(plan, net, shared))
+    note = sync_text(opts.sync, plan, net, cluster.size)
+    if opts.print_plan != "json" and note is not None:
+        print("\n" + note)
+    if opts.print_plan != "json" and winograd:
+        print(f"\nConvolutions by Winograd's algorithm (CPU devices; --no-winograd computes "
+              f"them directly): {', '.join(winograd)}.")
+    if sim is not None and opts.print_plan != "json":
+        print("\n" + simulation_text(sim, costs, plan, net))
+    for pool in pools:
+        if not pool.fits:
+            print(f"warning: {pool.shortfall_text()}: training would be refused",
+                  file=sys.stderr)
+    if opts.plan_graph is not None:
+        write_plan_graph(plan, net, opts.plan_graph)
+    return 0
+
+
+def layer_syncs(sync: str, plan, net) -> dict[str, str]:
+    """Each replicated layer's mode in a run of ``--sync`` ``sync`` (the layer's
+    ``sync=`` key, else the run's mode), in plan order: ``sync``, ``local:K`` or
+    ``async:S``."""
+    periods = local_periods(plan, net, local_sgd_period(sync))
+    return {name: (f"local:{periods[name]}" if name in periods else
+                   sync if sync.startswith("async:") else "sync")
+            for name, p in plan.layers.items() if p.replicas > 1 and p.param_count}
+
+
+def sync_text(sync: str, plan, net, processes: int = 1) -> str | None:
+    """The line --print-plan adds under --sync local:K or async:S, or where layers set
+    their own ``sync=``: which layers it changes, and how (in a run of ``processes``
+    processes), with the replica exchanges per minibatch under sync and local SGD;
+    None under --sync sync without ``sync=`` keys."""
+    keyed = [ldef.name for ldef in net if ldef.params.get("sync") is not None]
+    if sync == "sync" and not keyed:
+        return None
+    modes = layer_syncs(sync, plan, net)
+    replicated = list(modes)
+    if not replicated:
+        given = "the sync= keys" if sync == "sync" else f"--sync {sync}"
+        return f"Sync: {given} change nothing here: no layer with weights is replicated."
+    staleness = async_staleness(sync)
+    if staleness is None:
+        periods = local_periods(plan, net, local_sgd_period(sync))
+        if not keyed:
+            text = (f"Sync: local SGD: the replicated layers ({', '.join(replicated)}) update "
+                    f"from their own shards and average their weights every "
+                    f"{local_sgd_period(sync)} step(s)")
+        else:
+            kinds = [what for present, what in (
+                (periods, "a local:K layer updates from its own shards and averages its "
+                          "weights every K steps"),
+                (len(periods) < len(modes), "a sync layer all-reduces its gradients every "
+                                            "step")) if present]
+            text = (f"Sync: per layer (its sync= key, else --sync {sync}): "
+                    + ", ".join(f"{name} {mode}" for name, mode in modes.items())
+                    + "; " + ", ".join(kinds))
+            idle = [name for name in keyed if name not in modes]
+            if idle:
+                text += (f"; sync= changes nothing on {', '.join(idle)} (one replica: "
+                         f"nothing to keep together)")
+        if periods:
+            text += "; not bitwise reproducible against --sync sync"
+        if processes == 1 and apart_periods(plan, net, local_sgd_period(sync)):
+            text += ("; the replicas run apart between averages, each waiting for the others "
+                     "only to average (the same weights as the lockstep walk of --sequential)")
+        return (f"{text}. All-reduces per minibatch (of gradients, or of weights when "
+                f"averaging): {exchanges_per_step(plan, periods):.3g} "
+                f"({exchanges_per_step(plan, {}):.3g} under --sync sync).")
+    if async_replica_devices(plan) is None:
+        text = (f"Sync: async:{staleness} in a {plan.scheme} plan: the steps stay lockstep "
+                f"(the other layers keep their schedule); the replicated layers "
+                f"({', '.join(replicated)}) update from their own shards at once and add "
+                f"the other replicas' increments as they arrive, at most {staleness} step(s) "
+                f"late; NOT bitwise reproducible (the order of the updates depends on "
+                f"timing).")
+        if processes > 1:
+            text += (f" Between the {processes} processes each update's increments go to "
+                     f"every other process with a replica of its layer, instead of the "
+                     f"all-reduce slices counted in the processes table.")
+        return text
+    text = (f"Sync: asynchronous: the {plan.num_shards} replicas train apart on shards of a "
+            f"shared queue, each applying its own update at once and the others' as they "
+            f"arrive, at most {staleness} step(s) ahead of the slowest; NOT bitwise "
+            f"reproducible (the order of the updates depends on timing).")
+    if processes > 1:
+        update = sum(op.nbytes for op in plan.ops if isinstance(op, AllReduce))
+        text += (f" Between the {processes} processes each shard's update "
+                 f"({human_bytes(update)}) goes to every other process, instead of the "
+                 f"lockstep traffic in the processes table.")
+    return text
+
+
+def check_gradients(opts: RunOptions) -> int:
+    """--check-grads: 0 when every layer's gradients agree with finite differences."""
+    try:
+        from convnet.runtime.gradcheck import check_net_gradients
+    except ImportError as error:
+        raise ConvnetError(f"--check-grads is not available in this installation "
+                           f"(convnet.runtime.gradcheck cannot be imported: {error})") from None
+    net = training.load_net_for(opts)
+    return 0 if check_net_gradients(net, seed=opts.seed, report=print) else 1

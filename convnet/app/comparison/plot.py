@@ -1,0 +1,185 @@
+"""The picture of a ``--compare`` run (matplotlib, Agg, no display needed).
+
+One PNG, top to bottom:
+
+* test error against wall time, one line per config (from the run logs;
+  ``--compare`` tests after every data batch unless ``--test-freq`` says
+  otherwise, so each line has a point per batch);
+* images per second, per config: the training run's (log) and the profiled
+  steps' (after training);
+* for each config, a Gantt chart of one profiled training step: one row per
+  device, coloured spans for compute (load, forward, backward, update),
+  copies and all-reduces; the grey between spans is time a device waits.
+  All the Gantt charts share one time axis, so their lengths compare.
+  A ``--sync async:S`` run has no lockstep step, so its panel says so and
+  shows, per device, how many of the run's shards its replica trained.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from convnet.errors import ConvnetError
+from convnet.runtime.sync.async_replicas import async_replica_devices
+
+DPI = 100
+WIDTH_IN = 13.0
+TOP_IN = 3.8
+GANTT_BASE_IN = 0.9
+GANTT_DEVICE_IN = 0.42
+LEGEND_IN = 0.35  # the op-kind legend under the Gantt charts
+
+#: Colour of each op kind in the Gantt charts (blues: compute; orange: copies; red: all-reduce).
+KIND_COLOURS = {"load": "#a6bddb", "forward": "#4c72b0", "backward": "#233d6e",
+                "update": "#7b9fd6", "copy": "#ee9a4d", "gradcopy": "#b35806",
+                "allreduce": "#c44e52"}
+KIND_LABELS = {"load": "load", "forward": "forward", "backward": "backward", "update": "update",
+               "copy": "copy", "gradcopy": "gradient copy", "allreduce": "all-reduce"}
+WAIT_COLOUR = "#e8e8e8"
+
+
+def figure_size(results) -> tuple[float, float]:
+    """(width, height) in inches of the picture for these results."""
+    gantt = sum(GANTT_BASE_IN + GANTT_DEVICE_IN * r.plan.num_devices for r in results)
+    # A whole number of quarter inches is exact in binary, so the PNG is exactly size * DPI.
+    return WIDTH_IN, math.ceil((TOP_IN + gantt + LEGEND_IN) * 4) / 4
+
+
+def figure_pixels(results) -> tuple[int, int]:
+    """(width, height) in pixels of the PNG."""
+    w, h = figure_size(results)
+    return round(w * DPI), round(h * DPI)
+
+
+def comparison_figure(results):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figure_size(results), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    heights = [TOP_IN] + [GANTT_BASE_IN + GANTT_DEVICE_IN * r.plan.num_devices for r in results]
+    grid = fig.add_gridspec(len(heights), 2, height_ratios=heights, width_ratios=[3, 2])
+    colours = [f"C{i % 10}" for i in range(len(results))]
+    _error_curves(fig.add_subplot(grid[0, 0]), results, colours)
+    _throughput_bars(fig.add_subplot(grid[0, 1]), results, colours)
+    span = max((r.timeline_seconds for r in results), default=0.0) * 1000 * 1.02 or 1.0
+    lockstep = [row for row, r in enumerate(results, start=1) if r.lockstep]
+    first = None
+    for row, result in enumerate(results, start=1):
+        if not result.lockstep:
+            _async_panel(fig.add_subplot(grid[row, :]), result)
+            continue
+        ax = fig.add_subplot(grid[row, :], sharex=first)
+        first = first or ax
+        _gantt(ax, result, span, last=row == lockstep[-1])
+    if first is not None:
+        _kind_legend(fig, results)
+    return fig
+
+
+def write_comparison_png(results, path: Path) -> Path:
+    """Draw the comparison into ``path`` (a PNG)."""
+    fig = comparison_figure(results)
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png", dpi=DPI)
+    except OSError as error:
+        raise ConvnetError(f"cannot write the picture {path}: {error.strerror}") from None
+    return path
+
+
+def _error_curves(ax, results, colours) -> None:
+    for number, (result, colour) in enumerate(zip(results, colours), start=1):
+        times = [row["cumulative_time"] for row in result.log_rows]
+        errors = [100 * row["test_error"] for row in result.log_rows]
+        ax.plot(times, errors, marker="o", markersize=3, color=colour,
+                label=f"{number}: {result.name} ({result.scheme})")
+    ax.set_xlabel("wall time (s)")
+    ax.set_ylabel("test error (%)")
+    ax.set_title("Test error against wall time")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.tick_params(axis="x", pad=7)  # keeps "0" of both axes apart in the corner
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _throughput_bars(ax, results, colours) -> None:
+    xs = range(len(results))
+    width = 0.38
+    train = [r.train_images_per_sec for r in results]
+    steps = [r.profiled_images_per_sec for r in results]
+    bars = ax.bar([x - width / 2 for x in xs], train, width, color=colours)
+    bars2 = ax.bar([x + width / 2 for x in xs], steps, width, color=colours, alpha=0.45,
+                   hatch="//", edgecolor="white")
+    # Upright numbers: side by side they never overlap.  An async run has no profiled step.
+    ax.bar_label(bars, fmt="%.0f", rotation=90, padding=2, fontsize=7)
+    ax.bar_label(bars2, [f"{v:.0f}" if r.lockstep else "n/a" for v, r in zip(steps, results)],
+                 rotation=90, padding=2, fontsize=7)
+    # The numbers of the error panel's legend: names as long as the ImageNet configs'
+    # would overlap one another under narrow bars.
+    ax.set_xticks(list(xs), [f"{i}: {r.scheme}" for i, r in enumerate(results, start=1)],
+                  fontsize=8)
+    ax.set_ylabel("images / s")
+    ax.set_title("Throughput: solid = training run (ranks the schemes),\n"
+                 "hatched = profiled steps (per-op timing on)", fontsize=9)
+    ax.margins(y=0.2)  # room for the upright labels above the bars
+
+
+def _gantt(ax, result, span_ms: float, last: bool) -> None:
+    num_devices = result.plan.num_devices
+    step_ms = 1000 * result.timeline_seconds
+    for d in range(num_devices):
+        ax.broken_barh([(0, step_ms)], (d - 0.4, 0.8), facecolors=WAIT_COLOUR)
+    spans: dict[tuple[int, str], list] = {}
+    for t in result.timeline:
+        spans.setdefault((t.device, t.kind), []).append((1000 * t.start,
+                                                         1000 * (t.end - t.start)))
+    for (device, kind), bars in sorted(spans.items()):
+        ax.broken_barh(bars, (device - 0.4, 0.8), facecolors=KIND_COLOURS.get(kind, "black"),
+                       edgecolors="white", linewidth=0.3)
+    ax.set_yticks(range(num_devices),
+                  [f"device {d} ({p})" for d, p in enumerate(result.plan.physical_devices)],
+                  fontsize=8)
+    ax.set_ylim(num_devices - 0.5, -0.5)
+    ax.set_xlim(0, span_ms)
+    ax.set_title(f"{result.name}: {result.scheme}, {result.num_passes} pass(es), one training "
+                 f"step of {result.profile_cases} cases = {step_ms:.1f} ms", fontsize=9,
+                 loc="left")
+    ax.grid(axis="x", alpha=0.3)
+    if last:
+        ax.set_xlabel("time within the step (ms); grey = waiting")
+    else:
+        ax.tick_params(labelbottom=False)
+
+
+def _async_panel(ax, result) -> None:
+    """An async run's panel: no step to draw, and why; per device, the shards its replica
+    took from the shared queue (a faster replica takes more)."""
+    num_devices = result.plan.num_devices
+    replicas = dict(zip(async_replica_devices(result.plan) or (), result.replica_shards))
+    total = sum(result.replica_shards) or 1
+    for d in range(num_devices):
+        text = (f"replica trained {replicas[d]} of the run's {total} shards "
+                f"({100 * replicas[d] / total:.0f}%)" if d in replicas else "no replica")
+        ax.text(0.01, d, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+    ax.set_yticks(range(num_devices),
+                  [f"device {d} ({p})" for d, p in enumerate(result.plan.physical_devices)],
+                  fontsize=8)
+    ax.set_ylim(num_devices - 0.5, -0.5)
+    ax.set_xticks([])
+    ax.set_title(f"{result.name}: {result.scheme}, --sync {result.sync}: asynchronous, "
+                 "no lockstep step to profile", fontsize=9, loc="left")
+
+
+def _kind_legend(fig, results) -> None:
+    """Under the Gantt charts, outside every axes, so it covers no title or bar."""
+    from matplotlib.patches import Patch
+
+    kinds = [k for k in KIND_COLOURS if any(t.kind == k for r in results for t in r.timeline)]
+    handles = [Patch(color=KIND_COLOURS[k], label=KIND_LABELS[k]) for k in kinds]
+    handles.append(Patch(color=WAIT_COLOUR, label="waiting"))
+    fig.legend(handles=handles, ncols=len(handles), fontsize=8, loc="outside lower center",
+               frameon=False)

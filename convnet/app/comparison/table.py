@@ -1,0 +1,149 @@
+"""The text of a ``--compare`` run: one table per config, one per config and device.
+
+Every number is formatted by one of the ``fmt_*`` functions below from the
+exact figure in :class:`convnet.app.comparison.compare.ConfigResult` (planner totals, log
+rows, profiled step times), so a test can recompute each cell.
+"""
+
+from __future__ import annotations
+
+from convnet.app.comparison.verdict import baseline, efficiency, speedup, verdict
+from convnet.plan.report import human_bytes
+
+
+def fmt_bytes(n: float) -> str:
+    return human_bytes(n)
+
+
+def fmt_rate(images_per_sec: float) -> str:
+    return f"{images_per_sec:.0f}"
+
+
+def fmt_seconds(seconds: float) -> str:
+    return f"{seconds:.1f}"
+
+
+def fmt_ms(seconds: float) -> str:
+    return f"{1000 * seconds:.2f}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def fmt_share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def fmt_cost(cost: float) -> str:
+    return f"{cost:.4f}"
+
+
+def fmt_error(error: float) -> str:
+    return f"{100 * error:.2f}%"
+
+
+#: The cell of a figure that a ``--sync async:S`` run cannot have (no lockstep step to
+#: profile, no all-reduce).
+ABSENT = "n/a"
+
+
+SCHEME_HEADER = ["config", "scheme", "passes", "devices used", "copied", "all-reduced",
+                 "img/s train", "speedup", "efficiency", "img/s profiled", "wall s",
+                 "train cost", "train err", "test cost", "test err"]
+DEVICE_HEADER = ["config", "device", "param memory", "activations (est.)", "sent", "received",
+                 "compute ms", "copy ms", "all-reduce ms", "idle ms", "step ms"]
+
+
+def scheme_rows(results) -> list[list[str]]:
+    rows = []
+    base = baseline(results)
+    for r in results:
+        final = r.final
+        rows.append([r.name, r.scheme, str(r.num_passes),
+                     f"{r.devices_used} of {r.plan.num_devices}", fmt_bytes(r.copy_bytes),
+                     ABSENT if r.is_async else fmt_bytes(r.allreduce_bytes),
+                     fmt_rate(r.train_images_per_sec),
+                     fmt_ratio(speedup(r, base)), fmt_share(efficiency(r, base)),
+                     fmt_rate(r.profiled_images_per_sec) if r.lockstep else ABSENT,
+                     fmt_seconds(r.wall_seconds),
+                     fmt_cost(final["cost"]), fmt_error(final["error"]),
+                     fmt_cost(final["test_cost"]), fmt_error(final["test_error"])])
+    return rows
+
+
+def device_rows(results) -> list[list[str]]:
+    rows = []
+    for r in results:
+        for totals, (sent, received), time in zip(r.totals, r.device_traffic,
+                                                  r.times or [None] * len(r.totals)):
+            timed = ([fmt_ms(time.compute), fmt_ms(time.copy), fmt_ms(time.allreduce),
+                      fmt_ms(time.idle), fmt_ms(r.mean_step_seconds)] if r.lockstep
+                     else [ABSENT] * 5)
+            rows.append([r.name, f"{totals.device} ({totals.physical})",
+                         fmt_bytes(totals.param_bytes), fmt_bytes(totals.activation_bytes),
+                         fmt_bytes(sent), fmt_bytes(received)] + timed)
+    return rows
+
+
+def format_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns two spaces apart under a rule of dashes; text left, numbers right."""
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    numeric = [all(_numeric(row[i]) for row in rows) and bool(rows) for i in range(len(header))]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if num else c.ljust(w)
+                         for c, w, num in zip(cells, widths, numeric)).rstrip()
+
+    return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def _numeric(cell: str) -> bool:
+    if cell in ("-", ABSENT):
+        return True
+    text = cell.replace("%", "").replace(".", "", 1).replace(" of ", "").rstrip("x")
+    for unit in (" B", " KiB", " MiB", " GiB"):
+        text = text.replace(unit, "")
+    return text.isdigit() or (text.startswith("-") and text[1:].isdigit())
+
+
+def comparison_table(results, warnings: list[str] = ()) -> str:
+    """The verdict, the two tables, what their columns mean, and ``warnings`` (what may
+    make the comparison mislead)."""
+    if not results:
+        return "(nothing compared)"
+    first = results[0]
+    steps = max(len(r.step_seconds) for r in results)
+    modes = {r.sync for r in results}
+    shared_mode = f", --sync {first.sync}" if modes != {"sync"} and len(modes) == 1 else ""
+    lines = [f"Schemes compared (minibatch {first.plan.minibatch}, "
+             f"--gpu {','.join(map(str, first.plan.physical_devices))}{shared_mode})"]
+    lines += format_table(SCHEME_HEADER, scheme_rows(results))
+    lines += ["", verdict(results, fmt_bytes)] + [f"warning: {w}" for w in warnings]
+    lines += ["", "Per device (memory and traffic per minibatch from the planner; time per "
+                  f"minibatch, mean of {steps} profiled steps)"]
+    lines += format_table(DEVICE_HEADER, device_rows(results))
+    lines += ["", "copied: activations and gradients copied between devices; all-reduced: "
+                  "ring all-reduce traffic, summed over devices.",
+              "img/s train: median over the run log's test intervals (training steps only); "
+              "the ranking, speedup and efficiency use it.",
+              "speedup: img/s train over the one-device config's; efficiency: speedup per "
+              "device used.",
+              "img/s profiled: minibatch / mean profiled step, timed with per-operation "
+              "timing on (slower, one minibatch): for the time split below, not the ranking.",
+              "wall s, costs and errors: the run log's last row (train figures are means over "
+              "its last test interval).",
+              "param memory: weights, gradients and momentum (float32; replicas under "
+              "--sync sync on CPU devices share one copy of weights and momentum, held on "
+              "the first replica's device); activations: the plan's estimate of what a "
+              "training step holds at the device's peak.",
+              "compute: load + forward + backward + update; copy: activation and gradient "
+              "copies; all-reduce includes waiting for the other replicas; idle: the rest of "
+              "the step (waiting for inputs from other devices)."]
+    if any(r.is_async for r in results):
+        lines.append(f"{ABSENT} (--sync async runs): no all-reduce: each replica sends the "
+                     "increment of each of its updates to the other replicas, and sent/received "
+                     "count those per minibatch (a data-parallel net's from the shards each "
+                     "replica trained); and a data-parallel net's replicas have no lockstep "
+                     "step to profile per operation.")
+    return "\n".join(lines)

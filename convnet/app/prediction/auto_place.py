@@ -1,0 +1,124 @@
+"""``--auto-place N``: rank a family of placements of the net with the simulator and
+write the best as a layer-def file (and, where it changes update periods, a
+layer-params file).
+
+The per-layer costs are profiled once (every layer on one device, see
+:mod:`convnet.app.prediction.simulation`), and every candidate is simulated from that
+profile (shard times scaled by cases, see :mod:`convnet.simulate.costs`), so
+the search costs one short profile however many candidates there are.  The
+candidates are those of :mod:`convnet.plan.placements`; any the planner refuses
+is listed with its reason and left out of the ranking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from convnet.app.run import training
+from convnet.app.options import RunOptions, auto_place_output
+from convnet.app.prediction.simulation import measure_costs
+from convnet.config.gpu_lines import set_gpu_lines, set_key_lines
+from convnet.config.ini import read_text
+from convnet.config.model import NetConfig
+from convnet.errors import ConvnetError, PlanError, UsageError
+from convnet.plan.ops import Plan
+from convnet.plan.placements import Candidate, candidates
+from convnet.plan.planner import make_plan
+from convnet.simulate.schedule import Simulation
+
+
+@dataclass
+class Ranked:
+    candidate: Candidate
+    plan: Plan
+    sim: Simulation
+
+
+@dataclass
+class Ranking:
+    ranked: list[Ranked]  # the valid candidates, fastest predicted step first
+    refused: list[tuple[str, str]]  # (name, the planner's reason)
+
+
+def rank(opts: RunOptions, net: NetConfig) -> Ranking:
+    """Plan and simulate every candidate placement of ``net`` on ``opts.gpu``."""
+    plans, refused = [], []
+    for candidate in candidates(net, opts.auto_place):
+        try:
+            plans.append((candidate, make_plan(candidate.apply(net), opts.gpu, opts.mini)))
+        except PlanError as error:
+            refused.append((candidate.name, str(error)))
+    if not plans:
+        name, reason = refused[0]
+        raise PlanError(f"--auto-place: no placement of the net is valid ({name}: {reason})")
+    costs = measure_costs(opts, net, "--auto-place")
+    ranked = [Ranked(candidate, plan, costs.predict(plan)) for candidate, plan in plans]
+    ranked.sort(key=lambda r: r.sim.step_seconds)
+    return Ranking(ranked, refused)
+
+
+def changed_periods(net: NetConfig, best: Ranked) -> dict[str, int]:
+    """The update periods of ``best`` that the layer-params file does not already give
+    (0, the default, counts as the layer's activation period)."""
+    out = {}
+    for name, u in best.candidate.update_periods.items():
+        given = int(net.layers[name].params.get("updatePeriod", 0) or 0)
+        if (given or best.plan.layers[name].period) != u:
+            out[name] = u
+    return out
+
+
+def params_output(opts: RunOptions, layer_def_out: Path) -> Path:
+    """Where the layer-params file goes: beside the layer-def file, ``-params`` added."""
+    return layer_def_out.with_name(f"{layer_def_out.stem}-params{layer_def_out.suffix}")
+
+
+def ranking_text(ranking: Ranking) -> str:
+    header = ["rank", "placement", "predicted ms", "img/s", "idle per device"]
+    rows = [[str(i), r.candidate.name, f"{r.sim.step_seconds * 1e3:.2f}",
+             f"{r.sim.images_per_second:,.0f}",
+             " ".join(f"{s.device}:{s.idle / r.sim.step_seconds:.0%}" if r.sim.step_seconds
+                      else f"{s.device}:-" for s in r.sim.devices)]
+            for i, r in enumerate(ranking.ranked, start=1)]
+    widths = [max(len(row[i]) for row in rows + [header]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i in (1, 4) else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+             for row in [header] + rows]
+    lines += [f"not a valid plan: {name}: {reason}" for name, reason in ranking.refused]
+    return "\n".join(lines)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as error:
+        raise ConvnetError(f"--auto-place: cannot write {path}: {error.strerror}") from None
+
+
+def run(opts: RunOptions) -> int:
+    """Rank the placements, print the table and write the best one."""
+    out = auto_place_output(opts)
+    net = training.load_net_for(opts)
+    ranking = rank(opts, net)
+    print(f"Placements of {opts.layer_def} on {opts.auto_place} devices (--gpu "
+          f"{','.join(map(str, opts.gpu))}), predicted from one profile of the net on "
+          f"one device (docs/SIMULATE.md):")
+    print(ranking_text(ranking))
+    best = ranking.ranked[0]
+    periods = changed_periods(net, best)
+    params_out = params_output(opts, out)
+    if periods and params_out.exists() and not opts.overwrite:
+        raise UsageError(f"--auto-place: {params_out} exists; give another --auto-place-out "
+                         f"FILE, or --overwrite to replace it")
+    _write(out, set_gpu_lines(read_text(str(opts.layer_def)), str(opts.layer_def),
+                              best.candidate.gpus))
+    if periods:
+        _write(params_out, set_key_lines(read_text(str(opts.layer_params)),
+                                         str(opts.layer_params), "updatePeriod",
+                                         {name: str(u) for name, u in periods.items()}))
+        print(f"best: {best.candidate.name}, written to {out} and {params_out} "
+              f"(train with --layer-params {params_out})")
+    else:
+        print(f"best: {best.candidate.name}, written to {out}")
+    return 0

@@ -1,0 +1,161 @@
+"""Each layer type's memory facts: what one forward call leaves behind, per case.
+
+``rule(layer) -> LayerMemory``: whether the output is a new array (or a view of the
+input or of the layer's state, which costs nothing more) and how many bytes per
+case the layer keeps from its forward call for its backward call beyond its output
+(im2col columns, a padded input, dropout masks, norm denominators), the inline
+``neuron=`` included.  They describe the layer library (``convnet/layers``) and its
+kernels as they are; the plan's memory estimate (:mod:`convnet.plan.memory`) adds them
+up over a step, and tests/test_memory_estimate.py compares every rule with the state
+the layers really keep, so a change to what a kernel keeps shows up there.
+
+All arrays are float32 except the masks (one byte per element).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# The kernel's own choice of column order, so that the rule cannot drift from it.
+from convnet.kernels.conv import conv_layout
+from convnet.kernels.conv.winograd import output_tile, tiles
+from convnet.kernels.neurons import NEURONS
+
+FLOAT = 4
+MASK = 1  # a bool array
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    new_output: bool = True
+    kept_per_case: int = 0  # bytes kept for backward beyond the output
+
+
+MemoryRule = Callable[..., LayerMemory]  # (layer) -> LayerMemory
+
+
+def _with_neuron(layer, memory: LayerMemory, keeps_output: bool = False) -> LayerMemory:
+    """An inline neuron keeps the pre-neuron output z when its backward needs z (the
+    neuron uses its input) or the layer's does (``keeps_output``); else it runs in
+    place on z when z is new, or makes a new output."""
+    spec = layer.neuron
+    if spec is None or spec.name == "ident":
+        return memory
+    if NEURONS[spec.name].uses_input or keeps_output:
+        return LayerMemory(True, memory.kept_per_case + FLOAT * layer.outputs)
+    return LayerMemory(True, memory.kept_per_case)
+
+
+def _input_elements(layer, i: int = 0) -> int:
+    return int(math.prod(layer.input_shapes[i]))
+
+
+def conv_kernel_layout(layer) -> str:
+    """The layout the CPU conv kernel computes ``layer`` in (``winograd``, ``cases``,
+    ``chwn`` or ``nchw``; kernels/conv.py)."""
+    a = layer.attrs
+    return conv_layout(a["filters"], a["modulesX"], a["filterSize"], a["padding"], a["stride"],
+                       a["channels"], a["groups"])
+
+
+def winograd_conv_layers(net) -> list[str]:
+    """The conv layers of ``net`` that the CPU kernels compute by Winograd's algorithm."""
+    return [ldef.name for ldef in net
+            if ldef.type == "conv" and conv_kernel_layout(ldef) == "winograd"]
+
+
+def conv_memory(layer) -> LayerMemory:
+    """Conv (kernels/conv.py), by the layout the kernel picks for the layer:
+    ``cases`` (large output maps) keeps nothing, the backward pass rebuilds the
+    columns; ``winograd`` each input's transformed tiles (a^2 C T^2, with T^2 tiles
+    of a x a for the layer's F(m, r)); ``chwn`` each input's zero-padded copy
+    (C, T, T) with T = (modulesX - 1) * stride + filterSize; ``nchw`` each input's
+    columns (C * fs^2, modulesX^2)."""
+    a = layer.attrs
+    m, n = a["modulesX"], len(layer.inputs)
+    layout = conv_kernel_layout(layer)
+    kept = 0
+    for i in range(n):
+        c, fs = a["channels"][i], a["filterSize"][i]
+        if layout == "winograd":
+            tile = output_tile(m, fs)
+            kept += c * ((tile + fs - 1) * tiles(m, tile)) ** 2
+        elif layout == "chwn":
+            kept += c * ((m - 1) * a["stride"][i] + fs) ** 2
+        elif layout == "nchw":
+            kept += c * fs * fs * m * m
+    return _with_neuron(layer, LayerMemory(True, FLOAT * kept))
+
+
+def local_memory(layer) -> LayerMemory:
+    """Locally-connected: each input's columns (modulesX^2, C * fs^2)."""
+    a = layer.attrs
+    m = a["modulesX"]
+    kept = sum(a["channels"][i] * a["filterSize"][i] ** 2 * m * m for i in range(len(layer.inputs)))
+    return _with_neuron(layer, LayerMemory(True, FLOAT * kept))
+
+
+def fc_memory(layer) -> LayerMemory:
+    """GEMMs need only the inputs; the dropout fork's ``dropout=`` keeps its mask."""
+    kept = MASK * layer.outputs if layer.params.get("dropout", 0.0) else 0
+    return _with_neuron(layer, LayerMemory(True, kept))
+
+
+def pool_memory(layer) -> LayerMemory:
+    """The backward pass compares inputs with the output (kept: the output itself);
+    maxabs also keeps which pixel won (uint8, or int32 for windows over 255 pixels)."""
+    a = layer.attrs
+    kept = 0
+    if a["pool"] == "maxabs":
+        kept = layer.outputs * (1 if a["sizeX"] ** 2 <= 255 else 4)
+    return _with_neuron(layer, LayerMemory(True, kept), keeps_output=True)
+
+
+def norm_memory(layer) -> LayerMemory:
+    """The output, the denominators and their power (two input-sized arrays), and for
+    cnorm the differences from the local mean (a third)."""
+    arrays = 3 if layer.type == "cnorm" else 2
+    return _with_neuron(layer, LayerMemory(True, FLOAT * arrays * _input_elements(layer)),
+                        keeps_output=True)
+
+
+def dropout_memory(layer) -> LayerMemory:
+    """Its mask when enabled; disabled, ``dropout`` hands its input through and
+    ``dropout2`` scales it into a new array."""
+    if not layer.params.get("enable", True):
+        return _with_neuron(layer, LayerMemory(layer.type == "dropout2", 0))
+    return _with_neuron(layer, LayerMemory(True, MASK * layer.outputs))
+
+
+def combine_memory(layer) -> LayerMemory:
+    """concat/pass: a view of a single input, else the concatenation."""
+    return _with_neuron(layer, LayerMemory(len(layer.inputs) > 1, 0))
+
+
+def eltmax_memory(layer) -> LayerMemory:
+    """Which input won each element (uint8, int32 from 256 inputs)."""
+    width = 1 if len(layer.inputs) < 256 else 4
+    return _with_neuron(layer, LayerMemory(True, width * layer.outputs))
+
+
+def softmax_memory(layer) -> LayerMemory:
+    """Keeps its output (counted already) for its backward pass."""
+    return _with_neuron(layer, LayerMemory(True, 0), keeps_output=True)
+
+
+def plain_memory(layer) -> LayerMemory:
+    """A new output and nothing else kept (cost layers, eltsum, sum)."""
+    return _with_neuron(layer, LayerMemory(True, 0))
+
+
+def neuron_layer_memory(layer) -> LayerMemory:
+    """The neuron layer keeps its input and output (both counted already); its
+    ``neuron=`` is the layer itself, not an inline one."""
+    return LayerMemory(True, 0)
+
+
+def data_memory(layer) -> LayerMemory:
+    """Loaded by the executor, not computed."""
+    return LayerMemory(False, 0)

@@ -1,0 +1,125 @@
+"""How the processes of a run talk to each other: one small interface, two implementations.
+
+In the manner of ChainerMN's communicators: point-to-point transfers of
+float32 arrays with tags, raw byte messages that a polling thread sends and
+receives without blocking (the ``--sync async`` couriers), a few collectives
+on small Python objects, a duplicate whose messages keep apart, and abort.  :class:`LocalCommunicator` is the one-process case (nothing to talk
+to); :class:`convnet.runtime.processes.mpi_comm.MpiCommunicator` is MPI through mpi4py;
+:func:`convnet.runtime.processes.cluster.connect` picks one.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, NoReturn
+
+
+class Communicator(ABC):
+    """What the executor needs from the processes of a run.
+
+    Point-to-point transfers carry float32 numpy arrays; both sides know the
+    shape (it follows from the plan), so a receive fills a buffer the receiver
+    made.  Messages between two ranks with the same tag arrive in the order
+    they were sent.  The collectives carry small picklable objects (costs,
+    state of the weights for a checkpoint) and are called by every rank.
+    """
+
+    rank: int
+    size: int
+    tag_limit: int
+    """Tags are ``0 .. tag_limit - 1``."""
+
+    @abstractmethod
+    def isend(self, array, dest: int, tag: int) -> Any:
+        """Start sending ``array`` to ``dest``; returns a request for :meth:`wait_all`.
+        The array must stay unchanged until then (the request keeps it alive)."""
+
+    @abstractmethod
+    def recv(self, out, source: int, tag: int) -> None:
+        """Receive into the contiguous float32 array ``out``, blocking until it arrived."""
+
+    @abstractmethod
+    def wait_all(self, requests: list) -> None:
+        """Wait until the sends of ``requests`` have completed."""
+
+    @abstractmethod
+    def isend_bytes(self, message, dest: int, tag: int) -> Any:
+        """Start sending the uint8 array ``message``; returns a request for :meth:`test`.
+        The array must stay unchanged until the request is done."""
+
+    @abstractmethod
+    def irecv_bytes(self, out, source: int, tag: int) -> Any:
+        """Start receiving a message of exactly ``out.nbytes`` bytes into the uint8 array
+        ``out``; returns a request for :meth:`test`."""
+
+    @abstractmethod
+    def test(self, request) -> bool:
+        """Whether a request of :meth:`isend_bytes` or :meth:`irecv_bytes` is done (it
+        also lets MPI make progress); never blocks."""
+
+    @abstractmethod
+    def cancel(self, request) -> None:
+        """Give up a pending :meth:`irecv_bytes` (when the courier stops)."""
+
+    @abstractmethod
+    def allgather(self, obj) -> list:
+        """Every rank's ``obj``, in rank order, on every rank."""
+
+    @abstractmethod
+    def gather(self, obj, root: int = 0) -> list | None:
+        """Every rank's ``obj`` in rank order on ``root``; None elsewhere."""
+
+    @abstractmethod
+    def duplicate(self) -> Communicator:
+        """A communicator over the same processes whose messages never match this one's,
+        whatever their tags (``MPI_Comm_dup``).  Every rank must call it, at the same
+        point of the run."""
+
+    @abstractmethod
+    def abort(self, code: int) -> NoReturn:
+        """End every process of the run now, with exit status ``code``."""
+
+
+class LocalCommunicator(Communicator):
+    """The only process of a run: the collectives return what they were given."""
+
+    rank = 0
+    size = 1
+    tag_limit = 1
+
+    def isend(self, array, dest, tag):
+        raise RuntimeError("a one-process run has no other rank to send to")
+
+    def recv(self, out, source, tag):
+        raise RuntimeError("a one-process run has no other rank to receive from")
+
+    def wait_all(self, requests):
+        if requests:
+            raise RuntimeError("a one-process run has no pending sends")
+
+    def isend_bytes(self, message, dest, tag):
+        raise RuntimeError("a one-process run has no other rank to send to")
+
+    def irecv_bytes(self, out, source, tag):
+        raise RuntimeError("a one-process run has no other rank to receive from")
+
+    def test(self, request):
+        raise RuntimeError("a one-process run has no pending transfers")
+
+    def cancel(self, request):
+        raise RuntimeError("a one-process run has no pending transfers")
+
+    def allgather(self, obj):
+        return [obj]
+
+    def gather(self, obj, root=0):
+        return [obj]
+
+    def duplicate(self):
+        return LocalCommunicator()
+
+    def abort(self, code):
+        raise SystemExit(code)
+
+
+__all__ = ["Communicator", "LocalCommunicator"]

@@ -1,0 +1,109 @@
+"""Carrying out the sends and receives between processes (see :mod:`convnet.runtime.step.rank_tasks`).
+
+What a transfer carries lives in a step's buffers or in the weight store on
+the sending side, and goes to the same place on the receiving side, as the
+in-process pull it replaces would have put it:
+
+* ``act``: an activation shard, into the receiver's activations;
+* ``grad``: a consumer's gradient for an input, added into the input's gradient;
+* ``grad-slice`` / ``avg-slice`` / ``weight-slice``: one slice of every
+  gradient or weight array of a layer (keys in sorted order, concatenated
+  into one message), kept for the reduce, average or gather task that waits
+  for it.
+
+Arrays travel through the host as float32.  Receive buffers are made with
+the shape both sides derive from the plan (shard bounds, output shapes,
+slice bounds), so no shape is ever sent.  Pending sends are completed when
+the step ends (:meth:`Transfers.finish_sends`): until then each request
+keeps its array alive, and every send carries an array that nothing writes
+in place (activations are replaced, popped gradients and concatenated
+slices are fresh copies).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def accumulate(store: dict, key, value) -> None:
+    """Sum into ``store[key]`` without writing into ``value``, which a layer may
+    have handed out as a view shared with another gradient."""
+    store[key] = store[key] + value if key in store else value
+
+
+class Transfers:
+    """The SEND and RECV actions of one process's executor."""
+
+    def __init__(self, comm, net, devices: list, store, collective_of):
+        self.comm = comm
+        self.net = net
+        self.devices = devices
+        self.store = store
+        self.collective_of = collective_of  # layer -> its ChunkedAllReduce (slice bounds)
+
+    # ------------------------------------------------------------------ sends
+    def send(self, task, buffers) -> None:
+        transfer = task.transfer
+        array = self._outgoing(task, buffers)
+        buffers.sends.append(self.comm.isend(array, transfer.peer, transfer.tag))
+
+    def _outgoing(self, task, buffers) -> np.ndarray:
+        op, transfer, device = task.op, task.transfer, self.devices[task.device]
+        if transfer.what == "act":
+            return device.to_host(buffers.acts[(op.layer, op.shard, op.src)])
+        if transfer.what == "grad":
+            return device.to_host(buffers.gouts.pop((op.consumer, op.layer, op.shard, op.src)))
+        source = (self.store.grads if transfer.what == "grad-slice" else self.store.weights)
+        arrays = source[op.layer][transfer.source_replica]
+        parts = [device.to_host(arrays[k].reshape(-1)[lo:hi])
+                 for k, lo, hi in self._slice_layout(task)]
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
+    def finish_sends(self, buffers) -> None:
+        """Wait until every send of the step has left (its buffer may then be freed)."""
+        if buffers.sends:
+            self.comm.wait_all(buffers.sends)
+            buffers.sends.clear()
+
+    # --------------------------------------------------------------- receives
+    def recv(self, task, buffers) -> None:
+        op, transfer, device = task.op, task.transfer, self.devices[task.device]
+        if transfer.what in ("act", "grad"):
+            start, stop = buffers.bounds[op.shard]
+            out = np.empty((stop - start,) + tuple(self.net[op.layer].output_shape), np.float32)
+            self.comm.recv(out, transfer.peer, transfer.tag)
+            key = (op.layer, op.shard, op.dst)
+            if transfer.what == "act":
+                buffers.acts[key] = device.to_device(out)
+            else:
+                accumulate(buffers.grads, key, device.to_device(out))
+            return
+        layout = self._slice_layout(task)
+        out = np.empty(sum(hi - lo for _, lo, hi in layout), np.float32)
+        self.comm.recv(out, transfer.peer, transfer.tag)
+        parts, offset = {}, 0
+        for k, lo, hi in layout:
+            parts[k] = device.to_device(out[offset:offset + hi - lo])
+            offset += hi - lo
+        buffers.received[received_key(task)] = parts
+
+    def _slice_layout(self, task) -> list[tuple[str, int, int]]:
+        """(key, lo, hi) of the slice a slice transfer carries, for every weight array of
+        its layer, in key order (shapes from a local replica's weights)."""
+        transfer, layer = task.transfer, task.op.layer
+        weights = self.store.weights[layer]
+        local = weights[transfer.source_replica] or weights[transfer.target_replica]
+        part = (transfer.source_replica if transfer.what == "weight-slice"
+                else transfer.target_replica)
+        bounds = self.collective_of(layer).bounds
+        return [(k, *bounds(local[k].size, part)) for k in sorted(local)]
+
+
+def received_key(task) -> tuple:
+    """Where a received slice waits in the step's buffers for its reduce or gather."""
+    transfer, op = task.transfer, task.op
+    return (transfer.what, op.layer, op.pass_index, transfer.target_replica,
+            transfer.source_replica)
+
+
+__all__ = ["Transfers", "accumulate", "received_key"]
