@@ -9,6 +9,10 @@ at the module ``pkg.name`` when there is one, else at ``pkg`` itself;
 relative imports are resolved against the importing module's package.  A
 package importing its own submodules is the usual layout and not a cycle; a
 submodule importing a name back from its package's ``__init__`` is.
+
+The same graph checks the layering of docs/DESIGN.md's package map: packages import
+only the packages below them, and one level down, the sub-packages of ``app``,
+``runtime``, ``config`` and ``kernels`` import only the parts below them.
 """
 
 from __future__ import annotations
@@ -153,6 +157,77 @@ def test_packages_import_only_the_packages_below_them():
 
 def _rank(package: str) -> int:
     return len(LAYERING) if package == "base" else LAYERING.index(package)
+
+
+#: One level down: inside each package, its parts from the top of docs/DESIGN.md's map
+#: down, each importing only the parts after it.  A part is a sub-package, ``"."`` for the
+#: modules directly in the package, or ``"__init__"`` for the package's own ``__init__``
+#: (the public face of ``config``, the kernel registry at the bottom of ``kernels``).
+SUBLAYERING = {
+    "app": ("__init__", "command_line", "comparison", "prediction", "run", "."),
+    "runtime": ("__init__", ".", "sync", "step", "processes", "devices"),
+    "config": ("__init__", ".", "layer_types", "values"),
+    "kernels": ("cuda", ".", "conv", "__init__"),
+}
+
+
+def _part(module: str, modules) -> tuple[str, str] | None:
+    """(package, part) of a module inside one of :data:`SUBLAYERING`'s packages."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] not in SUBLAYERING:
+        return None
+    if len(parts) == 2:
+        return parts[1], "__init__"
+    if f"convnet.{parts[1]}.{parts[2]}" in modules and \
+            modules[f"convnet.{parts[1]}.{parts[2]}"].name == "__init__.py":
+        return parts[1], parts[2]
+    return parts[1], "."
+
+
+def upward_part_imports(graph, modules) -> list[tuple[str, str]]:
+    """The imports from a part of a package to a part above it in :data:`SUBLAYERING`."""
+    found = []
+    for source, targets in graph.items():
+        here = _part(source, modules)
+        for target in targets:
+            there = _part(target, modules)
+            if here and there and here[0] == there[0] and here[1] != there[1]:
+                order = SUBLAYERING[here[0]]
+                if order.index(there[1]) < order.index(here[1]):
+                    found.append((source, target))
+    return sorted(found)
+
+
+def test_every_part_of_a_package_is_in_the_map():
+    modules = module_files(ROOT, PACKAGES)
+    parts = {_part(m, modules) for m in modules} - {None}
+    missing = sorted(f"{package}.{part}" for package, part in parts
+                     if part not in SUBLAYERING[package])
+    assert not missing, f"sub-packages missing from SUBLAYERING (and docs/DESIGN.md): {missing}"
+
+
+def test_parts_of_a_package_import_only_the_parts_below_them():
+    upward = upward_part_imports(import_graph(ROOT), module_files(ROOT, PACKAGES))
+    assert not upward, "imports against the sub-package order of docs/DESIGN.md: " + ", ".join(
+        f"{a} -> {b}" for a, b in upward)
+
+
+def test_an_upward_import_between_parts_is_found(tmp_path):
+    files = {
+        "convnet/__init__.py": "",
+        "convnet/runtime/__init__.py": "",
+        "convnet/runtime/gradcheck.py": "",
+        "convnet/runtime/step/__init__.py": "",
+        "convnet/runtime/step/executor.py": "from convnet.runtime.devices import base\n",
+        "convnet/runtime/devices/__init__.py": "",
+        "convnet/runtime/devices/base.py": "def late():\n    from convnet.runtime.step import executor\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    packages = {"convnet": "convnet"}
+    assert upward_part_imports(import_graph(tmp_path, packages), module_files(tmp_path, packages)) \
+        == [("convnet.runtime.devices.base", "convnet.runtime.step.executor")]
 
 
 def test_the_graph_sees_every_kind_of_import(tmp_path):
