@@ -34,7 +34,7 @@ class _Columns:
         c, n = src.shape[0], src.shape[3]
         sc, sy, sx, sn = src.strides
         self.win = as_strided(xp, src, (c, fs, fs, rows, cols, n),
-                               (sc, sy, sx, stride * sy, stride * sx, sn))
+                              (sc, sy, sx, stride * sy, stride * sx, sn))
         self.k = c * fs * fs
         self.head = (c, fs, fs)
         self.n = n
@@ -74,7 +74,7 @@ def forward(xp, xs, ws, b, geom, keep_cache):
     for i, x in enumerate(xs):
         x = as_image(x, geom.channels[i], geom.img[i])
         xpads.append(padded_chwn_buffer(xp, x, geom.pad[i], geom.span(i),
-                                         None if keep_cache else f"xpad{i}"))
+                                        None if keep_cache else f"xpad{i}"))
     k = max(w[0].size * g for w, g in zip(ws, geom.groups))
     unit = n * max(k, filters) * xp.dtype(dtype).itemsize
     blocks = list(pixel_blocks(m, m, unit))

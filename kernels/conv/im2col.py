@@ -37,7 +37,7 @@ def _cols_conv(xp, x, fs: int, padding: int, stride: int, modules: int, keep: bo
     xpad = _padded_cn(xp, x, padding, total)
     sc, sn, sy, sx = xpad.strides
     view = as_strided(xp, xpad, (c, fs, fs, n, modules, modules),
-                       (sc, sy, sx, sn, stride * sy, stride * sx))
+                      (sc, sy, sx, sn, stride * sy, stride * sx))
     shape = (c, fs, fs, n, modules, modules)
     cols = xp.empty(shape, dtype=x.dtype) if keep else scratch(xp, "cols_nchw", shape, x.dtype)
     cols[...] = view
@@ -72,7 +72,7 @@ def forward(xp, xs, ws, b, geom, keep_cache):
         if g == 1:
             if acc is None:
                 acc = xp.matmul(wm, cols, out=scratch(xp, "acc_nchw", (filters, n * p),
-                                                       x.dtype))
+                                                      x.dtype))
             else:
                 acc += wm @ cols
         else:

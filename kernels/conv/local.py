@@ -33,7 +33,7 @@ def _cols_local(xp, x, fs: int, padding: int, stride: int, modules: int, keep: b
     xpad = _padded_hw(xp, x, padding, total)
     sy, sx, sc, sn = xpad.strides
     view = as_strided(xp, xpad, (modules, modules, c, fs, fs, n),
-                       (stride * sy, stride * sx, sc, sy, sx, sn))
+                      (stride * sy, stride * sx, sc, sy, sx, sn))
     shape = (modules, modules, c, fs, fs, n)
     cols = xp.empty(shape, dtype=x.dtype) if keep else scratch(xp, "cols_local", shape, x.dtype)
     cols[...] = view
@@ -73,7 +73,7 @@ def local_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, group
         if g == 1:
             if acc is None:
                 acc = xp.matmul(wm, cols, out=scratch(xp, "acc_local", (p, filters, n),
-                                                       x.dtype))
+                                                      x.dtype))
             else:
                 acc += xp.matmul(wm, cols)
         else:
@@ -138,7 +138,7 @@ def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, stride
             continue
         dcols = local_cols_grad(xp, wm, gp, groups[i],
                                 scratch(xp, "dcols_local", (p, wm.shape[2] * groups[i], n),
-                                         gy.dtype))
+                                        gy.dtype))
         shape = (n, channels[i], img_sizes[i], img_sizes[i])
         dx = _col2im_local(xp, dcols, shape, fs, paddings[i], strides[i], modules)
         dxs.append(dx.reshape(x.shape))

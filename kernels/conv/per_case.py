@@ -34,7 +34,7 @@ class _CaseColumns:
         dtype = x.dtype
         self.xpad = scratch(xp, f"case_pad{i}", (block, self.c, self.total, self.total), dtype)
         zero_border(self.xpad.reshape(block * self.c, self.total, self.total, 1), self.pad,
-                     self.keep)
+                    self.keep)
         self.buf = scratch(xp, f"case_cols{i}", (block * self.k * self.m * self.m,), dtype)
 
     def __call__(self, b0: int, b1: int):
@@ -135,6 +135,6 @@ def backward(xp, gy, xs, ws, need_dx, geom, shared_biases):
         if gt_full is None:
             gt_full = scratch(xp, "gt_nchw", (filters, n, p), dtype)
             gt_full[...] = g3.transpose(1, 0, 2)
-        dxs.append(im2col.input_gradient(xp, gt_full.reshape(filters, n * p), wms[i], geom, i,
-                                 n).reshape(x.shape))
+        dx = im2col.input_gradient(xp, gt_full.reshape(filters, n * p), wms[i], geom, i, n)
+        dxs.append(dx.reshape(x.shape))
     return dxs, [xp.ascontiguousarray(dwt.T).reshape(w.shape) for dwt, w in zip(dwts, ws)], db

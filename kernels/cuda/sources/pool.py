@@ -27,7 +27,7 @@ const int xhi = x0 + size < img ? x0 + size : img;
 spec("cvn_pool_max_fwd",
      "raw T x, int32 img, int32 outs, int32 size, int32 stride, int32 start",
      "T y",
-      _POOL_HEAD + r"""
+     _POOL_HEAD + r"""
 T m = 0;
 if (ylo < yhi && xlo < xhi) {
   m = x[base + (long long)ylo * img + xlo];
@@ -46,7 +46,7 @@ y = m;
 spec("cvn_pool_avg_fwd",
      "raw T x, int32 img, int32 outs, int32 size, int32 stride, int32 start",
      "T y",
-      _POOL_HEAD + r"""
+     _POOL_HEAD + r"""
 T s = 0;
 for (int yy = ylo; yy < yhi; ++yy) {
   for (int xx = xlo; xx < xhi; ++xx) {
@@ -64,7 +64,7 @@ y = s / (T)area;
 spec("cvn_pool_maxabs_fwd",
      "raw T x, int32 img, int32 outs, int32 size, int32 stride, int32 start",
      "T y, int32 which",
-      _POOL_HEAD + r"""
+     _POOL_HEAD + r"""
 T best_v = 0;
 T best_a = 0;
 int best_k = 0;
