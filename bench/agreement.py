@@ -195,13 +195,13 @@ def one_step(torch, net, gpus: tuple, batch: list, winograd: bool = True) -> Agr
     without its Winograd convolutions), of the PyTorch net in float32 and of the
     PyTorch net in float64, from the engine's initial weights, compared (see the
     module docstring)."""
-    from convnet.kernels import conv
+    from convnet.kernels.conv import choice as conv_choice
     from convnet.plan.planner import make_plan
     from convnet.runtime.devices.backends import make_devices
     from convnet.runtime.step.executor import Executor
 
     mini = batch[0].shape[0]
-    default, conv.WINOGRAD = conv.WINOGRAD, winograd
+    default, conv_choice.WINOGRAD = conv_choice.WINOGRAD, winograd
     ex = Executor(net, make_plan(net, tuple(gpus), mini), make_devices(tuple(gpus), "cpu"),
                   seed=0, parallel=False)
     try:
@@ -211,7 +211,7 @@ def one_step(torch, net, gpus: tuple, batch: list, winograd: bool = True) -> Agr
         after = ex.state_arrays()
     finally:
         ex.close()
-        conv.WINOGRAD = default
+        conv_choice.WINOGRAD = default
     torch_cost, torch32 = torch_step(torch, net, initial, batch, np.float32)
     exact_cost, exact = torch_step(torch, net, initial, batch, np.float64)
     result = Agreement(engine_cost, torch_cost, exact_cost)

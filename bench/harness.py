@@ -43,9 +43,9 @@ def winograd_choice(args) -> list[str]:
     on to the worker processes."""
     if not args.no_winograd:
         return []
-    from convnet.kernels import conv
+    from convnet.kernels.conv import choice as conv_choice
 
-    conv.WINOGRAD = False
+    conv_choice.WINOGRAD = False
     return ["--no-winograd"]
 
 

@@ -16,10 +16,12 @@ are added without touching ``layers/``.
 Kernels compute in the dtype of their inputs (float32 in training, float64
 in the gradient check); none of them casts to float32 on its own.
 
-Submodules: :mod:`convnet.kernels.conv` (conv and local layers, im2col/GEMM),
-:mod:`convnet.kernels.pool`, :mod:`convnet.kernels.norm`, :mod:`convnet.kernels.neurons`,
-:mod:`convnet.kernels.nn` (fc, softmax, costs, element-wise combinations) and
-:mod:`convnet.kernels.random` (counter-based uniforms for dropout masks).
+Submodules: :mod:`convnet.kernels.conv` (conv and local layers, im2col/GEMM and
+Winograd), :mod:`convnet.kernels.pool`, :mod:`convnet.kernels.norm`,
+:mod:`convnet.kernels.neurons`, :mod:`convnet.kernels.nn` (fc, softmax, costs,
+element-wise combinations), :mod:`convnet.kernels.random` (counter-based uniforms
+for dropout masks) and :mod:`convnet.kernels.scratch` (per-thread reusable
+temporaries of the conv and pool kernels).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import functools
 import numpy as np
 
 from . import array_module, kernel
+from .scratch import scratch
 
 
 def out_size(img_size: int, size: int, stride: int, start: int) -> int:
@@ -148,12 +149,6 @@ def _plan(img: int, size: int, stride: int, start: int, outputs: int) -> _Plan:
     return _Plan(img, size, stride, start, outputs)
 
 
-def _scratch(xp, name, shape, dtype):
-    from .conv import _scratch as scratch
-
-    return scratch(xp, name, shape, dtype)
-
-
 def _staged(xp, block):
     """The input block, or a contiguous copy of it at an address 32 bytes past a
     64-byte boundary (numpy only).  The stride-``stride`` reads that split a block into phase
@@ -164,7 +159,7 @@ def _staged(xp, block):
     if xp is not np or block.ctypes.data % 64 == 32:
         return block
     n = block.size
-    buf = _scratch(xp, "pool_staged", (n + 16,), block.dtype)
+    buf = scratch(xp, "pool_staged", (n + 16,), block.dtype)
     skip = ((32 - buf.ctypes.data % 64) % 64) // block.dtype.itemsize
     out = buf[skip:skip + n].reshape(block.shape)
     out[...] = block
@@ -190,13 +185,13 @@ def pool_forward(x, *, pool: str, size: int, stride: int, start: int, outputs: i
         ib = idx.reshape(maps, outputs, outputs)
     blk = plan.block(maps, x.dtype.itemsize)
     st = (stride, stride)
-    phases = _scratch(xp, "pool_phases", st + (blk, plan.hp + 1, plan.hp), x.dtype)
-    acc = _scratch(xp, "pool_acc", (blk, plan.flat), x.dtype)
+    phases = scratch(xp, "pool_phases", st + (blk, plan.hp + 1, plan.hp), x.dtype)
+    acc = scratch(xp, "pool_acc", (blk, plan.flat), x.dtype)
     if pool == "maxabs":
-        best = _scratch(xp, "pool_best", (blk, plan.flat), x.dtype)
-        aw = _scratch(xp, "pool_aw", (blk, plan.flat), x.dtype)
-        better = _scratch(xp, "pool_better", (blk, plan.flat), bool)
-        which = _scratch(xp, "pool_which", (blk, plan.flat), idx.dtype)
+        best = scratch(xp, "pool_best", (blk, plan.flat), x.dtype)
+        aw = scratch(xp, "pool_aw", (blk, plan.flat), x.dtype)
+        better = scratch(xp, "pool_better", (blk, plan.flat), bool)
+        which = scratch(xp, "pool_which", (blk, plan.flat), idx.dtype)
     area = None
     if pool == "avg":
         area = xp.asarray(np.maximum(np.outer(plan.counts, plan.counts), 1).astype(x.dtype))
@@ -265,19 +260,19 @@ def pool_backward(gy, x, y, cache, *, pool: str, size: int, stride: int, start: 
     dxb = dx.reshape(maps, s, s)
     blk = plan.block(maps, dtype.itemsize)
     st = (stride, stride)
-    acc = _scratch(xp, "pool_acc_phases", st + (blk, plan.hp + 1, plan.hp), dtype)
-    g = _scratch(xp, "pool_g", (blk, L), dtype)
-    part = _scratch(xp, "pool_part", (blk, L), dtype)
+    acc = scratch(xp, "pool_acc_phases", st + (blk, plan.hp + 1, plan.hp), dtype)
+    g = scratch(xp, "pool_g", (blk, L), dtype)
+    part = scratch(xp, "pool_part", (blk, L), dtype)
     if pool == "max":
         xb = x.reshape(maps, s, s)
         yb = y.reshape(maps, o, o)
-        phases = _scratch(xp, "pool_phases", st + (blk, plan.hp + 1, plan.hp), x.dtype)
-        yf = _scratch(xp, "pool_y", (blk, L), y.dtype)
-        eq = _scratch(xp, "pool_eq", (blk, L), bool)
+        phases = scratch(xp, "pool_phases", st + (blk, plan.hp + 1, plan.hp), x.dtype)
+        yf = scratch(xp, "pool_y", (blk, L), y.dtype)
+        eq = scratch(xp, "pool_eq", (blk, L), bool)
     elif pool == "maxabs":
         cb = cache.reshape(maps, o, o)
-        cf = _scratch(xp, "pool_which", (blk, L), cache.dtype)
-        eq = _scratch(xp, "pool_eq", (blk, L), bool)
+        cf = scratch(xp, "pool_which", (blk, L), cache.dtype)
+        eq = scratch(xp, "pool_eq", (blk, L), bool)
     for b0 in range(0, maps, blk):
         m = min(maps, b0 + blk) - b0
         ac = acc[:, :, :m]

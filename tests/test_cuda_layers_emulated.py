@@ -20,6 +20,7 @@ import pytest
 
 from convnet import kernels
 from convnet.kernels import conv as kconv
+from convnet.kernels.conv import choice as conv_choice
 from convnet.kernels import nn as knn
 from convnet.kernels import norm as knorm
 from convnet.kernels import pool as kpool
@@ -96,7 +97,7 @@ def _conv_inputs(rng, dtype, n, c, s, f, fs, pad, stride, g, local=False, shared
 @pytest.mark.parametrize("shared", [True, False])
 def test_conv_is_bitwise_the_generic_nchw_conv(emulated, geometry, shared, dtype, monkeypatch):
     """Same columns, same GEMMs, same order of additions in col2im."""
-    monkeypatch.setattr(kconv, "LAYOUT", "nchw")
+    monkeypatch.setattr(conv_choice, "LAYOUT", "nchw")
     rng = np.random.default_rng(1)
     x, w, b, geom = _conv_inputs(rng, dtype, *geometry, shared=shared)
     y0, c0 = kconv.conv_forward.generic([x], [w], b, **geom)
@@ -111,7 +112,7 @@ def test_conv_is_bitwise_the_generic_nchw_conv(emulated, geometry, shared, dtype
 
 @pytest.mark.parametrize("geometry", CONV_GEOMETRIES)
 def test_conv_agrees_with_the_generic_chwn_conv(emulated, geometry, monkeypatch):
-    monkeypatch.setattr(kconv, "LAYOUT", "chwn")
+    monkeypatch.setattr(conv_choice, "LAYOUT", "chwn")
     rng = np.random.default_rng(2)
     x, w, b, geom = _conv_inputs(rng, np.float64, *geometry)
     y0, c0 = kconv.conv_forward.generic([x], [w], b, **geom)
@@ -284,7 +285,7 @@ CASES = layer_cases()
 def test_layers_with_cuda_kernels_match_numpy(name, monkeypatch):
     """Every layer type through the layer library, CUDA kernels dispatched for numpy
     arrays: same outputs, metrics, gradients (and dropout masks) as plain numpy."""
-    monkeypatch.setattr(kconv, "LAYOUT", "nchw")
+    monkeypatch.setattr(conv_choice, "LAYOUT", "nchw")
     case = CASES[name]
     want = forward_backward(case, np.asarray, np.asarray, dtype=np.float64)
     with overrides_for_numpy():

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from convnet.app.command_line.main import main
 from convnet.kernels import conv as kconv
+from convnet.kernels.conv import choice as conv_choice
 from convnet.kernels.conv import winograd
 
 
@@ -56,7 +57,7 @@ def _geometry(xs, ws, pads):
 
 
 def _both_passes(layout, xs, ws, b, pads, shared, monkeypatch):
-    monkeypatch.setattr(kconv, "LAYOUT", layout)
+    monkeypatch.setattr(conv_choice, "LAYOUT", layout)
     geom = _geometry(xs, ws, pads)
     assert kconv.conv_layout(ws[0].shape[0], geom["modules"], geom["filter_sizes"],
                              geom["paddings"], geom["strides"], geom["channels"],
@@ -135,11 +136,11 @@ def test_no_winograd_option(capsys, monkeypatch):
     follows: the digits net's conv2 (32 channels, 8x8, F(4x4, 3x3)) keeps its
     transformed tiles, 2 x 2 tiles of 6 x 6 per channel and case, where the direct
     (chwn) conv keeps its padded 10 x 10 input."""
-    monkeypatch.setattr(kconv, "WINOGRAD", True)
+    monkeypatch.setattr(conv_choice, "WINOGRAD", True)
     fast = _plan_json(capsys)
-    assert kconv.WINOGRAD
+    assert conv_choice.WINOGRAD
     direct = _plan_json(capsys, "--no-winograd")
-    assert not kconv.WINOGRAD
+    assert not conv_choice.WINOGRAD
     assert all(d["activation_bytes"] < f["activation_bytes"]
                for f, d in zip(fast["totals"], direct["totals"]))
 
@@ -147,7 +148,7 @@ def test_no_winograd_option(capsys, monkeypatch):
 def test_print_plan_names_the_winograd_layers(capsys, monkeypatch):
     """--print-plan says which conv layers the CPU kernels compute by Winograd (the
     digits net's conv2: 32 channels; conv1 has one), and none under --no-winograd."""
-    monkeypatch.setattr(kconv, "WINOGRAD", True)
+    monkeypatch.setattr(conv_choice, "WINOGRAD", True)
     assert _plan_json(capsys)["winograd_layers"] == ["conv2"]
     assert main(["--print-plan"]) == 0
     assert "Convolutions by Winograd's algorithm" in capsys.readouterr().out

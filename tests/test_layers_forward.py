@@ -11,6 +11,8 @@ import pytest
 from convnet.config.layer_types.table import LAYER_TYPES
 from convnet.config.model import LayerDef
 from convnet.kernels import conv as kconv
+from convnet.kernels.conv import choice as conv_choice
+from convnet.kernels.conv import geometry as conv_geometry
 from convnet.layers import build_layer, layer_class
 from convnet.layers.base import Context, Layer
 
@@ -106,7 +108,7 @@ def ref_norm(x, kind, size, scale, pow_, min_div):
 ])
 @pytest.mark.parametrize("layout", ["nchw", "chwn", "cases", "winograd"])
 def test_conv_and_local_match_reference(type_, kw, layout, monkeypatch):
-    monkeypatch.setattr(kconv, "LAYOUT", layout)
+    monkeypatch.setattr(conv_choice, "LAYOUT", layout)
     ldef = conv_def(type_=type_, **kw)
     xs = random_inputs(ldef, batch=2)
     y, p = run(ldef, xs)
@@ -402,9 +404,9 @@ def test_conv_cases_layout_in_blocks_matches_nchw(kw, monkeypatch):
     params = {k: v.astype(np.float64) for k, v in params_for(layer).items()}
     gy = None
     results = {}
-    for layout, chunk in (("nchw", kconv.CHUNK_BYTES), ("cases", 1)):
-        monkeypatch.setattr(kconv, "LAYOUT", layout)
-        monkeypatch.setattr(kconv, "CHUNK_BYTES", chunk)
+    for layout, chunk in (("nchw", conv_geometry.CHUNK_BYTES), ("cases", 1)):
+        monkeypatch.setattr(conv_choice, "LAYOUT", layout)
+        monkeypatch.setattr(conv_geometry, "CHUNK_BYTES", chunk)
         y, state = layer.forward(xs, params, CTX)
         if gy is None:
             gy = rng.standard_normal(y.shape)
@@ -428,5 +430,5 @@ def test_conv_layout_choice(monkeypatch):
     assert kconv.conv_layout(384, 7, [3], [1], [1], [192], [1]) == "winograd"
     assert kconv.conv_layout(384, 7, [3], [1], [1], [192], [16]) == "nchw"  # 12 per group
     assert kconv.conv_layout(64, 8, [3, 5], [1, 2], [1, 1], [64, 64], [1, 1]) == "chwn"
-    monkeypatch.setattr(kconv, "WINOGRAD", False)  # --no-winograd
+    monkeypatch.setattr(conv_choice, "WINOGRAD", False)  # --no-winograd
     assert kconv.conv_layout(192, 15, [5], [2], [1], [64], [1]) == "chwn"

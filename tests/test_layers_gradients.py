@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from convnet.config.layer_types.table import LAYER_TYPES
-from convnet.kernels import conv as kconv
+from convnet.kernels.conv import choice as conv_choice
 from convnet.kernels.neurons import NEURONS
 from convnet.layers.base import Context
 
@@ -72,7 +72,7 @@ CONV_CASES = {
 @pytest.mark.parametrize("layout", ["nchw", "chwn", "cases", "winograd"])
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
 def test_conv(case, layout, monkeypatch):
-    monkeypatch.setattr(kconv, "LAYOUT", layout)
+    monkeypatch.setattr(conv_choice, "LAYOUT", layout)
     ldef = conv_def(**CONV_CASES[case])
     fd_check(ldef, random_inputs(ldef, batch=2))
 

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch", reason="PyTorch (in the 'test' extra) is no
                                             "the cross-check against it is skipped")
 F = torch.nn.functional
 
-from convnet.kernels import conv as kconv  # noqa: E402
+from convnet.kernels.conv import choice as conv_choice  # noqa: E402
 from convnet.layers import build_layer  # noqa: E402
 from convnet.layers.base import Context  # noqa: E402
 
@@ -50,7 +50,7 @@ def _torch_conv(x, w, fs, padding, stride, modules, groups=1):
 ])
 @pytest.mark.parametrize("layout", [None, "nchw", "chwn", "cases", "winograd"])
 def test_conv(n, c, s, f, fs, pad, stride, groups, layout, monkeypatch):
-    monkeypatch.setattr(kconv, "LAYOUT", layout)
+    monkeypatch.setattr(conv_choice, "LAYOUT", layout)
     ldef = conv_def(in_shapes=((c, s, s),), filters=f, fs=fs, padding=pad, stride=stride,
                     groups=groups)
     m = ldef.attrs["modulesX"]

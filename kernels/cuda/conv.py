@@ -24,7 +24,7 @@ generic forward's cache (it then rebuilds the columns).
 
 from __future__ import annotations
 
-from ..conv import local_cols_grad, local_weight_grad
+from ..conv.local import local_cols_grad, local_weight_grad
 from .kernel_set import contiguous, current
 
 

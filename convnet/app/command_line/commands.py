@@ -23,7 +23,7 @@ from convnet.app.prediction.simulation import measure_costs
 from convnet.config.layer_types.memory_rules import winograd_conv_layers
 from convnet.config.values.typed import local_sgd_period
 from convnet.errors import ConvnetError, DeviceError
-from convnet.kernels import conv as conv_kernels
+from convnet.kernels.conv import choice as conv_choice
 from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
 from convnet.plan.ops import AllReduce
@@ -43,7 +43,7 @@ def run_command(args: argparse.Namespace) -> int:
     # numpy's warnings about them would only add lines of noise before that error.
     warnings.filterwarnings("ignore", category=RuntimeWarning,
                             message=r"(overflow|invalid value|divide by zero) encountered")
-    conv_kernels.WINOGRAD = not args.no_winograd  # a process-wide choice of kernels
+    conv_choice.WINOGRAD = not args.no_winograd  # a process-wide choice of kernels
 
     if args.compare is not None or len(args.layer_params_list or ()) > 1:
         launch.require_one_process("--compare")

@@ -54,7 +54,7 @@ def _input_elements(layer, i: int = 0) -> int:
 
 def conv_kernel_layout(layer) -> str:
     """The layout the CPU conv kernel computes ``layer`` in (``winograd``, ``cases``,
-    ``chwn`` or ``nchw``; kernels/conv.py)."""
+    ``chwn`` or ``nchw``; :mod:`convnet.kernels.conv.choice`)."""
     a = layer.attrs
     return conv_layout(a["filters"], a["modulesX"], a["filterSize"], a["padding"], a["stride"],
                        a["channels"], a["groups"])
@@ -67,7 +67,7 @@ def winograd_conv_layers(net) -> list[str]:
 
 
 def conv_memory(layer) -> LayerMemory:
-    """Conv (kernels/conv.py), by the layout the kernel picks for the layer:
+    """Conv (:mod:`convnet.kernels.conv`), by the layout the kernel picks for the layer:
     ``cases`` (large output maps) keeps nothing, the backward pass rebuilds the
     columns; ``winograd`` each input's transformed tiles (a^2 C T^2, with T^2 tiles
     of a x a for the layer's F(m, r)); ``chwn`` each input's zero-padded copy
