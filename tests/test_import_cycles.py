@@ -167,7 +167,7 @@ SUBLAYERING = {
     "app": ("__init__", "command_line", "comparison", "prediction", "run", "."),
     "runtime": ("__init__", ".", "sync", "step", "processes", "devices"),
     "config": ("__init__", ".", "layer_types", "values"),
-    "kernels": ("cuda", ".", "conv", "__init__"),
+    "kernels": ("cuda", "conv", ".", "__init__"),
 }
 
 
