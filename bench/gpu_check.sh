@@ -2,7 +2,7 @@
 # The CUDA backend on a machine with an NVIDIA GPU, in four stages, each under its own limit:
 #   1. environment   what the GPU, driver, CuPy, NVRTC, NCCL and PyTorch are
 #   2. smoke         one minute of the quickest CUDA tests, stopping at the first failure
-#   3. tests         every CUDA test, each under a timeout that dumps all thread stacks
+#   3. tests         the CUDA tests, each under a timeout that dumps all thread stacks
 #   4. bench         bench/bench_cuda.py: images/s against PyTorch on the same GPU
 # Usage: bench/gpu_check.sh [LOG_DIR] [STAGE ...]   (make gpu-check; stages default to all)
 # TESTS_LIMIT and BENCH_LIMIT (seconds, default 540 each) shorten the two long stages.
@@ -17,6 +17,13 @@ PY=${PYTHON:-python3}
 LOG=${1:-gpu-check-logs}
 shift || true
 STAGES=${*:-environment smoke tests bench}
+for stage in $STAGES; do
+    case $stage in
+    environment | smoke | tests | bench) ;;
+    *) echo "gpu_check: unknown stage '$stage' (environment, smoke, tests, bench)" >&2
+       exit 2 ;;
+    esac
+done
 mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 status=0
@@ -53,12 +60,13 @@ NO_TIMEOUT=
 
 PYTEST=("$PY" -m pytest -p no:cacheprovider -o addopts= -q -rfEs
         --timeout-method=thread)
-# Every CUDA test: those on the GPU, and those that check the kernels without it
-# (sources and the nvcc/NVRTC compiles, host emulation, dispatch, the benchmark's exit).
+# Every CUDA test but the host emulation (tests/test_cuda_layers_emulated.py: minutes of
+# g++ compiles that say nothing about the GPU; make test runs it): those on the GPU, and
+# those on this machine's CuPy and compilers (the sources, the nvcc and NVRTC compiles,
+# the layer catalogue, dispatch, the benchmark's exit without a GPU).
 CUDA_TESTS=(tests/test_cuda_gpu.py tests/test_cuda_collectives.py tests/test_cuda_async.py
             tests/test_cuda_device.py tests/test_cuda_bench.py tests/test_cuda_sources.py
-            tests/test_cuda_nvrtc.py tests/test_cuda_cases.py tests/test_cuda_layers_emulated.py
-            tests/test_kernels_dispatch.py)
+            tests/test_cuda_nvrtc.py tests/test_cuda_cases.py tests/test_kernels_dispatch.py)
 
 for stage in $STAGES; do
     case $stage in
@@ -78,9 +86,6 @@ for stage in $STAGES; do
     bench)
         if [ -n "$NO_GPU" ]; then fail_stage bench 2 "skipped: $NO_GPU"; continue; fi
         run_stage bench "${BENCH_LIMIT:-540}" "$PY" bench/bench_cuda.py --json "$LOG/bench.json" ;;
-    *)
-        echo "gpu_check: unknown stage '$stage' (environment, smoke, tests, bench)" >&2
-        exit 2 ;;
     esac
 done
 exit "$status"
