@@ -1,7 +1,11 @@
 # Entry points that set everything up on a fresh machine:
 #   make run    - create .venv, install the package alone, train the bundled example
-#   make test   - create .venv, install with the test and mpi extras (matplotlib, PyTorch, MPI), run the tests
+#   make test   - create .venv, install with the test, mpi and cuda-compile extras (matplotlib,
+#                 PyTorch, MPI; CuPy and NVRTC to compile the CUDA kernels, no GPU needed), run the tests
 #   make bench  - create .venv, install with the bench extra (PyTorch), run the training benchmark
+#   make gpu-check - on a machine with an NVIDIA GPU: bench/gpu_check.sh with that machine's
+#                 python (PYTHON), which must already have the package, CuPy and pytest-timeout;
+#                 creates no venv.  Logs in GPU_CHECK_LOGS; STAGES picks stages (default all).
 # Each target installs only what it needs; the stamp files record what is installed.
 PYTHON ?= python3
 # The PyTorch the cross-check tests install: the CPU build they were verified against.  An
@@ -9,9 +13,11 @@ PYTHON ?= python3
 # a CPU cross-check; override with e.g. make test TEST_TORCH=torch.
 TEST_TORCH ?= torch==2.13.0
 VENV ?= .venv
+GPU_CHECK_LOGS ?= gpu-check-logs
+STAGES ?=
 BIN := $(VENV)/bin
 
-.PHONY: run test bench
+.PHONY: run test bench gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +27,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test,mpi]' '$(TEST_TORCH)'
+	$(BIN)/pip install -q -e '.[test,mpi,cuda-compile]' '$(TEST_TORCH)'
 	touch $@
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
@@ -36,3 +42,6 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_training.py
+
+gpu-check:
+	PYTHON=$(PYTHON) bench/gpu_check.sh $(GPU_CHECK_LOGS) $(STAGES)

@@ -2,18 +2,28 @@
 # The CUDA backend on a machine with an NVIDIA GPU, in four stages, each under its own limit:
 #   1. environment   what the GPU, driver, CuPy, NVRTC, NCCL and PyTorch are
 #   2. smoke         one minute of the quickest CUDA tests, stopping at the first failure
-#   3. tests         every CUDA test, each under a timeout that dumps all thread stacks
+#   3. tests         the CUDA tests, each under a timeout that dumps all thread stacks
 #   4. bench         bench/bench_cuda.py: images/s against PyTorch on the same GPU
 # Usage: bench/gpu_check.sh [LOG_DIR] [STAGE ...]   (make gpu-check; stages default to all)
 # TESTS_LIMIT and BENCH_LIMIT (seconds, default 540 each) shorten the two long stages.
-# The package must be importable (pip install -e '.[gpu,test]', or an image that has
-# CuPy and pytest-timeout).  Exit status: the first failed stage's, else 0.
+# PYTHON (default python3) must import the package (on a GPU image that has CuPy and
+# pytest-timeout: pip install --no-deps --no-build-isolation --no-index -e .; elsewhere
+# pip install -e '.[gpu,test,cuda-compile]' pytest-timeout).  Without a GPU, environment
+# says why and fails, smoke and bench are skipped, and tests runs what needs no GPU.
+# Exit status: the first failed stage's (2 where a stage needs the GPU it lacks), else 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 LOG=${1:-gpu-check-logs}
 shift || true
 STAGES=${*:-environment smoke tests bench}
+for stage in $STAGES; do
+    case $stage in
+    environment | smoke | tests | bench) ;;
+    *) echo "gpu_check: unknown stage '$stage' (environment, smoke, tests, bench)" >&2
+       exit 2 ;;
+    esac
+done
 mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 status=0
@@ -30,28 +40,52 @@ run_stage() {  # name limit_seconds command...
     return "$rc"
 }
 
+fail_stage() {  # name exit_status message: a stage that cannot start
+    echo "=== $1: $3" | tee "$LOG/$1.log" >&2
+    [ "$status" -eq 0 ] && status=$2
+    return "$2"
+}
+
+# Preconditions, each checked once: the package imports, pytest-timeout is there, a GPU is.
+if ! "$PY" -c "import convnet.kernels.cuda" 2>"$LOG/import.err"; then
+    echo "gpu_check: $PY cannot import the package (pip install --no-deps" \
+         "--no-build-isolation --no-index -e . on a GPU image): $(tail -n 1 "$LOG/import.err")" >&2
+    exit 3
+fi
+NO_GPU=$("$PY" -W ignore -c "from convnet.kernels import cuda; print(cuda.unavailable_reason())" \
+         2>/dev/null) || NO_GPU="the CUDA backend's availability check failed"
+NO_TIMEOUT=
+"$PY" -c "import pytest_timeout" 2>/dev/null \
+    || NO_TIMEOUT="pytest-timeout is not installed for $PY (pip install pytest-timeout)"
+
 PYTEST=("$PY" -m pytest -p no:cacheprovider -o addopts= -q -rfEs
         --timeout-method=thread)
+# Every CUDA test but the host emulation (tests/test_cuda_layers_emulated.py: minutes of
+# g++ compiles that say nothing about the GPU; make test runs it): those on the GPU, and
+# those on this machine's CuPy and compilers (the sources, the nvcc and NVRTC compiles,
+# the layer catalogue, dispatch, the benchmark's exit without a GPU).
 CUDA_TESTS=(tests/test_cuda_gpu.py tests/test_cuda_collectives.py tests/test_cuda_async.py
             tests/test_cuda_device.py tests/test_cuda_bench.py tests/test_cuda_sources.py
-            tests/test_kernels_dispatch.py)
+            tests/test_cuda_nvrtc.py tests/test_cuda_cases.py tests/test_kernels_dispatch.py)
 
 for stage in $STAGES; do
     case $stage in
     environment)
         run_stage environment 60 "$PY" -m convnet.kernels.cuda.environment ;;
     smoke)
+        if [ -n "$NO_GPU" ]; then fail_stage smoke 2 "skipped: $NO_GPU"; continue; fi
+        if [ -n "$NO_TIMEOUT" ]; then fail_stage smoke 3 "cannot run: $NO_TIMEOUT"; break; fi
         run_stage smoke 60 "${PYTEST[@]}" -x --timeout=30 tests/test_cuda_gpu.py \
             -k "dropout_uniforms or bitwise_numpys or xp_allocates or conv-groups2 or imagenet-1gpu" \
             || break ;;
     tests)
+        if [ -n "$NO_TIMEOUT" ]; then fail_stage tests 3 "cannot run: $NO_TIMEOUT"; continue; fi
+        [ -n "$NO_GPU" ] && echo "=== tests: without a GPU ($NO_GPU): the GPU tests skip"
         run_stage tests "${TESTS_LIMIT:-540}" "${PYTEST[@]}" --timeout=120 --durations=15 \
             --junitxml="$LOG/tests.xml" "${CUDA_TESTS[@]}" ;;
     bench)
+        if [ -n "$NO_GPU" ]; then fail_stage bench 2 "skipped: $NO_GPU"; continue; fi
         run_stage bench "${BENCH_LIMIT:-540}" "$PY" bench/bench_cuda.py --json "$LOG/bench.json" ;;
-    *)
-        echo "gpu_check: unknown stage '$stage' (environment, smoke, tests, bench)" >&2
-        exit 2 ;;
     esac
 done
 exit "$status"

@@ -14,10 +14,13 @@ same.  :func:`emulated_kernel_set` bundles it with numpy as a
 :func:`nvcc_source` writes the same body the way CuPy wraps it (a
 ``CUPY_FOR`` grid-stride loop, non-raw arguments as references to element
 ``i``, raw arguments as flat-indexed arrays), for a compile check of the
-device code with ``nvcc`` when one is installed.
+device code with ``nvcc`` when one is installed; :func:`cupy_generated_source`
+asks CuPy's own code generator for that text (``tests/test_cuda_nvrtc.py``
+compiles it with NVRTC as CuPy does).
 
-Nothing here needs CuPy or a GPU; :func:`compiler_available` says whether a
-host compiler is present (the tests skip when it is not).
+Nothing here needs a GPU, and only :func:`cupy_generated_source` needs CuPy;
+:func:`compiler_available` says whether a host compiler is present (the tests
+skip when it is not).
 """
 
 from __future__ import annotations
@@ -306,10 +309,12 @@ def nvcc_check(specs, tname: str = "float", nvcc: str | None = None,
         return "" if proc.returncode == 0 else (proc.stderr or proc.stdout)
 
 
-def cupy_generated_source(spec: KernelSpec, dtype) -> str:
+def cupy_generated_source(spec: KernelSpec, dtype, index_32_bits: bool = True) -> str:
     """The CUDA source CuPy itself generates for ``spec`` with element type ``dtype``
     (contiguous 1-D arrays), without a GPU.
 
+    ``index_32_bits`` is what CuPy picks for arrays of fewer than 2^31 elements
+    (``CArray``/``CIndexer`` with ``int`` indices); False gives the 64-bit variant.
     Uses CuPy's private code generator (``cupy._core._kernel``, CuPy 13-14);
     raises AttributeError or TypeError when an installed CuPy differs.
     """
@@ -324,10 +329,11 @@ def cupy_generated_source(spec: KernelSpec, dtype) -> str:
     for raw, t, name in parse_params(spec.in_params) + parse_params(spec.out_params):
         dt = np.dtype(dtype) if len(t) == 1 else np.dtype(_NP_TYPES[t])
         if raw or name not in ins or name in spec.arrays:
-            infos.append(_kernel._ArgInfo(ndarray_kind, cupy.ndarray, dt, 1, True, True))
+            infos.append(_kernel._ArgInfo(ndarray_kind, cupy.ndarray, dt, 1, True,
+                                          index_32_bits))
         else:
             infos.append(_kernel._ArgInfo(scalar_kind, _scalar.CScalar, dt, 0, True, True))
-    infos.append(_kernel._ArgInfo(indexer_kind, _carray.Indexer, None, 1, True, True))
+    infos.append(_kernel._ArgInfo(indexer_kind, _carray.Indexer, None, 1, True, index_32_bits))
     type_map = _kernel._TypeMap((("T", np.dtype(dtype)),))
     return _kernel._get_elementwise_kernel_code(tuple(infos), type_map, kern.params, spec.body,
                                                 spec.name, spec.preamble)
