@@ -38,9 +38,15 @@ except Exception:  # noqa: BLE001 - any import failure means "no CuPy"
 
 
 def array_module(*arrays):
-    """numpy, or cupy when any of ``arrays`` lives on a GPU."""
-    if _cupy is not None:
-        return _cupy.get_array_module(*arrays)
+    """numpy, or cupy when any of ``arrays`` lives on a GPU.
+
+    A plain ``isinstance`` test rather than ``cupy.get_array_module``: that one imports
+    ``cupyx.scipy`` lazily on its first call, and when the worker threads of several
+    logical devices make that first call together, one of them can find the module
+    half-imported (``module 'cupyx' has no attribute 'scipy'``).
+    """
+    if _cupy is not None and any(isinstance(a, _cupy.ndarray) for a in arrays):
+        return _cupy
     return np
 
 
