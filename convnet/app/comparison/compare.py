@@ -40,7 +40,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from convnet.app.run import training
+from convnet.app.run import assembly, training
 from convnet.app.comparison.plot import write_comparison_png
 from convnet.app.comparison.table import comparison_table
 from convnet.app.comparison.verdict import equivalence_warnings
@@ -302,11 +302,11 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     options = config_options(args, pairs)
     if args.test_freq is None:  # a point per data batch in the picture, not one per epoch
         options = [replace(o, test_freq=1) for o in options]
-    provider = provider or training.make_data_provider(options[0])
+    provider = provider or assembly.make_data_provider(options[0])
     if args.gpu is None:  # enough devices for the config that names the most
-        count = max(training.devices_needed(training.load_net_for(o, provider)) for o in options)
+        count = max(assembly.devices_needed(assembly.load_net_for(o, provider)) for o in options)
         options = [replace(o, gpu=tuple(range(count))) for o in options]
-    planned = [training.build_net_and_plan(o, provider) for o in options]
+    planned = [assembly.build_net_and_plan(o, provider) for o in options]
 
     save_root = Path(args.save_path) if args.save_path else None
     scratch = None if save_root else tempfile.TemporaryDirectory(prefix="convnet-compare-")
@@ -376,7 +376,7 @@ def _write_text(path: Path, text: str) -> None:
 def _train_and_profile(result: ConfigResult, opts: RunOptions, provider, net, plan,
                        keep_checkpoints: bool, profile_steps: int) -> None:
     with claim_run_folder(result.log_path.parent, overwrite=opts.overwrite) as folder:
-        executor = training.make_executor(opts, net, plan)
+        executor = assembly.make_executor(opts, net, plan)
         try:
             trainer = training.Trainer(opts, provider, net, plan, executor, folder,
                                        announce=False)
