@@ -60,7 +60,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from convnet.app import training  # noqa: E402
+from convnet.app.run import assembly  # noqa: E402
 from convnet.app.command_line.main import build_parser  # noqa: E402
 from convnet.app.options import resolve_options  # noqa: E402
 from convnet.app.prediction.simulation import NetProfiler, first_minibatch, measure_costs  # noqa: E402
@@ -197,7 +197,7 @@ def measure(opts, runs, rounds: int, memory: bool = False, profilers=()):
     try:
         for _, net, *own in runs:
             run_opts = own[0] if own else opts
-            executors.append(training.make_executor(
+            executors.append(assembly.make_executor(
                 run_opts, net, make_plan(net, run_opts.gpu, run_opts.mini)))
         times = [[] for _ in runs]
         for _ in range(rounds):
@@ -297,12 +297,12 @@ def part1(rounds: int) -> None:
     # Three times the rounds: its steps are 25x shorter than CIFAR-10's, and five rounds
     # of them span a few of the machine's phases (docs/SIMULATE.md).
     validate("digits, --mini 128", on_gpus(opts, [
-        (name, training.load_net_for(replace(opts, layer_def=EX / f"{name}.cfg",
+        (name, assembly.load_net_for(replace(opts, layer_def=EX / f"{name}.cfg",
                                              layer_params=params)), params)
         for name, params in hand]), 3 * rounds)
     opts = options("--layer-def", CIFAR_DEF, "--layer-params", CIFAR_PARAMS, *DUMMY_CIFAR,
                    "--gpu", "0,1", "--mini", 128)
-    base = training.load_net_for(opts)
+    base = assembly.load_net_for(opts)
     validate("CIFAR-10 11pct, --mini 128", on_gpus(opts, [
         ("one device", placed(base, cut(None, 0)), "cifar"),
         ("data-parallel", placed(base, cut("logprob", 0)), "cifar"),
@@ -328,7 +328,7 @@ PLACEMENTS = {
 def part2(rounds: int, mini: int) -> None:
     opts = options("--layer-def", CIFAR_DEF, "--layer-params", CIFAR_PARAMS, *DUMMY_CIFAR,
                    "--gpu", "0,1", "--mini", mini)
-    base = training.load_net_for(opts)
+    base = assembly.load_net_for(opts)
     runs = [(name, placed(base, gpus)) for name, gpus in PLACEMENTS.items()]
     with OtherWork() as other, NetProfiler(opts, base) as profiler:
         measured = measure(opts, runs, rounds, profilers=[profiler])
@@ -355,12 +355,12 @@ def part3(rounds: int) -> None:
     for title, layer_def, params, extra, hand in nets:
         opts = options("--layer-def", layer_def, "--layer-params", params, *extra,
                        "--gpu", "0,1", "--mini", 128, "--auto-place", 2)
-        net = training.load_net_for(opts)
+        net = assembly.load_net_for(opts)
         ranking = rank(opts, net)
         best = ranking.ranked[0]
         runs = [(f"--auto-place 2: {best.candidate.name}", best.candidate.apply(net))]
         for name, d, p in hand:
-            runs.append((name, training.load_net_for(replace(opts, layer_def=d,
+            runs.append((name, assembly.load_net_for(replace(opts, layer_def=d,
                                                               layer_params=p))))
         measured = measure(opts, runs, rounds)
         print(f"\n{title} on --gpu 0,1 --mini 128{'':<20} {'measured ms':>12} {'img/s':>7}")
@@ -387,7 +387,7 @@ def part4(rounds: int) -> None:
         opts = options("--layer-def", IMAGENET / f"layers-imagenet-{config}.cfg",
                        "--layer-params", IMAGENET / f"layer-params-imagenet-{config}.cfg",
                        *SMALL_IMAGENET, "--gpu", gpu, "--mini", 32)
-        rows.append((f"{config} --gpu {gpu}", opts, training.load_net_for(opts), config))
+        rows.append((f"{config} --gpu {gpu}", opts, assembly.load_net_for(opts), config))
     validate("ImageNet configs, 3x96x96, --mini 32", rows, rounds)
 
 
@@ -422,7 +422,7 @@ def imagenet(kind_name: str, profile_mini: int) -> None:
         opts = options("--layer-def", IMAGENET / f"{name}.cfg", "--layer-params",
                        IMAGENET / f"layer-params-imagenet-{config}.cfg", *DUMMY_IMAGENET,
                        "--gpu", ",".join(map(str, range(gpus))), "--mini", mini)
-        net = training.load_net_for(opts)
+        net = assembly.load_net_for(opts)
         if config not in profiles:
             profiles[config] = measure_costs(opts, net).on(kind)
         costs = profiles[config]

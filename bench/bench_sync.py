@@ -105,7 +105,8 @@ def _steps(args: list[str], processes: int = 1) -> int:
     batches cut into."""
     from convnet.app.command_line.main import build_parser
     from convnet.app.options import resolve_options
-    from convnet.app.run.training import make_data_provider, minibatch_bounds
+    from convnet.app.run.assembly import make_data_provider
+    from convnet.app.run.training import minibatch_bounds
 
     opts = resolve_options(build_parser().parse_args(args))
     provider = make_data_provider(opts)
@@ -151,7 +152,7 @@ def _layer_all_reduces(args: list[str], steps: int) -> int:
     ``--print-plan`` counts per minibatch, times the steps."""
     from convnet.app.command_line.main import build_parser
     from convnet.app.options import resolve_options
-    from convnet.app.run.training import build_net_and_plan
+    from convnet.app.run.assembly import build_net_and_plan
     from convnet.config.values.typed import local_sgd_period
     from convnet.plan.ops import AllReduce
     from convnet.runtime.step.tasks import local_periods

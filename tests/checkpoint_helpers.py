@@ -44,7 +44,7 @@ def net_and_plan(load_file: Path):
     """The net and plan a ``--load-file`` of the saved DUMMY run resolves to."""
     from convnet.app.command_line.main import build_parser
     from convnet.app.options import resolve_options
-    from convnet.app.run.training import build_net_and_plan
+    from convnet.app.run.assembly import build_net_and_plan
 
     opts = resolve_options(build_parser().parse_args(["--load-file", str(load_file),
                                                       "--test-only"]))

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from convnet.app.command_line.main import build_parser, main
-from convnet.app.comparison.compare import compare, config_pairs, run_names
+from convnet.app.comparison.compare import compare
+from convnet.app.comparison.configs import config_pairs, run_names
 from convnet.plan.time_split import CATEGORY
 from convnet.app.comparison.plot import figure_pixels
 from convnet.app.comparison.table import (DEVICE_HEADER, SCHEME_HEADER, fmt_bytes, fmt_cost, fmt_error,

@@ -181,7 +181,7 @@ def test_print_plan_flags_a_plan_that_does_not_fit(huge):
 def test_cpu_devices_share_host_memory():
     from convnet.app.options import resolve_options
     from convnet.app.command_line.main import build_parser
-    from convnet.app.run.training import build_net_and_plan
+    from convnet.app.run.assembly import build_net_and_plan
     from convnet.plan.report import device_totals
 
     opts = resolve_options(build_parser().parse_args(["--gpu", "0,1", "--data-dims", "1x8x8",

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from cli_helpers import EXAMPLES, run_cli
-from convnet.app.run import training
+from convnet.app.run import assembly
 from convnet.app.command_line.main import build_parser
 from convnet.app.options import resolve_options
 from convnet.app.prediction.simulation import data_parallel, first_minibatch, measure_costs, profiled_plan
@@ -37,7 +37,7 @@ def _options(config, gpu: str, params=PARAMS, mini: int = 128, extra=()):
 
 def _plan(config: str, gpu: str):
     opts = _options(EXAMPLES / config, gpu)
-    net, plan = training.build_net_and_plan(opts)
+    net, plan = assembly.build_net_and_plan(opts)
     return opts, net, plan
 
 
@@ -314,7 +314,7 @@ def test_host_figures_are_measured_and_plausible():
 def test_the_profile_puts_every_layer_on_one_device_without_update_periods():
     opts = _options(EXAMPLES / "digits-hybrid.cfg", "0,1",
                     params=EXAMPLES / "digits-hybrid-params.cfg")
-    net = training.load_net_for(opts)
+    net = assembly.load_net_for(opts)
     single = on_one_device(net)
     assert all(l.gpu == (0,) and "updatePeriod" not in l.params for l in single if not l.is_data)
     assert make_plan(single, (0,), 128).num_devices == 1
@@ -324,14 +324,14 @@ def test_the_profile_runs_on_the_first_listed_device_whatever_its_number():
     """gpu= names positions in --gpu: the one-device profile of --gpu 1,0 is position 0
     of the list (1,), not the net as placed on both devices."""
     opts = _options(EXAMPLES / "digits-data.cfg", "1,0")
-    net = training.load_net_for(opts)
+    net = assembly.load_net_for(opts)
     _, plan, gpus = profiled_plan(opts, net, 128)
     assert gpus == (1,) and plan.num_devices == 1
 
 
 def test_contention_is_measured_with_every_layer_replicated_on_every_core():
     opts = _options(EXAMPLES / "digits-model.cfg", "0,1")
-    single = on_one_device(training.load_net_for(opts))
+    single = on_one_device(assembly.load_net_for(opts))
     executor, plan = data_parallel(opts, single, 128, 2)
     try:
         assert all(p.devices == (0, 1) for p in plan.layers.values() if p.devices)
@@ -346,7 +346,7 @@ def _measured(opts, nets, rounds=5) -> list[float]:
     warm-up: on a machine shared with other work, the least disturbed one (the
     profile, too, keeps fastest times where it compares)."""
     batch = first_minibatch(opts)
-    executors = [training.make_executor(opts, net, make_plan(net, opts.gpu, opts.mini))
+    executors = [assembly.make_executor(opts, net, make_plan(net, opts.gpu, opts.mini))
                  for net in nets]
     try:
         for ex in executors:  # warm-up
@@ -380,7 +380,7 @@ def test_cifar10_data_parallel_speedup_is_predicted_within_a_loose_factor():
                     params=CIFAR / "layer-params-cifar10-11pct.cfg", mini=32,
                     extra=["--data-provider", "dummy", "--data-dims", "3x32x32",
                            "--num-classes", "10", "--dummy-cases", "64"])
-    net = training.load_net_for(opts)
+    net = assembly.load_net_for(opts)
     one = on_one_device(net)
     data = replace(net, layers={n: l if l.is_data else replace(l, gpu=(0, 1))
                                 for n, l in net.layers.items()})
@@ -412,13 +412,13 @@ def test_the_imagenet_data_parallel_config_scaled_down_is_predicted_within_a_loo
                     params=CIFAR / "layer-params-imagenet-2gpu-data.cfg", mini=8,
                     extra=["--data-provider", "dummy", "--data-dims", "3x64x64",
                            "--num-classes", "1000", "--dummy-cases", "8"])
-    net = training.load_net_for(opts)
+    net = assembly.load_net_for(opts)
     plan = make_plan(net, opts.gpu, opts.mini)
     costs = measure_costs(opts, net)
     predicted = costs.predict(plan).step_seconds
     measured, = _measured(opts, [net], rounds=3)
     assert measured / 2 < predicted < measured * 2, (predicted, measured)
-    executor = training.make_executor(replace(opts, sequential=True), net, plan)
+    executor = assembly.make_executor(replace(opts, sequential=True), net, plan)
     try:
         executor.memory = MemoryMeter(executor)
         executor.step(first_minibatch(opts), progress=1.0)

@@ -14,7 +14,7 @@ import warnings
 
 from convnet.app import launch
 from convnet.app.prediction import auto_place
-from convnet.app.run import training
+from convnet.app.run import assembly, training
 from convnet.app.comparison.compare import run_compare
 from convnet.app.run.memory_fit import memory_pools, weight_sharing
 from convnet.app.option_values import async_staleness
@@ -63,7 +63,7 @@ def print_plan(opts: RunOptions) -> int:
     fit in the machine's memory is printed anyway, with a warning (training refuses it)."""
     if opts.plan_graph is not None:
         require_matplotlib("--plan-graph")
-    net, plan = training.build_net_and_plan(opts)
+    net, plan = assembly.build_net_and_plan(opts)
     cluster = launch.cluster_for(opts.gpu)
     try:
         backend = choose_backend(opts.backend)
@@ -195,5 +195,5 @@ def check_gradients(opts: RunOptions) -> int:
     except ImportError as error:
         raise ConvnetError(f"--check-grads is not available in this installation "
                            f"(convnet.runtime.gradcheck cannot be imported: {error})") from None
-    net = training.load_net_for(opts)
+    net = assembly.load_net_for(opts)
     return 0 if check_net_gradients(net, seed=opts.seed, report=print) else 1

@@ -1,7 +1,7 @@
 """The text of a ``--compare`` run: one table per config, one per config and device.
 
 Every number is formatted by one of the ``fmt_*`` functions below from the
-exact figure in :class:`convnet.app.comparison.compare.ConfigResult` (planner totals, log
+exact figure in :class:`convnet.app.comparison.result.ConfigResult` (planner totals, log
 rows, profiled step times), so a test can recompute each cell.
 """
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from convnet.app.run import training
+from convnet.app.run import assembly
 from convnet.app.options import RunOptions, auto_place_output
 from convnet.app.prediction.simulation import measure_costs
 from convnet.config.gpu_lines import set_gpu_lines, set_key_lines
@@ -99,7 +99,7 @@ def _write(path: Path, text: str) -> None:
 def run(opts: RunOptions) -> int:
     """Rank the placements, print the table and write the best one."""
     out = auto_place_output(opts)
-    net = training.load_net_for(opts)
+    net = assembly.load_net_for(opts)
     ranking = rank(opts, net)
     print(f"Placements of {opts.layer_def} on {opts.auto_place} devices (--gpu "
           f"{','.join(map(str, opts.gpu))}), predicted from one profile of the net on "

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from convnet.app import launch
-from convnet.app.run import training
+from convnet.app.run import assembly
 from convnet.app.options import RunOptions
 from convnet.config.model import NetConfig, all_synchronous, on_one_device
 from convnet.errors import PlanError
@@ -26,7 +26,7 @@ from convnet.simulate.hardware import DEVICE_KINDS, device_kind, measure_host
 
 
 def first_minibatch(opts: RunOptions) -> list:
-    provider = training.make_data_provider(opts)
+    provider = assembly.make_data_provider(opts)
     batch = provider.get_batch(provider.train_batches[0], train=True, epoch=1)
     return [column[:opts.mini] for column in batch]
 
@@ -53,7 +53,7 @@ def data_parallel(opts: RunOptions, net: NetConfig, cases: int, cores: int):
         plan = make_plan(everywhere, gpus, cases)
     except PlanError:
         return None
-    return training.make_executor(replace(opts, sequential=False, gpu=gpus, sync="sync"),
+    return assembly.make_executor(replace(opts, sequential=False, gpu=gpus, sync="sync"),
                                   everywhere, plan), plan
 
 
@@ -71,7 +71,7 @@ class NetProfiler:
         one = replace(opts, sequential=True, gpu=gpus, sync="sync")
         host = measure_host()
         self._cpu = choose_backend(opts.backend) == "cpu"
-        self._executor = training.make_executor(one, single, plan)
+        self._executor = assembly.make_executor(one, single, plan)
         self._together = None
         try:
             # On the host, the net replicated on every core measures how the workers

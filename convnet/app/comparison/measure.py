@@ -1,0 +1,75 @@
+"""Training one ``--compare`` config and measuring it: its log read back, its steps profiled.
+
+The run is the ordinary training machinery (:class:`convnet.app.run.training.Trainer`,
+without its banner and summary).  After training, :data:`PROFILE_STEPS` steps on
+the first minibatch of the first training batch are timed with the executor's op
+timings switched on (after one warm-up step), giving the time split per device
+(compute / copy / all-reduce / idle) and the timeline of the median step.  A
+data-parallel ``--sync async:S`` run has no lockstep step to time: its replicas'
+trained shards are kept instead, from which its traffic is measured.
+"""
+
+from __future__ import annotations
+
+from convnet.app.comparison.result import ConfigResult
+from convnet.app.options import RunOptions
+from convnet.app.run.assembly import make_executor
+from convnet.app.run.folder import claim_run_folder
+from convnet.app.run.log import read_log
+from convnet.app.run.training import Trainer
+from convnet.errors import ConvnetError
+from convnet.plan.time_split import CATEGORIES, CATEGORY, DeviceTime
+
+#: Profiled training steps after training (after one warm-up step).
+PROFILE_STEPS = 10
+
+
+def train_and_measure(result: ConfigResult, opts: RunOptions, provider, net, plan,
+                      keep_checkpoints: bool, profile_steps: int) -> None:
+    """Train one config into ``result.log_path``'s folder and fill ``result`` with its
+    log rows and its profiled steps (or, under async, its replicas' trained shards)."""
+    with claim_run_folder(result.log_path.parent, overwrite=opts.overwrite) as folder:
+        executor = make_executor(opts, net, plan)
+        try:
+            trainer = Trainer(opts, provider, net, plan, executor, folder, announce=False)
+            if not keep_checkpoints:
+                trainer.checkpoint = None  # the log goes to the scratch folder; no checkpoints
+            trainer.train()
+            result.log_rows = read_log(result.log_path)
+            if not result.log_rows:
+                raise ConvnetError(f"{result.name}: the run logged no test line to "
+                                   f"{result.log_path}")
+            if result.lockstep:
+                profile(result, executor, provider, opts.mini, profile_steps)
+            else:  # no lockstep step to time: what the replicas trained instead
+                result.replica_shards = list(executor.record.shards)
+                result.trained_steps = executor.step_count
+        finally:
+            executor.close()
+
+
+def profile(result: ConfigResult, executor, provider, mini: int,
+            steps: int = PROFILE_STEPS) -> None:
+    """Time ``steps`` training steps (after one warm-up) on the first training minibatch."""
+    batch = provider.get_batch(provider.train_batches[0], train=True, epoch=1)
+    part = [column[:mini] for column in batch]
+    result.profile_cases = len(part[0])
+    runs = executor.timed_steps(part, steps)
+    result.step_seconds = [seconds for seconds, _ in runs]
+    num_devices = result.plan.num_devices
+    sums = [DeviceTime(d) for d in range(num_devices)]
+    for seconds, timings in runs:
+        busy = [dict.fromkeys(CATEGORIES, 0.0) for _ in range(num_devices)]
+        for t in timings:
+            busy[t.device][CATEGORY[t.kind]] += t.end - t.start
+        for d, parts in enumerate(busy):
+            sums[d].compute += parts["compute"]
+            sums[d].copy += parts["copy"]
+            sums[d].allreduce += parts["allreduce"]
+            sums[d].idle += max(seconds - parts["compute"] - parts["copy"] - parts["allreduce"],
+                                0.0)
+    n = len(runs)
+    result.times = [DeviceTime(s.device, s.compute / n, s.copy / n, s.allreduce / n, s.idle / n)
+                    for s in sums]
+    median = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    result.timeline_seconds, result.timeline = median

@@ -1,0 +1,78 @@
+"""``--write-features``: a layer's test-mode outputs for every test batch, as .npz files.
+
+A product of its own, written after the training (or with ``--test-only``) rather
+than part of the epoch loop in :mod:`convnet.app.run.training`.  The layer and
+the folder are checked when the trainer is made, so that a wrong name or a
+folder that cannot be made fails before any training.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from convnet.app.invocation import shown_path
+from convnet.app.options import RunOptions
+from convnet.app.run.log import RunLog
+from convnet.config.model import NetConfig
+from convnet.errors import ConfigError, DataError
+from convnet.plan.ops import Plan
+
+
+def feature_folder(opts: RunOptions) -> Path:
+    """``--feature-path``, else ``features-LAYER`` in the save path (or the current folder)."""
+    base = Path(opts.save_path) if opts.save_path else Path(".")
+    return Path(opts.feature_path or base / f"features-{opts.write_features}")
+
+
+def check_feature_layer(opts: RunOptions, net: NetConfig, plan: Plan, make_folder: bool) -> None:
+    """Refuse a ``--write-features`` layer the net lacks or does not compute; with
+    ``make_folder`` (the process that writes) make the folder now."""
+    layer = opts.write_features
+    if layer is None:
+        return
+    if layer not in net.layers:
+        close = difflib.get_close_matches(layer, list(net.layers), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"--write-features names '{layer}', which is not a layer of "
+                          f"the net{hint}", file=net.layer_def_file)
+    placement = plan.layers.get(layer)
+    if placement is None or not placement.devices:
+        raise ConfigError(f"--write-features: layer '{layer}' is not computed (nothing "
+                          f"reads it)", file=net.layer_def_file)
+    if make_folder:  # now, not after the training: a folder that cannot be made fails early
+        try:
+            feature_folder(opts).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise DataError(f"cannot create feature folder {feature_folder(opts)}: "
+                            f"{error.strerror}") from None
+
+
+def write_features(opts: RunOptions, provider, layer_outputs: Callable[[list, str], np.ndarray],
+                   log: RunLog, root: bool) -> None:
+    """FEATURE_PATH/data_batch_N.npz for every test batch N: ``data`` (cases x
+    features, float32, the layer's test-mode output) and ``labels``.
+
+    ``layer_outputs(batch, layer)`` computes the outputs; every process of a run
+    computes them (the executor needs all ranks), only the ``root`` writes.
+    """
+    layer = opts.write_features
+    folder = feature_folder(opts)
+    if not opts.save_path and not opts.feature_path:
+        log.note(f"features of '{layer}' go to {folder.resolve()} (no --feature-path "
+                 "or --save-path given: the current folder)")
+    for batch_id in provider.test_batches:
+        batch = provider.get_batch(batch_id, train=False, epoch=0)
+        feats = layer_outputs(batch, layer)
+        target = folder / f"data_batch_{batch_id}.npz"
+        if not root:
+            continue
+        try:
+            np.savez(target, data=feats, labels=batch[1].reshape(-1))
+        except OSError as error:
+            raise DataError(f"cannot write features to {target}: {error.strerror}") from None
+        log.note(f"wrote {feats.shape[0]} x {feats.shape[1]} features of '{layer}' "
+                 f"to {shown_path(target)}")

@@ -1,0 +1,83 @@
+"""What a trainer tells its user about the run itself: at its start, on Ctrl-C, at its end.
+
+The texts are :mod:`convnet.app.run.summary`'s; here they are filled in from a
+run's state and printed through its :class:`~convnet.app.run.log.RunLog`, so that
+the epoch loop (:mod:`convnet.app.run.training`) holds training only.  The
+closing summary also draws the log's picture, the last file a run writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from convnet.app import launch
+from convnet.app.checkpoint import CHECKPOINT_NAME
+from convnet.app.invocation import resume_command, shown_path
+from convnet.app.options import RunOptions
+from convnet.app.run.log import CSV_NAME, RunLog, read_log
+from convnet.app.run.log_plot import PNG_NAME as LOG_PNG
+from convnet.app.run.log_plot import write_log_png
+from convnet.app.run.summary import (closing_summary, oversubscription_warning, start_banner,
+                                     where_text)
+from convnet.optional import PLOT_INSTALL, has_matplotlib
+from convnet.plan.ops import Plan
+from convnet.runtime.devices.backends import choose_backend
+
+
+def print_opening(log: RunLog, opts: RunOptions, plan: Plan, provider, batch_cases: int,
+                  save_dir: Path | None, epoch: int, batch_index: int) -> None:
+    """The banner, and warnings about what the run will really do; ``epoch`` and
+    ``batch_index`` say where a resumed run starts."""
+    backend = choose_backend(opts.backend)
+    files = [CHECKPOINT_NAME, CSV_NAME] + ([LOG_PNG] if has_matplotlib() else [])
+    for line in start_banner(opts.layer_def, plan, backend, provider, batch_cases, opts.epochs,
+                             save_dir, files):
+        log.note(line)
+    if opts.resume is not None:
+        log.note(f"resuming {shown_path(opts.resume.checkpoint)} at "
+                 f"{where_text(epoch, batch_index, len(provider.train_batches))}")
+    warning = oversubscription_warning(backend, plan.num_devices)
+    if warning:
+        log.warn(warning)
+    if opts.mini > batch_cases:
+        more = " or more cases per batch (--dummy-cases)" if provider.name == "dummy" else ""
+        log.warn(f"--mini {opts.mini} is larger than a data batch ({batch_cases} cases): a "
+                 f"minibatch never spans two batches, so each step trains on {batch_cases} "
+                 f"cases; give --mini {batch_cases} or less{more}")
+    if save_dir is not None and not has_matplotlib():
+        log.note(f"(no {LOG_PNG}: drawing it needs matplotlib; {PLOT_INSTALL})")
+
+
+def interrupt_status(checkpoint: Path, saved_at: tuple[int, int] | None, saved_now: bool,
+                     save_dir: Path, batches_per_epoch: int) -> str:
+    """After Ctrl-C: the checkpoint that survived, where it stands (``saved_at``: its
+    epoch and batch index, None if this run saved none), and the command that resumes it."""
+    if saved_at is None:
+        earlier = f"; {shown_path(checkpoint)} is an earlier run's" if checkpoint.exists() else ""
+        return f"interrupted before this run's first checkpoint{earlier}"
+    what = "saved" if saved_now else "last saved:"
+    resume = resume_command(save_dir, processes=launch.process_count())
+    return (f"{what} {shown_path(checkpoint)} ({where_text(*saved_at, batches_per_epoch)});"
+            f" to resume: {resume}")
+
+
+def print_closing_summary(log: RunLog, opts: RunOptions, save_dir: Path | None,
+                          saved_checkpoint: Path | None) -> None:
+    """The final and best test error, the time, the files written and how to go on."""
+    for line in closing_summary(log.cumulative_time, (log.tests or [None])[-1], log.best_test,
+                                _files_written(log, opts.layer_def, saved_checkpoint),
+                                save_dir, opts.epochs, launch.process_count()):
+        log.note(line)
+
+
+def _files_written(log: RunLog, layer_def: Path, saved_checkpoint: Path | None) -> list[Path]:
+    """The checkpoint (if saved), the log and its picture (drawn here)."""
+    files = [saved_checkpoint] if saved_checkpoint is not None else []
+    csv_path = log.csv_path
+    if csv_path is None or not csv_path.exists():
+        return files
+    files.append(csv_path)
+    if has_matplotlib():
+        title = f"{Path(layer_def).name}: {shown_path(csv_path)}"
+        files.append(write_log_png(read_log(csv_path), csv_path.with_name(LOG_PNG), title))
+    return files
