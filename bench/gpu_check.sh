@@ -32,16 +32,16 @@ run_stage() {  # name limit_seconds command...
 
 PYTEST=("$PY" -m pytest -p no:cacheprovider -o addopts= -q -rfEs
         --timeout-method=thread)
-CUDA_TESTS=(tests/test_cuda_gpu.py tests/test_cuda_collectives.py tests/test_cuda_async.py
-            tests/test_cuda_device.py tests/test_cuda_bench.py tests/test_cuda_sources.py
-            tests/test_kernels_dispatch.py)
+CUDA_TESTS=(tests/cuda/test_gpu.py tests/runtime/devices/test_collectives.py
+            tests/cuda/test_async.py tests/cuda/test_device.py tests/bench/test_bench_cuda.py
+            tests/cuda/test_sources.py tests/kernels/test_dispatch.py)
 
 for stage in $STAGES; do
     case $stage in
     environment)
         run_stage environment 60 "$PY" -m convnet.kernels.cuda.environment ;;
     smoke)
-        run_stage smoke 60 "${PYTEST[@]}" -x --timeout=30 tests/test_cuda_gpu.py \
+        run_stage smoke 60 "${PYTEST[@]}" -x --timeout=30 tests/cuda/test_gpu.py \
             -k "dropout_uniforms or bitwise_numpys or xp_allocates or conv-groups2 or imagenet-1gpu" \
             || break ;;
     tests)

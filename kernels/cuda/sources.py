@@ -4,7 +4,7 @@ Every kernel is a ``cupy.ElementwiseKernel`` body: ``i`` is the flat index
 of the output element the thread computes, ``raw`` arrays are indexed with
 flat (C-order) indices, non-raw outputs are references to element ``i``.
 Keeping the sources here, apart from CuPy, lets the test suite compile them
-on the host and run them element by element (``tests/cuda_emulation.py``)
+on the host and run them element by element (``tests/support/cuda_emulation.py``)
 on machines without a GPU, and compare them with the numpy kernels.
 
 Rules the bodies follow so that the same text compiles with NVRTC (in CuPy)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cli_helpers import (DUMMY, EXAMPLES, HYBRID_DEF, HYBRID_PARAMS, SINGLE_DEF, SINGLE_PARAMS,
-                         run_cli)
+from tests.support.cli import (DUMMY, EXAMPLES, HYBRID_DEF, HYBRID_PARAMS, SINGLE_DEF,
+                               SINGLE_PARAMS, run_cli)
 from convnet.config import parse_net
 from convnet.config.gpu_lines import set_gpu_lines
 from convnet.config.shapes import infer_shapes

@@ -16,8 +16,8 @@ from convnet.app.command_line.main import build_parser
 from convnet.app.options import RESUMABLE, resolve_options
 from convnet.app.run.resume_state import read_counters, read_state
 from convnet.errors import ConvnetError
-from tests.checkpoint_helpers import net_and_plan, npy_bytes, rebuild
-from tests.cli_helpers import DUMMY, ok, run_cli
+from tests.support.checkpoints import net_and_plan, npy_bytes, rebuild
+from tests.support.cli import DUMMY, ok, run_cli
 
 COUNTERS = ("step", "epoch", "batch_index", "cumulative_time", "log_rows")
 

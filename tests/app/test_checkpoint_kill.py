@@ -8,15 +8,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from convnet.app.checkpoint import load_checkpoint, save_checkpoint
+from tests.support import ROOT
 
-HELPER = Path(__file__).with_name("checkpoint_writer.py")
-ROOT = Path(__file__).resolve().parents[1]
+HELPER = ROOT / "tests" / "support" / "checkpoint_writer.py"
 KILLS = 30
 
 

@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from cli_helpers import DUMMY, EXAMPLES, assert_clean_error, checkpoint_arrays, ok, run_cli
-from test_compare import parse_tables
+from tests.support.cli import DUMMY, EXAMPLES, assert_clean_error, checkpoint_arrays, ok, run_cli
+from tests.app.comparison.test_compare import parse_tables
 
 DATA_NET = ["--layer-def", EXAMPLES / "digits-data.cfg", "--layer-params",
             EXAMPLES / "digits-params.cfg", "--gpu", "0,1"]

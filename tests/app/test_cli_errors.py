@@ -16,8 +16,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from cli_helpers import (DUMMY, EXAMPLES, HYBRID_PARAMS, assert_clean_error, ok,
-                         parse_test_line, run_cli, write_batch_folder)
+from tests.support.cli import (DUMMY, EXAMPLES, HYBRID_PARAMS, assert_clean_error, ok,
+                               parse_test_line, run_cli, write_batch_folder)
 
 BATCHES = ["--no-progress", "--data-provider", "convnet-batches", "--mini", "64",
            "--epochs", "1"]

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli_helpers import (DUMMY, EXAMPLES, REPO, assert_clean_error, checkpoint_arrays, ok,
-                         run_cli)
+from tests.support import ROOT
+from tests.support.cli import DUMMY, EXAMPLES, assert_clean_error, checkpoint_arrays, ok, run_cli
 
 REFERENCE = EXAMPLES / "cuda-convnet2"
 PLAN_2GPU = ["--layer-def", REFERENCE / "layers-imagenet-2gpu-data.cfg",
@@ -31,7 +31,7 @@ def test_class_count_mismatch_suggests_num_classes():
 
 def test_help_names_the_program_as_invoked(tmp_path):
     link = tmp_path / "convnet"  # as the installed console script is named
-    link.write_text(f"import sys\nsys.path.insert(0, {str(REPO)!r})\n"
+    link.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
                     "from convnet.app.command_line.main import main\nsys.exit(main())\n")
     out = subprocess.run([sys.executable, str(link), "--help"], capture_output=True,
                          text=True, check=True).stdout
@@ -43,7 +43,7 @@ def _without_matplotlib(tmp_path: Path) -> dict:
     blocker = tmp_path / "blocker" / "matplotlib"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
-    return {"PYTHONPATH": os.pathsep.join([str(blocker.parent), str(REPO)])}
+    return {"PYTHONPATH": os.pathsep.join([str(blocker.parent), str(ROOT)])}
 
 
 def test_pictures_without_matplotlib_name_the_plot_extra(tmp_path):

@@ -13,8 +13,8 @@ import time
 
 from convnet.app.run.summary import where_text
 
-from cli_helpers import (DUMMY, assert_same_arrays, checkpoint_arrays, ok, parse_test_line,
-                         read_log, run_cli, start_cli)
+from tests.support.cli import (DUMMY, assert_same_arrays, checkpoint_arrays, ok, parse_test_line,
+                               read_log, run_cli, start_cli)
 
 #: The digits net on dummy data, testing and saving after every batch: 4 batches of
 #: 512 cases per epoch, so 40 checkpoints in a whole run.

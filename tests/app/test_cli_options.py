@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from cli_helpers import assert_clean_error, ok, run_cli
+from tests.support.cli import assert_clean_error, ok, run_cli
 from convnet.app.command_line.main import build_parser, main
 from convnet.app.option_values import DEFAULT_STALENESS
 

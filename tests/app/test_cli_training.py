@@ -16,9 +16,9 @@ import time
 import numpy as np
 import pytest
 
-from cli_helpers import (DIGITS, DUMMY, EXAMPLES, SINGLE_DEF, SINGLE_PARAMS, assert_clean_error,
-                         assert_same_arrays, checkpoint_arrays, ok, parse_test_line, read_log,
-                         run_cli, start_cli)
+from tests.support.cli import (DIGITS, DUMMY, EXAMPLES, SINGLE_DEF, SINGLE_PARAMS,
+                               assert_clean_error, assert_same_arrays, checkpoint_arrays, ok,
+                               parse_test_line, read_log, run_cli, start_cli)
 
 COLUMNS = ["time_spent", "cumulative_time", "inputs_per_sec", "cost", "error", "epoch", "batch",
            "learning_rate", "test_cost", "test_error"]

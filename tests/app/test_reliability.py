@@ -26,9 +26,9 @@ from convnet.app.run.memory_fit import memory_pools
 from convnet.app.run.folder import LOCK_NAME, claim_run_folder
 from convnet.app.run import log as run_log
 from convnet.errors import CheckpointError, ConfigError, UsageError
-from tests.checkpoint_helpers import net_and_plan, npy_bytes, rebuild
-from tests.cli_helpers import (DUMMY, assert_clean_error, checkpoint_arrays, command, ok,
-                               read_log, run_cli, start_cli)
+from tests.support.checkpoints import net_and_plan, npy_bytes, rebuild
+from tests.support.cli import (DUMMY, assert_clean_error, checkpoint_arrays, command, ok, read_log,
+                               run_cli, start_cli)
 
 
 @pytest.fixture(scope="module")
@@ -350,7 +350,7 @@ def test_a_huge_section_name_is_cut_in_the_error(tmp_path):
 def test_config_numbers_are_ascii_and_momentum_at_most_one(tmp_path, which, key, value,
                                                           message):
     from convnet.config import parse_net
-    from tests.cli_helpers import SINGLE_DEF, SINGLE_PARAMS
+    from tests.support.cli import SINGLE_DEF, SINGLE_PARAMS
 
     files = {"def": (SINGLE_DEF, tmp_path / "net.cfg"),
              "params": (SINGLE_PARAMS, tmp_path / "params.cfg")}
@@ -386,7 +386,7 @@ def test_a_dummy_run_resumes_on_other_data_without_its_dummy_cases(tmp_path):
 
 
 def test_compare_refuses_an_earlier_sub_run_before_training_anything(tmp_path):
-    from tests.test_compare import digits_argv
+    from tests.app.comparison.test_compare import digits_argv
 
     taken = tmp_path / "cmp" / "digits-data"
     taken.mkdir(parents=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import FrozenInstanceError
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +12,9 @@ from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from convnet.app.command_line.main import build_parser
 from convnet.app.options import RunOptions, options_for_checkpoint, resolve_options
 from convnet.errors import CheckpointError, UsageError
+from tests.support import ROOT
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = ROOT / "examples"
 
 
 def resolve(*argv: str) -> RunOptions:

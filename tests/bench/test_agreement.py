@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import copy
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from convnet.config import load_net
+from tests.support import ROOT
 
 torch = pytest.importorskip("torch", reason="PyTorch (the 'bench' extra) is not installed")
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-REF = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet2"
+BENCH = ROOT / "bench"
+REF = ROOT / "examples" / "cuda-convnet2"
 sys.path.insert(0, str(BENCH))
 import agreement  # noqa: E402
 import torch_net  # noqa: E402

@@ -1,18 +1,18 @@
 """bench/bench_cuda.py without a GPU: it exits with a clear message.  Its PyTorch
 model (bench/torch_net.py) is checked against the engine on the CPU in
-tests/test_bench_agreement.py."""
+tests/bench/test_agreement.py."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from convnet import kernels
+from tests.support import ROOT
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_cuda.py"
+BENCH = ROOT / "bench" / "bench_cuda.py"
 
 
 @pytest.mark.skipif(kernels.cupy_available(), reason="a CUDA GPU is present")

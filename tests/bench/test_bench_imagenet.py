@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from tests.support import ROOT
+
+BENCH = ROOT / "bench"
 sys.path.insert(0, str(BENCH))
 import bench_imagenet  # noqa: E402
 

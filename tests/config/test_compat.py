@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,10 +25,10 @@ from convnet.kernels.constraints import UNIT_AXIS, ball_projection
 from convnet.layers import build_layer
 from convnet.layers.base import Context
 from convnet.layers.costs import LogregCost
-from tests.config_helpers import (DATA_LAYERS, WEIGHT_PARAMS, config_error, load_text,
-                                  logreg_head, write_pair)
+from tests.support import ROOT
+from tests.support.configs import (DATA_LAYERS, WEIGHT_PARAMS, config_error, load_text, logreg_head,
+                                   write_pair)
 
-ROOT = Path(__file__).resolve().parent.parent
 CONV = "[conv]\ntype=conv\ninputs=data\nfilters=4\nfilterSize=3\nchannels=3\npadding=1\n"
 CONV_PARAMS = "[conv]\n" + WEIGHT_PARAMS
 LOGREG_HEAD = logreg_head("conv")

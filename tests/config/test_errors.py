@@ -12,7 +12,7 @@ import pytest
 
 from convnet.config import load_net, parse_data_dims
 from convnet.errors import ConfigError
-from tests.config_helpers import DATA_LAYERS, WEIGHT_PARAMS, config_error, load_text, write_pair
+from tests.support.configs import DATA_LAYERS, WEIGHT_PARAMS, config_error, load_text, write_pair
 
 NET = DATA_LAYERS + """\
 [conv1]

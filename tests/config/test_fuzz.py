@@ -17,8 +17,7 @@ from convnet.config import NeuronSpec, load_net
 from convnet.config.values.location import Where
 from convnet.config.values.typed import INT_MAX, SyncMode, local_sgd_period
 from convnet.errors import ConfigError
-from tests.config_helpers import (REFERENCE_NAMES, reference_dims, reference_pair,
-                                  write_pair)
+from tests.support.configs import REFERENCE_NAMES, reference_dims, reference_pair, write_pair
 
 MUTANTS_PER_NET = 60
 _JUNK_VALUES = ["1", "2", "3", "7", "13", "64", "300", "-1", "0", "-0", "99999999999", "1e309",

@@ -1,13 +1,13 @@
 """docs/CONFIG.md is the rendering of the parser's key table, so it cannot drift."""
 
-from pathlib import Path
 
 from convnet.config.keydoc import render
 from convnet.config.layer_types.table import LAYER_TYPES
+from tests.support import ROOT
 
 
 def test_config_reference_doc_is_up_to_date():
-    doc = Path(__file__).resolve().parent.parent / "docs" / "CONFIG.md"
+    doc = ROOT / "docs" / "CONFIG.md"
     assert doc.read_text() == render(), "regenerate: python -m convnet.config.keydoc > docs/CONFIG.md"
 
 

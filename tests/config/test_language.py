@@ -8,8 +8,8 @@ import pytest
 
 from convnet.config import NeuronSpec, Schedule, load_net, parse_net
 from convnet.errors import ConfigError
-from tests.config_helpers import (DATA_LAYERS, WEIGHT_PARAMS, config_error, load_text,
-                                  logreg_head, write_pair)
+from tests.support.configs import (DATA_LAYERS, WEIGHT_PARAMS, config_error, load_text, logreg_head,
+                                   write_pair)
 
 FC_PARAMS = "[fc]\n" + WEIGHT_PARAMS
 

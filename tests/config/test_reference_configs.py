@@ -8,8 +8,7 @@ import pytest
 
 from convnet.config import NeuronSpec, Schedule, infer_shapes, load_net, parse_net
 from convnet.errors import ConfigError
-from tests.config_helpers import (IMAGENET_DIMS, REFERENCE_NAMES, reference_dims,
-                                  reference_pair)
+from tests.support.configs import IMAGENET_DIMS, REFERENCE_NAMES, reference_dims, reference_pair
 
 IMAGENET = [n for n in REFERENCE_NAMES if n.startswith("imagenet")]
 

@@ -8,7 +8,6 @@ at every input size and seed, and still fail on a planted wrong backward.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +15,10 @@ from convnet import kernels
 from convnet.config import load_net
 from convnet.plan.planner import make_plan
 from convnet.runtime.gradcheck import check_net_gradients
-from tests.cli_helpers import ok, run_cli
+from tests.support import ROOT
+from tests.support.cli import ok, run_cli
 
-V1 = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet-v1"
+V1 = ROOT / "examples" / "cuda-convnet-v1"
 NAMES = ["18pct", "19pct", "80sec", "conv-local-11pct", "conv-local-13pct"]
 # (input side, gradient-check seeds): several seeds at the cheapest size, a
 # different seed at each larger one, to keep the suite fast.

@@ -27,7 +27,7 @@ def cuda_kernels():
 
 def _net_and_batches(tmp_path):
     from convnet.config import load_net
-    from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
+    from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
     layer_def, params = scaled_config("imagenet-2gpu-data", tmp_path)
     net = load_net(layer_def, params, data_dims={0: IMAGE_DIMS, 1: (1,)}, num_classes=NUM_CLASSES)

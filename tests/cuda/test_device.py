@@ -9,7 +9,7 @@ ordering argument of :mod:`convnet.runtime.devices.cuda`: a copy waits for event
 recorded on the producers' streams, the source stays referenced until the
 copy is done, cross-GPU copies are peer copies, and work done through
 ``device.xp`` or ``scope()`` lands on the device's own GPU and stream.
-Real-GPU behaviour is tested in ``test_cuda_gpu.py``.
+Real-GPU behaviour is tested in ``tests/cuda/test_gpu.py``.
 """
 
 from __future__ import annotations

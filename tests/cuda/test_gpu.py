@@ -49,7 +49,7 @@ def _close(got, want, name=""):
 
 # --------------------------------------------------------------------- layers
 
-from .test_cuda_cases import forward_backward, layer_cases  # noqa: E402
+from tests.support.cuda_cases import forward_backward, layer_cases  # noqa: E402
 
 CASES = layer_cases()
 
@@ -123,8 +123,8 @@ def test_max_pooling_is_bitwise_numpys(kind):
 def test_alexnet_sized_layers_match_numpy():
     """The shapes of the benchmark's ImageNet net, where index overflow or a
     window bound would show."""
-    from .test_cuda_cases import LayerCase
-    from .test_layers_helpers import conv_def, norm_def, pool_def
+    from tests.support.cuda_cases import LayerCase
+    from tests.support.layers import conv_def, norm_def, pool_def
 
     for ldef in (conv_def(in_shapes=((3, 224, 224),), filters=64, fs=11, padding=0, stride=4,
                           neuron_="relu"),
@@ -216,7 +216,7 @@ def test_xp_allocates_on_the_devices_gpu_from_any_thread():
 
 def _load(tmp_path, name):
     from convnet.config import load_net
-    from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
+    from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
     layer_def, params = scaled_config(name, tmp_path)
     return load_net(layer_def, params, data_dims={0: IMAGE_DIMS, 1: (1,)},
@@ -224,7 +224,7 @@ def _load(tmp_path, name):
 
 
 def _batches(count=3, mini=8, seed=7):
-    from scaled_configs import IMAGE_DIMS, NUM_CLASSES
+    from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES
 
     rng = np.random.default_rng(seed)
     return [[rng.standard_normal((mini,) + IMAGE_DIMS).astype(np.float32),
@@ -302,7 +302,7 @@ def test_replicas_on_cuda_hold_identical_weights(tmp_path):
 @pytest.mark.parametrize("wired", [False, True])
 def test_data_parallel_over_two_gpus_matches_the_cpu(tmp_path, wired):
     """Peer copies, and (wired) the NCCL all-reduce through convnet.runtime.devices.collectives."""
-    from .test_cuda_collectives import WiredExecutor
+    from tests.runtime.devices.test_collectives import WiredExecutor
 
     net = _load(tmp_path, "imagenet-2gpu-data")
     batches = _batches()
@@ -316,7 +316,7 @@ def test_data_parallel_over_two_gpus_matches_the_cpu(tmp_path, wired):
 # ------------------------------------------------------------ the example, CLI
 
 def test_bundled_example_trains_on_cuda():
-    from cli_helpers import DIGITS, ok, run_cli
+    from tests.support.cli import DIGITS, ok, run_cli
 
     proc = ok(run_cli(*DIGITS, "--epochs", "2", "--backend", "cuda", "--gpu", "0,0",
                       timeout=600))
@@ -327,7 +327,7 @@ def test_bundled_example_trains_on_cuda():
 
 
 def test_print_plan_says_logical_devices_share_a_gpu():
-    from cli_helpers import ok, run_cli
+    from tests.support.cli import ok, run_cli
 
     proc = ok(run_cli("--print-plan", "--gpu", "0,0", "--backend", "cuda"))
     assert "share physical device 0" in proc.stdout

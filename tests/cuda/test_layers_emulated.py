@@ -1,7 +1,7 @@
 """The CUDA kernels, run on the host: their code agrees with the numpy kernels.
 
 Every kernel of :mod:`convnet.kernels.cuda` is compiled with the host C++ compiler
-and run element by element (:mod:`tests.cuda_emulation`), and the override
+and run element by element (:mod:`tests.support.cuda_emulation`), and the override
 functions run unchanged on numpy arrays (:func:`convnet.kernels.cuda.kernel_set.using`).
 This checks, without a GPU, everything but the device itself: index
 arithmetic, window bounds, operation order, the argument lists the layers
@@ -27,8 +27,8 @@ from convnet.kernels import random as krandom
 from convnet.kernels.cuda import OVERRIDES, kernel_set
 from convnet.kernels.neurons import NEURONS
 
-from .cuda_emulation import compiler_available, emulated_kernel_set
-from .test_cuda_cases import NEURON_SPECS, forward_backward, layer_cases
+from tests.support.cuda_emulation import compiler_available, emulated_kernel_set
+from tests.support.cuda_cases import NEURON_SPECS, forward_backward, layer_cases
 
 pytestmark = pytest.mark.skipif(not compiler_available(),
                                 reason="no host C++ compiler (g++/clang++) to emulate the "
@@ -298,7 +298,7 @@ def test_layers_with_cuda_kernels_match_numpy(name, monkeypatch):
 @pytest.mark.parametrize("name", ["conv-groups2", "local-multi_input", "pool-maxabs-overhang",
                                   "cnorm-5-1.3", "logreg-3", "neuron-tanh"])
 def test_gradient_check_passes_with_cuda_kernels(name):
-    from .test_layers_helpers import fd_check
+    from tests.support.layers import fd_check
 
     case = CASES[name]
     with overrides_for_numpy():
@@ -312,7 +312,7 @@ def test_executor_with_cuda_kernels_matches_numpy(tmp_path):
     from convnet.runtime.devices.backends import make_devices
     from convnet.runtime.step.executor import Executor
     from convnet.plan.planner import make_plan
-    from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
+    from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
     layer_def, params = scaled_config("imagenet-4gpu-data-model", tmp_path)
     net = load_net(layer_def, params, data_dims={0: IMAGE_DIMS, 1: (1,)}, num_classes=NUM_CLASSES)

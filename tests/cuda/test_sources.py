@@ -20,9 +20,10 @@ from convnet.kernels.cuda import OVERRIDES
 from convnet.kernels.cuda.sources import NEURON_EXPRS, SPECS, parse_params
 from convnet.kernels.neurons import NEURONS
 
-from .cuda_emulation import nvcc_check, nvcc_check_cupy_generated, nvcc_source
+from tests.support import ROOT
+from tests.support.cuda_emulation import nvcc_check, nvcc_check_cupy_generated, nvcc_source
 
-PACKAGE = Path(__file__).resolve().parent.parent / "kernels" / "cuda"
+PACKAGE = ROOT / "kernels" / "cuda"
 KNOWN_TYPES = {"float32", "float64", "int32", "int64", "uint64", "uint32", "uint8", "int8", "bool"}
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from convnet.data import DataOptions, make_provider
 from convnet.errors import DataError
-from tests.test_data_pickle import py2_dumps
+from tests.data.test_safe_pickle import py2_dumps
 
 LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
                "truck"]

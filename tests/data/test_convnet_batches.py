@@ -9,7 +9,7 @@ import pytest
 
 from convnet.data import DataOptions, make_provider
 from convnet.errors import DataError
-from tests.test_data_pickle import py2_dumps
+from tests.data.test_safe_pickle import py2_dumps
 
 
 def make_batches(folder, shape=(3, 8, 8), batches=(1, 2, 3), cases=7, dumps=pickle.dumps,

@@ -9,7 +9,7 @@ import pytest
 
 from convnet.data import BatchPrefetcher, DataOptions, make_provider
 from convnet.errors import DataError
-from thread_helpers import within
+from tests.support.threads import within
 
 
 class FakeProvider:

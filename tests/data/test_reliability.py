@@ -21,9 +21,9 @@ from convnet.data.safe_pickle import _multiarray
 from convnet.data.ranges import MAX_BATCHES
 from convnet.data.safe_pickle import load_pickle
 from convnet.errors import DataError
-from tests.cli_helpers import DUMMY, assert_clean_error, run_cli
-from tests.test_data_cifar import cifar, make_cifar
-from tests.test_data_convnet_batches import make_batches, provider
+from tests.support.cli import DUMMY, assert_clean_error, run_cli
+from tests.data.test_cifar import cifar, make_cifar
+from tests.data.test_convnet_batches import make_batches, provider
 
 
 @pytest.mark.parametrize("text", ["1-100000000", "1-99999999999", "0-5,7-99999999999999999999"])

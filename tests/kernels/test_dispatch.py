@@ -44,7 +44,7 @@ def test_layers_call_kernels_through_the_dispatcher():
     from convnet.layers import build_layer
     from convnet.layers.base import Context
 
-    from .test_layers_helpers import conv_def, params_for, random_inputs
+    from tests.support.layers import conv_def, params_for, random_inputs
 
     seen = []
     generic = kconv.conv_forward.generic
@@ -141,7 +141,7 @@ def test_neurons_dispatch_through_kernels():
     from convnet.layers import build_layer
     from convnet.layers.base import Context
 
-    from .test_layers_helpers import fc_def, params_for, random_inputs
+    from tests.support.layers import fc_def, params_for, random_inputs
 
     seen = []
     kernels.register_kernel("neuron_forward", "numpy")(

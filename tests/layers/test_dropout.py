@@ -8,7 +8,7 @@ import pytest
 from convnet.layers import build_layer
 from convnet.layers.base import Context
 
-from .test_layers_helpers import simple_def
+from tests.support.layers import simple_def
 
 
 def _layer(type_="dropout", keep=0.5, enable=True, name="drop"):

@@ -14,7 +14,7 @@ from convnet.kernels import conv as kconv
 from convnet.layers import build_layer, layer_class
 from convnet.layers.base import Context, Layer
 
-from .test_layers_helpers import (conv_def, fc_def, norm_def, params_for, pool_def, random_inputs,
+from tests.support.layers import (conv_def, fc_def, norm_def, params_for, pool_def, random_inputs,
                                   simple_def)
 
 CTX = Context()

@@ -10,7 +10,7 @@ from convnet.kernels import conv as kconv
 from convnet.kernels.neurons import NEURONS
 from convnet.layers.base import Context
 
-from .test_layers_helpers import (conv_def, fc_def, fd_check, norm_def, pool_def, random_inputs,
+from tests.support.layers import (conv_def, fc_def, fd_check, norm_def, pool_def, random_inputs,
                                   simple_def)
 
 NEURON_SPECS = {

@@ -15,7 +15,7 @@ from convnet.kernels import conv as kconv  # noqa: E402
 from convnet.layers import build_layer  # noqa: E402
 from convnet.layers.base import Context  # noqa: E402
 
-from .test_layers_helpers import conv_def, fc_def, norm_def, pool_def, simple_def  # noqa: E402
+from tests.support.layers import conv_def, fc_def, norm_def, pool_def, simple_def  # noqa: E402
 
 CTX = Context(train=True)
 RTOL, ATOL = 2e-4, 2e-5

@@ -12,8 +12,8 @@ from convnet.config import load_net
 from convnet.plan.graph import (DPI, copied_edge, figure_size, layer_depths, layout,
                                 write_plan_graph)
 from convnet.plan.planner import make_plan
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 REFERENCE = EXAMPLES / "cuda-convnet2"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,8 +27,9 @@ from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
 from convnet.runtime.step.memory import MemoryMeter, _owner, peak_rss_bytes
+from tests.support import ROOT
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = ROOT / "examples"
 REF = EXAMPLES / "cuda-convnet2"
 
 

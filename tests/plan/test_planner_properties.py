@@ -5,7 +5,7 @@ sibling groups gathered by pass, concat, multi-input fc or eltsum layers) whose
 replica counts come from a divisor chain ``Rmin * 2**j`` (Rmax up to 8), on a
 random number of devices with random device lists, and random valid
 ``updatePeriod`` values.  Every plan
-must satisfy :func:`tests.plan_helpers.check_plan_invariants`; every perturbed
+must satisfy :func:`tests.support.plans.check_plan_invariants`; every perturbed
 net must raise :class:`PlanError` naming the layer that was changed.
 """
 
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from convnet.errors import PlanError
 from convnet.plan.ops import Forward
 from convnet.plan.planner import make_plan
-from tests.plan_helpers import check_plan_invariants, fc_net
+from tests.support.plans import check_plan_invariants, fc_net
 
 SETTINGS = settings(max_examples=400, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

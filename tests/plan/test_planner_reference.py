@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
@@ -20,9 +19,10 @@ from convnet.errors import PlanError
 from convnet.plan.ops import AllReduce, Backward, Copy, Forward, GradCopy, Load, Update
 from convnet.plan.report import device_totals, plan_json, plan_text
 from convnet.plan.planner import make_plan
-from tests.plan_helpers import check_plan_invariants, happens_before
+from tests.support import ROOT
+from tests.support.plans import check_plan_invariants, happens_before
 
-CONFIGS = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet2"
+CONFIGS = ROOT / "examples" / "cuda-convnet2"
 
 IMAGENET = {0: (3, 224, 224), 1: (1,)}
 CIFAR = {0: (3, 24, 24), 1: (1,)}

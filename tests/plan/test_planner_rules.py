@@ -13,7 +13,7 @@ import pytest
 from convnet.errors import ConfigError, PlanError
 from convnet.plan.ops import AllReduce, Backward, Copy, Forward, GradCopy, Load, Update
 from convnet.plan.planner import make_plan
-from tests.plan_helpers import fc_net
+from tests.support.plans import fc_net
 
 GPUS4 = (0, 1, 2, 3)
 

@@ -11,8 +11,8 @@ from convnet.plan.ops import FLOAT_BYTES, AllReduce, Copy, GradCopy, Load
 from convnet.plan.report import (PARAM_COPIES, device_totals, human_bytes, plan_json,
                                  plan_summary, plan_text, schedule_rows)
 from convnet.plan.planner import make_plan
-from tests.plan_helpers import fc_net
-from tests.test_planner_properties import _plan, valid_nets
+from tests.support.plans import fc_net
+from tests.plan.test_planner_properties import _plan, valid_nets
 
 HYBRID = [("conv", "fc", ["data"], [0, 1, 2, 3], 0),
           ("fa", "fc", ["conv"], [0], 1),
@@ -88,7 +88,7 @@ def test_schedule_of_the_4gpu_hybrid_config_is_a_table_of_readable_width():
     """Thousands of characters per line before; now a row per step, a column per device,
     every line short enough for a terminal, and one byte unit per column."""
     from convnet.config import infer_shapes, parse_net
-    from tests.cli_helpers import EXAMPLES
+    from tests.support.cli import EXAMPLES
 
     cfg = EXAMPLES / "cuda-convnet2"
     net = infer_shapes(parse_net(cfg / "layers-imagenet-4gpu-data-model.cfg",

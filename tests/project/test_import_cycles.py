@@ -16,7 +16,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 #: Package name -> its folder (``layers/`` and ``kernels/`` install as sub-packages).
 PACKAGES = {"convnet": "convnet", "convnet.layers": "layers", "convnet.kernels": "kernels"}
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 
 def _setuptools() -> dict:

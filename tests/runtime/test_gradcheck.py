@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +12,10 @@ from convnet.config.model import LayerDef, NetConfig
 from convnet.runtime.gradcheck import check_net_gradients
 from convnet.kernels.neurons import NEURONS
 
-from .test_layers_helpers import conv_def, fc_def, neuron, norm_def, pool_def, simple_def
+from tests.support import ROOT
+from tests.support.layers import conv_def, fc_def, neuron, norm_def, pool_def, simple_def
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = ROOT / "examples"
 
 
 def _renamed(ldef, name, inputs):

@@ -1,10 +1,10 @@
 """--check-grads passes on the CIFAR-10 reference config (on shrunk 16x16 inputs)."""
 
-from pathlib import Path
 
 from convnet.app.command_line.main import main
+from tests.support import ROOT
 
-REFERENCE = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet2"
+REFERENCE = ROOT / "examples" / "cuda-convnet2"
 
 
 def test_check_grads_passes_on_the_cifar10_reference_config(capsys):

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from cli_helpers import EXAMPLES, run_cli
+from tests.support.cli import EXAMPLES, run_cli
 from convnet.app.run import training
 from convnet.app.command_line.main import build_parser
 from convnet.app.options import resolve_options
@@ -404,7 +404,7 @@ def test_the_imagenet_data_parallel_config_scaled_down_is_predicted_within_a_loo
     About 10 s: the fully-connected layers' 21 million weights make every step
     at least 0.1 s at any image size, and the profile takes some 40 steps; the
     other configs' steps are covered by part 4 and their memory by
-    test_memory_estimate.py."""
+    tests/plan/test_memory_estimate.py."""
     from convnet.runtime.step.memory import MemoryMeter
     from convnet.simulate.report import peak_memory
 

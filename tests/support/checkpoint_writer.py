@@ -1,6 +1,6 @@
-"""Helper for test_checkpoint_kill: save checkpoints to one path until killed.
+"""Helper for tests/app/test_checkpoint_kill.py: save checkpoints to one path until killed.
 
-Usage: python checkpoint_writer.py TARGET START.  Each save has different
+Usage: python tests/support/checkpoint_writer.py TARGET START.  Each save has different
 contents and records in its meta what the arrays must add up to; after the
 first save it prints "ready" so the test knows when to start its timer.
 """

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-CONVNET = REPO / "convnet.py"
-EXAMPLES = REPO / "examples"
+from tests.support import ROOT
+
+CONVNET = ROOT / "convnet.py"
+EXAMPLES = ROOT / "examples"
 HYBRID_DEF = EXAMPLES / "digits-hybrid.cfg"
 HYBRID_PARAMS = EXAMPLES / "digits-hybrid-params.cfg"
 SINGLE_DEF = EXAMPLES / "digits-single.cfg"
@@ -35,13 +36,13 @@ def run_cli(*args, timeout: float = 120, cwd: Path | None = None,
     """Run ``python convnet.py ARGS`` to the end; returns the finished process."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd or REPO, env=env)
+                          cwd=cwd or ROOT, env=env)
 
 
 def start_cli(*args, cwd: Path | None = None, env: dict | None = None) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=cwd or REPO, env=env)
+                            text=True, cwd=cwd or ROOT, env=env)
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

@@ -8,9 +8,10 @@ import pytest
 
 from convnet.config import load_net
 from convnet.errors import ConfigError
+from tests.support import ROOT
 
 # The twelve cuda-convnet2 originals, shipped with the project.
-REFERENCE_DIR = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet2"
+REFERENCE_DIR = ROOT / "examples" / "cuda-convnet2"
 REFERENCE_NAMES = ["cifar10-11pct", "imagenet-1gpu", "imagenet-2gpu-data", "imagenet-2gpu-model",
                    "imagenet-4gpu-data", "imagenet-4gpu-data-model"]
 IMAGENET_DIMS = {0: (3, 224, 224), 1: (1,)}

@@ -1,10 +1,10 @@
 """Layer cases shared by the CUDA kernel tests: every layer type and neuron, small
 shapes, deterministic inputs, and a forward+backward runner over any array module.
 
-``test_cuda_layers_emulated`` runs them through the CUDA kernel code on the
-host; ``test_cuda_gpu`` runs them on CuPy arrays.  Both compare with the
-numpy kernels.  The one test here checks the catalogue covers every layer
-type and neuron.
+``tests/cuda/test_layers_emulated.py`` runs them through the CUDA kernel code
+on the host; ``tests/cuda/test_gpu.py`` runs them on CuPy arrays.  Both compare
+with the numpy kernels.  ``tests/cuda/test_layer_cases.py`` checks the catalogue
+covers every layer type and neuron.
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ from typing import Callable
 
 import numpy as np
 
-from convnet.config.layer_types.table import LAYER_TYPES
-from convnet.kernels.neurons import NEURONS
 from convnet.layers import build_layer
 from convnet.layers.base import Context
-
-from .test_layers_helpers import conv_def, fc_def, norm_def, pool_def, simple_def
+from tests.support.layers import conv_def, fc_def, norm_def, pool_def, simple_def
 
 NEURON_SPECS = {
     "ident": "ident", "logistic": "logistic", "abs": "abs", "relu": "relu", "nrelu": "nrelu",
@@ -169,13 +166,3 @@ def forward_backward(case: LayerCase, to_array: Callable, to_host: Callable,
     for k, g in param_grads.items():
         out[f"d_{k}"] = to_host(g)
     return out
-
-
-def test_cases_cover_every_layer_type_and_neuron():
-    cases = layer_cases()
-    types = {c.ldef.type for c in cases.values()}
-    assert set(LAYER_TYPES) - {"data"} <= types
-    neurons = {c.ldef.neuron.name for c in cases.values() if c.ldef.neuron is not None}
-    assert set(NEURONS) <= neurons
-    out = forward_backward(cases["conv-plain"], np.asarray, np.asarray)
-    assert set(out) == {"y", "d_in0", "d_W0", "d_b"}

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-REFERENCE = Path(__file__).resolve().parent.parent / "examples" / "cuda-convnet2"
+from tests.support import ROOT
+
+REFERENCE = ROOT / "examples" / "cuda-convnet2"
 IMAGE_DIMS = (3, 67, 67)
 NUM_CLASSES = 10
 

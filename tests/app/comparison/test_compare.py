@@ -31,8 +31,8 @@ from convnet.plan.report import PARAM_COPIES, device_totals
 from convnet.plan.planner import make_plan
 from convnet.app.run.log import CSV_COLUMNS
 from convnet.runtime.step.tasks import make_tasks
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 REFERENCE = EXAMPLES / "cuda-convnet2"
 DIGITS = ["single", "data", "model", "hybrid"]

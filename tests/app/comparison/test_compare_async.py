@@ -23,7 +23,8 @@ from convnet.app.comparison.plot import comparison_figure, figure_pixels
 from convnet.app.comparison.table import ABSENT, fmt_bytes, fmt_rate
 from convnet.app.comparison.verdict import verdict
 from convnet.errors import UsageError
-from test_compare import EXAMPLES, PNG_SIGNATURE, overlaps, parse_tables, text_boxes
+from tests.app.comparison.test_compare import (EXAMPLES, PNG_SIGNATURE, overlaps, parse_tables,
+                                               text_boxes)
 
 PARAMS = EXAMPLES / "digits-params.cfg"
 #: Minibatches of (up to) 64 in one epoch: 5 training batches of 300 digits, 5 each.

@@ -1,7 +1,7 @@
 """Both logical device classes implement the Device protocol the executor and collectives use.
 
 The CUDA class is checked from the class alone (the suite runs without
-CuPy); ``test_cuda_device.py`` checks an instance made on a CuPy stand-in.
+CuPy); ``tests/cuda/test_device.py`` checks an instance made on a CuPy stand-in.
 """
 
 from __future__ import annotations

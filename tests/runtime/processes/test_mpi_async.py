@@ -1,6 +1,6 @@
 """``--sync async:S`` across processes (convnet/runtime/sync/async_replicas.py, rank_courier.py).
 
-Each case runs ``tests/mpi_programs/async_steps.py`` under ``mpiexec`` with
+Each case runs ``tests/support/mpi_programs/async_steps.py`` under ``mpiexec`` with
 one replica per rank.  With every replica held to one shard per minibatch
 and S = 0 the run must be synchronous SGD up to float rounding on every
 rank; with a straggler, every shard must be trained exactly once over the
@@ -18,10 +18,10 @@ import pytest
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
-from mpi_helpers import ROOT, needs_mpi, run_failing, run_ranks
-from mpi_programs import async_steps
+from tests.support.mpi import needs_mpi, run_failing, run_ranks
+from tests.support.mpi_programs import async_steps
 
-PROGRAM = str(ROOT / "tests" / "mpi_programs" / "async_steps.py")
+PROGRAM = async_steps.__file__
 RANKS = 2
 
 pytestmark = needs_mpi

@@ -1,11 +1,11 @@
 """``--sync async:S`` of a hybrid net across processes (convnet/runtime/processes/increment_exchange.py,
 increment_link.py).
 
-Each case runs ``tests/mpi_programs/hybrid_async_steps.py`` under
+Each case runs ``tests/support/mpi_programs/hybrid_async_steps.py`` under
 ``mpiexec`` with one logical device per rank: the model-parallel layers
 cross processes in lockstep, and the replicated layer's increments go
 between the ranks apart.  Checked as in one process
-(tests/test_async_hybrid.py): with S = 0 every rank holds sync's weights up
+(tests/runtime/sync/test_async_hybrid.py): with S = 0 every rank holds sync's weights up
 to float rounding; with deliveries slowed on purpose no increment is added
 more than S steps late (checked from a log of every post and take on both
 ranks, kept outside the exchange); the replicas agree once drained; and a
@@ -23,11 +23,11 @@ import pytest
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
-from mpi_helpers import ROOT, needs_mpi, run_failing, run_ranks
-from mpi_programs import hybrid_async_steps as program
-from plan_helpers import SMALL_HYBRID, fc_net
+from tests.support.mpi import needs_mpi, run_failing, run_ranks
+from tests.support.mpi_programs import hybrid_async_steps as program
+from tests.support.plans import SMALL_HYBRID, fc_net
 
-PROGRAM = str(ROOT / "tests" / "mpi_programs" / "hybrid_async_steps.py")
+PROGRAM = program.__file__
 RANKS = 2
 SLOW_STEPS = 20
 HANG_SECONDS = 30

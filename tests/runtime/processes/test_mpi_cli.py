@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from convnet.app.checkpoint import load_checkpoint
-from mpi_helpers import ROOT, env, mpiexec, needs_mpi, run_alone, run_mpi
+from tests.support import ROOT
+from tests.support.mpi import env, mpiexec, needs_mpi, run_alone, run_mpi
 
 pytestmark = needs_mpi
 

@@ -1,7 +1,7 @@
 """Several processes train what one process trains, bitwise.
 
 Each case runs a scaled reference config for a few steps under ``mpiexec``
-(``tests/mpi_programs/train_steps.py``) and in this process over the same
+(``tests/support/mpi_programs/train_steps.py``) and in this process over the same
 logical devices, and compares the final weights and momentum, the step and
 evaluation costs and a layer's features.  The sums of the sharded
 all-reduce run in replica order in both, so every array must be bitwise equal.
@@ -15,11 +15,11 @@ import re
 import numpy as np
 import pytest
 
-from mpi_helpers import ROOT, needs_mpi, run_mpi
-from mpi_programs import train_steps
-from scaled_configs import scaled_config
+from tests.support.mpi import needs_mpi, run_mpi
+from tests.support.mpi_programs import train_steps
+from tests.support.scaled_configs import scaled_config
 
-PROGRAM = ROOT / "tests" / "mpi_programs" / "train_steps.py"
+PROGRAM = train_steps.__file__
 
 pytestmark = needs_mpi
 

@@ -20,8 +20,8 @@ from convnet.runtime.processes.cluster import launched_size
 from convnet.runtime.processes.rank_courier import META_BYTES, TRAINING, Dealer, update_layout
 from convnet.runtime.step.rank_tasks import tasks_for_rank
 from convnet.runtime.step.tasks import TaskAction, make_tasks
-from mpi_helpers import env
-from plan_helpers import fc_net
+from tests.support.mpi import env
+from tests.support.plans import fc_net
 
 # Hybrid: a data-parallel fc (all-reduce), then model-parallel fc pair and a gather.
 NET = [("fc1", "fc", ["data"], [0, 1, 2, 3], 0),

@@ -1,7 +1,7 @@
 """Parallel execution computes what one device computes (docs/DESIGN.md).
 
 The executor (planner + devices + workers) is pinned down against
-``reference_model.ReferenceTrainer``, an independent whole-range computation
+:class:`tests.support.reference_model.ReferenceTrainer`, an independent whole-range computation
 with the layer library, on scaled-down copies of the reference configs.
 """
 
@@ -16,8 +16,8 @@ from convnet.runtime.step.executor import Executor
 from convnet.plan.planner import make_plan
 from convnet.layers import build_layer
 from convnet.layers.base import Context
-from reference_model import ReferenceTrainer
-from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
+from tests.support.reference_model import ReferenceTrainer
+from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
 MINI = 8
 STEPS = 3

@@ -11,8 +11,8 @@ from convnet.runtime.devices.backends import make_devices
 from convnet.errors import DataError, PlanError, TrainingError
 from convnet.runtime.step.executor import Executor
 from convnet.plan.planner import make_plan
-from plan_helpers import SMALL_HYBRID as HYBRID, fc_net
-from plan_helpers import small_batch as _batch
+from tests.support.plans import SMALL_HYBRID as HYBRID, fc_net
+from tests.support.plans import small_batch as _batch
 
 GPUS = (0, 1)
 

@@ -11,8 +11,8 @@ from convnet.data import DataOptions, make_provider
 from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
 from convnet.plan.planner import make_plan
-from reference_model import ReferenceTrainer
-from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
+from tests.support.reference_model import ReferenceTrainer
+from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
 STEPS = 250
 MINI = 16

@@ -24,8 +24,8 @@ from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
 from convnet.runtime.step.tasks import ReplicaSync, TaskAction, exchanges_per_step, make_tasks
-from plan_helpers import SMALL_HYBRID, fc_net, small_batches
-from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
+from tests.support.plans import SMALL_HYBRID, fc_net, small_batches
+from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
 MINI = 8
 GPUS = (0, 1)

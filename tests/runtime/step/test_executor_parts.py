@@ -16,9 +16,9 @@ from convnet.runtime.step.learning_rules import BIAS_KEY, LearningRule, learning
 from convnet.runtime.step.optimizer import MomentumSGD
 from convnet.runtime.step.tasks import TaskAction, make_tasks
 from convnet.runtime.step.weights import WeightStore
-from plan_helpers import fc_net
-from plan_helpers import SMALL_HYBRID as HYBRID
-from plan_helpers import small_batch as _batch
+from tests.support.plans import fc_net
+from tests.support.plans import SMALL_HYBRID as HYBRID
+from tests.support.plans import small_batch as _batch
 
 GPUS = (0, 1)
 

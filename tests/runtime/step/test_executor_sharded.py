@@ -22,7 +22,7 @@ from convnet.runtime.step import executor as executor_module
 from convnet.plan.ops import AllReduce, GradCopy, Update
 from convnet.plan.planner import make_plan
 from convnet.runtime.step.tasks import TaskAction, make_tasks
-from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
+from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
 MINI = 8
 

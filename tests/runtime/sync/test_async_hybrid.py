@@ -23,8 +23,8 @@ from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
 from convnet.runtime.processes.increment_exchange import ExchangeFailed
-from plan_helpers import SMALL_HYBRID, fc_net, small_batches
-from thread_helpers import within
+from tests.support.plans import SMALL_HYBRID, fc_net, small_batches
+from tests.support.threads import within
 
 GPUS = (0, 1)
 MINI = 8

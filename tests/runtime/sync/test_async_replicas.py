@@ -26,9 +26,9 @@ from convnet.runtime.sync.replica_threads import ReplicaFailed
 from convnet.runtime.devices.slowdown import Slowdown
 from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
-from plan_helpers import SMALL_HYBRID, fc_net
-from scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
-from thread_helpers import within
+from tests.support.plans import SMALL_HYBRID, fc_net
+from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
+from tests.support.threads import within
 
 MINI = 8
 GPUS = (0, 1)

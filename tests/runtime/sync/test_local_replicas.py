@@ -25,11 +25,11 @@ from convnet.runtime.step.executor import Executor
 from convnet.runtime.sync.local_replicas import LocalReplicas, apart_periods
 from convnet.runtime.sync.replica_threads import ReplicaFailed
 from convnet.runtime.devices.slowdown import ANY, Slowdown
-from cli_helpers import DUMMY, EXAMPLES, checkpoint_arrays, ok, run_cli
-from plan_helpers import SMALL_HYBRID, fc_net
-from test_executor_local_sgd import (DATA_PARALLEL, GPUS, MINI, _conv_batches, _conv_net,
-                                     _fc_batches, _keyed)
-from thread_helpers import within
+from tests.runtime.step.test_executor_local_sgd import (DATA_PARALLEL, GPUS, MINI, _conv_batches,
+                                                        _conv_net, _fc_batches, _keyed)
+from tests.support.cli import DUMMY, EXAMPLES, checkpoint_arrays, ok, run_cli
+from tests.support.plans import SMALL_HYBRID, fc_net
+from tests.support.threads import within
 
 HANG_SECONDS = 30
 DATA_NET = ["--layer-def", EXAMPLES / "digits-data.cfg", "--layer-params",

@@ -1,4 +1,7 @@
-"""Programs that tests start under ``mpiexec``, each run as one process of the run."""
+"""Programs that tests start under ``mpiexec``, each run as one process of the run.
+
+They import ``convnet`` and ``tests.support`` from the repository root, which
+:func:`tests.support.mpi.env` puts on the child processes' ``PYTHONPATH``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``--sync async:S`` across processes, as one process of an MPI run.
 
 ``mpiexec -n N python async_steps.py MODE S STEPS OUT`` trains the small
-data-parallel fc net of tests/test_async_replicas.py asynchronously with
+data-parallel fc net of tests/runtime/sync/test_async_replicas.py asynchronously with
 staleness bound S, one replica per rank, and writes what the test checks to
 ``OUT.RANK.npz``:
 
@@ -29,18 +29,15 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from convnet.app.launch import run_as_rank  # noqa: E402
-from convnet.plan.planner import make_plan  # noqa: E402
-from convnet.runtime.sync.async_replicas import AsyncReplicas  # noqa: E402
-from convnet.runtime.processes.cluster import Cluster, cluster_devices, connect  # noqa: E402
-from mpi_programs import as_command_line  # noqa: E402
-from plan_helpers import fc_net, small_batches  # noqa: E402
+from convnet.app.launch import run_as_rank
+from convnet.plan.planner import make_plan
+from convnet.runtime.sync.async_replicas import AsyncReplicas
+from convnet.runtime.processes.cluster import Cluster, cluster_devices, connect
+from tests.support.mpi_programs import as_command_line
+from tests.support.plans import fc_net, small_batches
 
 MINI = 8
 LAYERS = [("fc1", "fc", ["data"], [0, 1], 0), ("fc2", "fc", ["fc1"], [0, 1], 0),

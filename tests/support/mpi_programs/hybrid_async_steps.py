@@ -1,7 +1,7 @@
 """``--sync async:S`` of a hybrid net across processes, as one process of an MPI run.
 
 ``mpiexec -n 2 python hybrid_async_steps.py MODE S STEPS OUT`` trains the
-small hybrid net of tests/test_async_hybrid.py (``fc1`` replicated on both
+small hybrid net of tests/runtime/sync/test_async_hybrid.py (``fc1`` replicated on both
 ranks, model-parallel fc layers under it) on one logical device per rank,
 lockstep with the replicated layer's increments exchanged apart with
 staleness bound S, and writes what the test checks to ``OUT.RANK.npz``:
@@ -31,19 +31,16 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from convnet.app.launch import run_as_rank  # noqa: E402
-from convnet.plan.planner import make_plan  # noqa: E402
-from convnet.runtime.processes.cluster import Cluster, cluster_devices, connect  # noqa: E402
-from convnet.runtime.step.executor import Executor  # noqa: E402
-from convnet.runtime.step.tasks import TaskAction  # noqa: E402
-from mpi_programs import as_command_line  # noqa: E402
-from plan_helpers import SMALL_HYBRID, fc_net, small_batches  # noqa: E402
+from convnet.app.launch import run_as_rank
+from convnet.plan.planner import make_plan
+from convnet.runtime.processes.cluster import Cluster, cluster_devices, connect
+from convnet.runtime.step.executor import Executor
+from convnet.runtime.step.tasks import TaskAction
+from tests.support.mpi_programs import as_command_line
+from tests.support.plans import SMALL_HYBRID, fc_net, small_batches
 
 MINI = 8
 SLOW_SECONDS = 0.02  # each delivery in mode slow
@@ -59,7 +56,7 @@ NETS = {"train-wide": (WIDE, 2)}  # mode -> (net, logical devices per rank); els
 
 
 def batches(count: int):
-    """The minibatches of tests/test_async_hybrid.py."""
+    """The minibatches of tests/runtime/sync/test_async_hybrid.py."""
     return small_batches(count, seed=7, n=MINI)
 
 

@@ -17,13 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from convnet.config import load_net  # noqa: E402
-from convnet.plan.planner import make_plan  # noqa: E402
-from convnet.runtime.processes.cluster import Cluster, cluster_devices, connect, single_process  # noqa: E402
-from convnet.runtime.step.executor import Executor  # noqa: E402
-from scaled_configs import IMAGE_DIMS, NUM_CLASSES  # noqa: E402
+from convnet.config import load_net
+from convnet.plan.planner import make_plan
+from convnet.runtime.processes.cluster import Cluster, cluster_devices, connect, single_process
+from convnet.runtime.step.executor import Executor
+from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES
 
 MINI = 8
 STEPS = 2
