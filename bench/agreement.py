@@ -20,7 +20,7 @@ one to ``COST_TOL`` and, in every tensor, it has at most twice as many elements 
 as PyTorch's float32 step has, plus ``SLACK`` elements or ``SLACK_FRACTION`` of the
 tensor (for tensors where PyTorch happens to have none): as close to the exact step
 as PyTorch's own float32.  A net that computes something else is off in most
-elements of every tensor below the difference (tests/test_bench_agreement.py:
+elements of every tensor below the difference (tests/bench/test_agreement.py:
 PyTorch drawing its own dropout masks, a changed norm constant).  The report gives
 the counts per tensor and in total for the engine, for PyTorch float32, and between
 the two, and the engine's largest difference.

@@ -60,13 +60,13 @@ NO_TIMEOUT=
 
 PYTEST=("$PY" -m pytest -p no:cacheprovider -o addopts= -q -rfEs
         --timeout-method=thread)
-# Every CUDA test but the host emulation (tests/test_cuda_layers_emulated.py: minutes of
+# Every CUDA test but the host emulation (tests/cuda/test_layers_emulated.py: minutes of
 # g++ compiles that say nothing about the GPU; make test runs it): those on the GPU, and
 # those on this machine's CuPy and compilers (the sources, the nvcc and NVRTC compiles,
 # the layer catalogue, dispatch, the benchmark's exit without a GPU).
-CUDA_TESTS=(tests/test_cuda_gpu.py tests/test_cuda_collectives.py tests/test_cuda_async.py
-            tests/test_cuda_device.py tests/test_cuda_bench.py tests/test_cuda_sources.py
-            tests/test_cuda_nvrtc.py tests/test_cuda_cases.py tests/test_kernels_dispatch.py)
+CUDA_TESTS=(tests/cuda/test_gpu.py tests/runtime/devices/test_collectives.py tests/cuda/test_async.py
+            tests/cuda/test_device.py tests/bench/test_bench_cuda.py tests/cuda/test_sources.py
+            tests/cuda/test_nvrtc.py tests/cuda/test_layer_cases.py tests/kernels/test_dispatch.py)
 
 for stage in $STAGES; do
     case $stage in
@@ -75,7 +75,7 @@ for stage in $STAGES; do
     smoke)
         if [ -n "$NO_GPU" ]; then fail_stage smoke 2 "skipped: $NO_GPU"; continue; fi
         if [ -n "$NO_TIMEOUT" ]; then fail_stage smoke 3 "cannot run: $NO_TIMEOUT"; break; fi
-        run_stage smoke 60 "${PYTEST[@]}" -x --timeout=30 tests/test_cuda_gpu.py \
+        run_stage smoke 60 "${PYTEST[@]}" -x --timeout=30 tests/cuda/test_gpu.py \
             -k "dropout_uniforms or bitwise_numpys or xp_allocates or conv-groups2 or imagenet-1gpu" \
             || break ;;
     tests)

@@ -20,7 +20,7 @@ that layer's gradient).
 :func:`memory_peaks` walks the plan's operations in order, adds and frees those
 buffers as the executor does, and keeps each device's high-water mark with what it
 held then.  It is the estimate ``--print-plan`` reports and ``--simulate`` predicts
-peak memory from; tests/test_memory_estimate.py holds it to the executor's own
+peak memory from; tests/plan/test_memory_estimate.py holds it to the executor's own
 accounting (:mod:`convnet.runtime.step.memory`), which looks between operations: like it,
 the estimate does not count what exists only during one operation (a backward call
 holds its output gradient and kept state while it makes its input gradients; kernel

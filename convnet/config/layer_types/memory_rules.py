@@ -6,7 +6,7 @@ case the layer keeps from its forward call for its backward call beyond its outp
 (im2col columns, a padded input, dropout masks, norm denominators), the inline
 ``neuron=`` included.  They describe the layer library (``convnet/layers``) and its
 kernels as they are; the plan's memory estimate (:mod:`convnet.plan.memory`) adds them
-up over a step, and tests/test_memory_estimate.py compares every rule with the state
+up over a step, and tests/plan/test_memory_estimate.py compares every rule with the state
 the layers really keep, so a change to what a kernel keeps shows up there.
 
 All arrays are float32 except the masks (one byte per element).

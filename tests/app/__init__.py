@@ -1,0 +1,1 @@
+"""Tests of convnet.app: the command line, checkpoints and run options."""

@@ -1,0 +1,1 @@
+"""Tests of convnet.app.comparison: --compare's table, picture and verdict."""

@@ -1,0 +1,115 @@
+"""What the command tells a person: hints that name the fix, the banner and the closing
+summary, logs that read well under a pipe, and the optional 'plot' extra."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support import ROOT
+from tests.support.cli import DUMMY, EXAMPLES, assert_clean_error, checkpoint_arrays, ok, run_cli
+
+REFERENCE = EXAMPLES / "cuda-convnet2"
+PLAN_2GPU = ["--layer-def", REFERENCE / "layers-imagenet-2gpu-data.cfg",
+             "--layer-params", REFERENCE / "layer-params-imagenet-2gpu-data.cfg",
+             "--data-dims", "3x64x64", "--num-classes", "1000", "--print-plan"]
+SINGLE = ["--layer-def", EXAMPLES / "digits-single.cfg",
+          "--layer-params", EXAMPLES / "digits-params.cfg"]
+
+
+def test_too_few_devices_suggests_the_gpu_lists_that_fit():
+    assert_clean_error(run_cli(*PLAN_2GPU, "--gpu", "0"), 2, "past the --gpu list",
+                       "give --gpu 0,1, or --gpu 0,0 for 2 logical devices on device 0")
+
+
+def test_class_count_mismatch_suggests_num_classes():
+    assert_clean_error(run_cli(*SINGLE, "--data-dims", "1x8x8", "--num-classes", "12",
+                               "--print-plan"), 2, "give --num-classes 10")
+
+
+def test_help_names_the_program_as_invoked(tmp_path):
+    link = tmp_path / "convnet"  # as the installed console script is named
+    link.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                    "from convnet.app.command_line.main import main\nsys.exit(main())\n")
+    out = subprocess.run([sys.executable, str(link), "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.startswith("usage: convnet [-h]") and "\n  convnet --save-path runs/a" in out
+    assert ok(run_cli("--help")).stdout.startswith("usage: convnet.py [-h]")
+
+
+def _without_matplotlib(tmp_path: Path) -> dict:
+    blocker = tmp_path / "blocker" / "matplotlib"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(blocker.parent), str(ROOT)])}
+
+
+def test_pictures_without_matplotlib_name_the_plot_extra(tmp_path):
+    env = _without_matplotlib(tmp_path)
+    assert_clean_error(run_cli(*SINGLE, "--data-dims", "1x8x8", "--print-plan",
+                               "--plan-graph", tmp_path / "g.png", env=env), 1,
+                       "--plan-graph draws with matplotlib", "pip install -e '.[plot]'")
+    assert_clean_error(run_cli("--compare", EXAMPLES / "digits-single.cfg",
+                               "--layer-params", EXAMPLES / "digits-params.cfg",
+                               "--save-path", tmp_path / "c", env=env), 1,
+                       "'plot' extra")
+    assert not (tmp_path / "c").exists()  # refused before any training
+    # training itself needs no matplotlib: it says why there is no log.png
+    run = ok(run_cli(*DUMMY, "--epochs", "1", "--save-path", tmp_path / "run", env=env))
+    assert "no log.png: drawing it needs matplotlib" in run.stdout
+    assert (tmp_path / "run" / "log.csv").exists() and not (tmp_path / "run" / "log.png").exists()
+
+
+def test_banner_summary_log_and_picture_under_a_pipe(tmp_path):
+    """Under a pipe: no progress bar, the banner and the summary, a LF-only log.csv and
+    log.png next to it; the printed command resumes the run."""
+    folder = tmp_path / "run"
+    run = ok(run_cli(*[a for a in DUMMY if a != "--no-progress"], "--epochs", "2",
+                     "--save-path", folder, cwd=tmp_path))
+    assert "\r" not in run.stderr and "minibatch/s" not in run.stderr  # no bar on a pipe
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("training ") and "hybrid scheme" in lines[0]
+    assert "minibatch 128 cases = 2 shards of 64" in lines[0]
+    assert lines[1].startswith("cpu backend, logical device -> physical: 0 -> CPU worker 0")
+    assert lines[3] == "saving to run/ (checkpoint.npz, log.csv, log.png)"
+    assert lines[-3].startswith("finished in ") and "final test error" in lines[-3]
+    assert lines[-2] == "saved: run/checkpoint.npz, run/log.csv, run/log.png"
+    assert lines[-1].endswith("convnet.py --load-file run --epochs 4")
+    assert b"\r\n" not in (folder / "log.csv").read_bytes()
+    assert (folder / "log.png").read_bytes()[:4] == b"\x89PNG"
+    resumed = ok(run_cli("--load-file", folder, "--epochs", "3", "--no-progress",
+                         cwd=tmp_path))
+    assert "resuming run/checkpoint.npz at end of epoch 2" in resumed.stdout
+    assert "saved: run/checkpoint.npz" in resumed.stdout  # relative on resume too
+    assert checkpoint_arrays(folder / "checkpoint.npz")[1]["counters"]["epoch"] == 3
+
+
+def test_nothing_to_train_prints_no_checkpoint_line(tmp_path):
+    ok(run_cli(*DUMMY, "--epochs", "1", "--save-path", tmp_path / "run"))
+    again = ok(run_cli("--load-file", tmp_path / "run"))
+    assert "nothing to train" in again.stdout and "checkpoint:" not in again.stdout
+    assert "saved:" not in again.stdout
+
+
+def test_oversubscribed_cpu_devices_and_a_capped_minibatch_are_warned_about():
+    run = ok(run_cli(*DUMMY, "--gpu", ",".join(["0"] * (os.cpu_count() + 1)),
+                     "--mini", "1024", "--dummy-cases", "64", "--epochs", "1"))
+    assert "logical CPU devices share" in run.stderr
+    assert ("--mini 1024 is larger than a data batch (64 cases)" in run.stderr
+            and "--dummy-cases" in run.stderr)
+    assert "minibatch 64 cases (--mini 1024 capped at a data batch)" in run.stdout
+
+
+def test_dummy_cases_sets_the_batch_size_and_only_for_dummy_data():
+    run = ok(run_cli(*DUMMY, "--dummy-cases", "32", "--mini", "32", "--epochs", "1"))
+    assert "(32 cases in the first)" in run.stdout
+    assert_clean_error(run_cli("--dummy-cases", "32"), 2, "--dummy-cases",
+                       "'digits' data has its own")
+
+
+def test_write_features_without_a_path_says_where(tmp_path):
+    run = ok(run_cli(*DUMMY, "--epochs", "1", "--write-features", "fc10", cwd=tmp_path))
+    assert f"go to {tmp_path / 'features-fc10'}" in run.stdout
+    assert (tmp_path / "features-fc10" / "data_batch_9.npz").exists()

@@ -1,0 +1,418 @@
+"""CudaDevice without a GPU: its stream and event protocol, against a recording
+stand-in for the few CuPy calls it makes.
+
+The stand-in keeps a log of what would be queued on which stream (event
+records, stream waits, copies) and checks the CUDA rules the real calls
+would enforce (an event is recorded on a stream of the GPU it was created
+on; kernels run on the current GPU's streams).  The tests pin down the
+ordering argument of :mod:`convnet.runtime.devices.cuda`: a copy waits for events
+recorded on the producers' streams, the source stays referenced until the
+copy is done, cross-GPU copies are peer copies, and work done through
+``device.xp`` or ``scope()`` lands on the device's own GPU and stream.
+Real-GPU behaviour is tested in ``tests/cuda/test_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from convnet import kernels
+import convnet.kernels.cuda
+from convnet.runtime.devices import cuda as cuda_device
+from convnet.runtime.devices.backends import choose_backend
+from convnet.runtime.devices.base import Device
+from convnet.runtime.devices.backends import make_devices
+from convnet.errors import DeviceError
+
+
+# ------------------------------------------------------------------ the stand-in
+
+class FakeCuda:
+    """Just enough of CuPy for CudaDevice, logging what would be queued."""
+
+    def __init__(self, gpus: int = 2):
+        self.log: list[tuple] = []
+        self.gpus = gpus
+        self._tls = threading.local()
+        self._ids = itertools.count(1)
+        self._names = itertools.count(0)
+        fake = self
+
+        class Device:
+            def __init__(self, device=None):
+                self.id = int(device if device is not None else fake.current_device())
+
+            def __enter__(self):
+                fake._device_stack().append(fake.current_device())
+                fake._tls.device = self.id
+                return self
+
+            def __exit__(self, *exc):
+                fake._tls.device = fake._device_stack().pop()
+
+            def use(self):
+                fake._tls.device = self.id
+
+        class Stream:
+            def __init__(self, non_blocking=False, null=False):
+                self.null = null
+                self.device_id = -1 if null else fake.current_device()
+                self.non_blocking = non_blocking
+                self.name = "null" if null else f"s{next(fake._names)}@gpu{self.device_id}"
+                self.ptr = 0 if null else id(self)
+
+            def _where(self):
+                return f"null@gpu{fake.current_device()}" if self.null else self.name
+
+            def wait_event(self, event):
+                fake.log.append(("wait", self._where(), event.id))
+
+            def synchronize(self):
+                fake.log.append(("sync", self._where()))
+
+            def use(self):
+                fake._tls.stream = self
+                return self
+
+            def __enter__(self):
+                fake._stream_stack().append(fake.current_stream())
+                fake._tls.stream = self
+                return self
+
+            def __exit__(self, *exc):
+                fake._tls.stream = fake._stream_stack().pop()
+
+        Stream.null = Stream(null=True)
+
+        class Event:
+            def __init__(self, block=False, disable_timing=False, interprocess=False):
+                self.id = next(fake._ids)
+                self.device = fake.current_device()
+                self.done = False
+
+            def record(self, stream=None):
+                stream = stream or Stream.null
+                if not stream.null:
+                    assert stream.device_id == self.device, "event and stream on different GPUs"
+                fake.log.append(("record", self.id, stream._where()))
+
+        class runtime:  # noqa: N801 - mirrors cupy.cuda.runtime
+            @staticmethod
+            def getDeviceCount():  # noqa: N802
+                return fake.gpus
+
+            @staticmethod
+            def deviceCanAccessPeer(a, b):  # noqa: N802
+                return True
+
+            @staticmethod
+            def deviceEnablePeerAccess(peer):  # noqa: N802
+                fake.log.append(("peer", fake.current_device(), peer))
+
+            @staticmethod
+            def deviceSynchronize():  # noqa: N802
+                fake.log.append(("device-sync", fake.current_device()))
+
+        class Memory:
+            def __init__(self, array):
+                self.array = array
+
+            def copy_from_device_async(self, src, nbytes, stream):
+                assert stream.device_id == self.array.device.id
+                assert src.array.flags.c_contiguous and nbytes == src.array.nbytes
+                fake.log.append(("memcpy", stream.name, src.array.device.id, self.array.device.id))
+                self.array.host[...] = src.array.host
+
+        class ndarray:  # noqa: N801 - mirrors cupy.ndarray
+            def __init__(self, host, device_id):
+                self.host = host
+                self.device = types.SimpleNamespace(id=device_id)
+
+            shape = property(lambda self: self.host.shape)
+            dtype = property(lambda self: self.host.dtype)
+            size = property(lambda self: self.host.size)
+            nbytes = property(lambda self: self.host.nbytes)
+            flags = property(lambda self: self.host.flags)
+            data = property(lambda self: Memory(self))
+            T = property(lambda self: ndarray(self.host.T, self.device.id))
+
+            def __getitem__(self, key):
+                return ndarray(self.host[key], self.device.id)
+
+            def reshape(self, *shape):
+                return ndarray(self.host.reshape(*shape), self.device.id)
+
+            def copy(self):
+                fake.kernel("copy", self)
+                return ndarray(self.host.copy(), fake.current_device())
+
+            def get(self, stream=None):
+                fake.log.append(("d2h", (stream or fake.current_stream())._where()))
+                return self.host.copy()
+
+        self.cuda = types.SimpleNamespace(Device=Device, Stream=Stream, Event=Event,
+                                          runtime=runtime)
+        self.ndarray = ndarray
+
+    # thread-local current GPU and stream, as CUDA and CuPy keep them
+    def current_device(self) -> int:
+        return getattr(self._tls, "device", 0)
+
+    def current_stream(self):
+        return getattr(self._tls, "stream", None) or self.cuda.Stream.null
+
+    def _device_stack(self):
+        if not hasattr(self._tls, "devices"):
+            self._tls.devices = []
+        return self._tls.devices
+
+    def _stream_stack(self):
+        if not hasattr(self._tls, "streams"):
+            self._tls.streams = []
+        return self._tls.streams
+
+    def kernel(self, what, *arrays):
+        """A kernel launch: on the current stream, which must be on the current GPU."""
+        stream = self.current_stream()
+        if not stream.null:
+            assert stream.device_id == self.current_device(), "stream of another GPU"
+        for a in arrays:
+            assert a.device.id == self.current_device(), "array of another GPU"
+        self.log.append((what, stream._where()))
+
+    # module-level functions CudaDevice uses
+    def asarray(self, host):
+        self.log.append(("h2d", self.current_stream()._where()))
+        return self.ndarray(np.array(host, copy=True), self.current_device())
+
+    def empty(self, shape, dtype=np.float32):
+        return self.ndarray(np.empty(shape, dtype), self.current_device())
+
+    def zeros_like(self, a):
+        self.kernel("zeros", a)
+        return self.ndarray(np.zeros_like(a.host), self.current_device())
+
+    def ascontiguousarray(self, a):
+        self.kernel("contiguous", a)
+        return self.ndarray(np.ascontiguousarray(a.host), a.device.id)
+
+    def asnumpy(self, a):
+        return a.get(stream=self.current_stream())
+
+    float32 = np.float32
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    cupy = FakeCuda(gpus=2)
+    monkeypatch.setattr(cuda_device, "_cupy", lambda: cupy)
+    monkeypatch.setattr(kernels.cuda, "install", lambda force=False: True)
+    with cuda_device._registry_lock:
+        cuda_device._registry.clear()
+        cuda_device._peer_pairs.clear()
+    yield cupy
+    with cuda_device._registry_lock:
+        cuda_device._registry.clear()
+        cuda_device._peer_pairs.clear()
+
+
+def _index(log, entry):
+    return log.index(entry)
+
+
+# ---------------------------------------------------------------------- tests
+
+def test_logical_devices_get_their_own_streams_on_their_gpus(fake):
+    devs = [cuda_device.CudaDevice(i, p) for i, p in enumerate((0, 0, 1))]
+    assert [d.stream.device_id for d in devs] == [0, 0, 1]
+    assert len({d.stream.name for d in devs}) == 3
+    assert not any(d.stream.non_blocking for d in devs)  # ordered with the default stream
+    assert cuda_device.devices_on(0) == devs[:2] and cuda_device.devices_on(1) == devs[2:]
+    assert repr(devs[2]) == "cuda:2(gpu 1)"
+
+
+def test_activate_makes_the_device_current_for_the_calling_thread(fake):
+    dev = cuda_device.CudaDevice(0, 1)
+    seen = {}
+
+    def worker():
+        dev.activate()
+        seen["device"], seen["stream"] = fake.current_device(), fake.current_stream()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen == {"device": 1, "stream": dev.stream}
+    assert fake.current_device() == 0 and fake.current_stream().null  # this thread unchanged
+
+
+def test_a_cuda_device_is_a_device(fake):
+    dev = cuda_device.CudaDevice(1, 0)
+    assert isinstance(dev, Device)
+    assert (dev.index, dev.physical, dev.kind) == (1, 0, "cuda")
+    assert isinstance(dev.xp, cuda_device.DeviceModule)
+
+
+def test_scope_and_xp_run_on_the_devices_gpu_and_stream(fake):
+    dev = cuda_device.CudaDevice(1, 1)
+    w = dev.to_device(np.ones((2, 3)))
+    assert w.device.id == 1 and w.dtype == np.float32
+    m = dev.xp.zeros_like(w)  # from the main thread, as Executor._init_weights does
+    assert m.device.id == 1
+    assert fake.log[-1] == ("zeros", dev.stream.name)
+    assert fake.current_device() == 0 and fake.current_stream().null  # restored
+    assert dev.xp.float32 is np.float32 and dev.xp.ndarray is fake.ndarray
+    assert kernels.array_module_name(dev.xp) == "cupy"
+
+
+def test_copy_between_logical_devices_on_one_gpu_waits_for_the_producers(fake):
+    a, b, c = (cuda_device.CudaDevice(i, 0) for i in range(3))
+    src = a.to_device(np.arange(6.0).reshape(2, 3))
+    fake.log.clear()
+    out = b.copy_from(src)
+    np.testing.assert_array_equal(out.host, src.host)
+    assert out.device.id == 0 and out.host is not src.host
+    copy_at = _index(fake.log, ("copy", b.stream.name))
+    before = {stream: ev for kind, ev, stream in
+              (e for e in fake.log[:copy_at] if e[0] == "record")}
+    # an event after everything queued on each other stream of the GPU (a and c); none on
+    # b's own stream, nor on the GPU's default stream (b's stream is a blocking stream)
+    assert set(before) == {a.stream.name, c.stream.name}
+    for stream in (a.stream.name, c.stream.name):
+        assert _index(fake.log, ("wait", b.stream.name, before[stream])) < copy_at
+    # and one after the copy on b's stream, which releases the source
+    assert [e[2] for e in fake.log[copy_at:] if e[0] == "record"] == [b.stream.name]
+
+
+def test_copy_keeps_its_source_alive_until_it_has_run(fake):
+    a, b = cuda_device.CudaDevice(0, 0), cuda_device.CudaDevice(1, 0)
+    src = a.to_device(np.ones(4))
+    b.copy_from(src)
+    assert b.pending_copies() == 1
+    (done, held, _), = list(b._pending)
+    assert held is src and not done.done
+    b.copy_from(src)  # not finished yet: both held
+    assert b.pending_copies() == 2
+    for event, _, _ in b._pending:
+        event.done = True
+    b.copy_from(src)  # finished ones are released on the next call
+    assert b.pending_copies() == 1
+    b.synchronize()
+    assert b.pending_copies() == 0 and fake.log[-1] == ("sync", b.stream.name)
+
+
+def test_copy_between_gpus_is_a_peer_copy_after_the_source_gpus_streams(fake):
+    a0, a1 = cuda_device.CudaDevice(0, 0), cuda_device.CudaDevice(1, 0)
+    b = cuda_device.CudaDevice(2, 1)
+    src = a0.to_device(np.arange(12.0).reshape(3, 4))
+    fake.log.clear()
+    out = b.copy_from(src)
+    np.testing.assert_array_equal(out.host, src.host)
+    assert out.device.id == 1
+    assert ("peer", 1, 0) in fake.log
+    records = {stream: ev for kind, ev, stream in (e for e in fake.log if e[0] == "record")}
+    assert {a0.stream.name, a1.stream.name, "null@gpu0"} <= set(records)
+    memcpy = _index(fake.log, ("memcpy", b.stream.name, 0, 1))
+    for stream in (a0.stream.name, a1.stream.name, "null@gpu0"):
+        assert _index(fake.log, ("wait", b.stream.name, records[stream])) < memcpy
+    b.copy_from(src)
+    assert fake.log.count(("peer", 1, 0)) == 1  # enabled once per pair
+
+
+def test_non_contiguous_source_is_made_contiguous_on_its_own_gpu_first(fake):
+    a = cuda_device.CudaDevice(0, 0)
+    b = cuda_device.CudaDevice(1, 1)
+    src = a.to_device(np.arange(12.0).reshape(3, 4))
+    view = src[:, 1:3]
+    assert not view.flags.c_contiguous
+    fake.log.clear()
+    out = b.copy_from(view)
+    np.testing.assert_array_equal(out.host, view.host)
+    helper = b._helpers[0]
+    assert helper.device_id == 0
+    contig = _index(fake.log, ("contiguous", helper.name))
+    producer = next(e for e in fake.log if e[0] == "record" and e[2] == a.stream.name)[1]
+    assert _index(fake.log, ("wait", helper.name, producer)) < contig
+    ready = next(e for e in fake.log[contig:] if e[0] == "record" and e[2] == helper.name)[1]
+    assert _index(fake.log, ("wait", b.stream.name, ready)) < \
+        _index(fake.log, ("memcpy", b.stream.name, 0, 1))
+    (_, held, staged), = list(b._pending)
+    assert held is view and staged is not view  # both kept until the copy ran
+
+
+def test_to_host_waits_for_the_producers_then_copies_on_its_stream(fake):
+    a, b = cuda_device.CudaDevice(0, 0), cuda_device.CudaDevice(1, 0)
+    x = a.to_device(np.arange(3.0))
+    fake.log.clear()
+    host = b.to_host(x)
+    np.testing.assert_array_equal(host, [0, 1, 2])
+    ev = next(e for e in fake.log if e[0] == "record" and e[2] == a.stream.name)[1]
+    assert _index(fake.log, ("wait", b.stream.name, ev)) < _index(fake.log, ("d2h", b.stream.name))
+    assert isinstance(b.to_host(np.ones(2)), np.ndarray)
+
+
+def test_a_gpu_index_beyond_the_gpus_is_a_clear_error(fake):
+    with pytest.raises(DeviceError, match="names GPU 2, but CuPy sees 2 GPU"):
+        cuda_device.CudaDevice(0, 2)
+
+
+
+# ------------------------------------------- without a GPU (with or without CuPy)
+
+no_gpu = pytest.mark.skipif(kernels.cupy_available(), reason="CuPy finds a CUDA GPU here")
+
+
+@no_gpu
+def test_cuda_devices_without_a_gpu_are_a_clear_error():
+    with pytest.raises(DeviceError, match="CuPy"):
+        make_devices((0, 0), "cuda")
+
+
+@no_gpu
+def test_backend_cuda_without_a_gpu_is_refused_and_auto_picks_the_cpu():
+    assert choose_backend("auto") == "cpu"
+    assert choose_backend("cpu") == "cpu"
+    with pytest.raises(DeviceError, match="needs CuPy"):
+        choose_backend("cuda")
+
+
+def test_backend_auto_follows_whether_cupy_finds_a_gpu(monkeypatch):
+    monkeypatch.setattr(kernels, "cupy_available", lambda: True)
+    assert choose_backend("auto") == "cuda" and choose_backend("cuda") == "cuda"
+    assert choose_backend("cpu") == "cpu"
+    monkeypatch.setattr(kernels, "cupy_available", lambda: False)
+    assert choose_backend("auto") == "cpu"
+
+
+def test_cupy_available_is_false_when_the_driver_fails(monkeypatch):
+    def broken():
+        raise RuntimeError("no CUDA driver")
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDeviceCount=broken)))
+    monkeypatch.setattr(kernels, "_cupy", fake)
+    assert kernels.cupy_available() is False
+    monkeypatch.setattr(kernels, "_cupy", None)
+    assert kernels.cupy_available() is False
+
+
+@no_gpu
+def test_the_cuda_kernel_package_imports_without_a_gpu_and_registers_nothing():
+    import importlib
+
+    before = kernels.registered_kernels()
+    for module in ("sources", "kernel_set", "conv", "pool", "norm", "nn", "dropout",
+                   "neurons"):
+        importlib.import_module(f"convnet.kernels.cuda.{module}")
+    assert kernels.registered_kernels() == before
+    reason = kernels.cuda.unavailable_reason()
+    assert "CuPy is not installed" in reason or "finds no CUDA GPU" in reason
+    with pytest.raises(kernels.cuda.CudaUnavailable) as error:
+        kernels.cuda.install()
+    assert str(error.value) == reason
+    assert kernels.registered_kernels() == before

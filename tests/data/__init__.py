@@ -1,0 +1,1 @@
+"""Tests of convnet.data: the data providers and what guards them."""

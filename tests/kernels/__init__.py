@@ -1,0 +1,1 @@
+"""Tests of the array math (kernels/, installed as convnet.kernels)."""

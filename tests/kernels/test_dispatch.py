@@ -1,0 +1,162 @@
+"""The kernel interface: dispatch by array module, array-module genericity, counter RNG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from convnet import kernels
+from convnet.kernels import conv as kconv
+from convnet.kernels import nn as knn
+from convnet.kernels import random as krandom
+
+
+def test_array_module_is_numpy_for_host_arrays():
+    assert kernels.array_module(np.zeros(3)) is np
+    assert kernels.array_module_name(np) == "numpy"
+    assert isinstance(kernels.cupy_available(), bool)
+
+
+def test_a_kernel_registered_for_an_array_module_replaces_the_generic_one():
+    calls = []
+
+    def fake_softmax(x):
+        calls.append(x.shape)
+        return np.full_like(x, 0.25)
+
+    key = ("softmax_forward", "numpy")
+    assert key not in kernels.registered_kernels()
+    kernels.register_kernel("softmax_forward", "numpy")(fake_softmax)
+    try:
+        y = knn.softmax_forward(np.zeros((2, 4)))
+        assert calls == [(2, 4)] and np.all(y == 0.25)
+        # the portable implementation stays reachable
+        np.testing.assert_allclose(knn.softmax_forward.generic(np.zeros((2, 4))), 0.25)
+    finally:
+        kernels._OVERRIDES.pop(key)
+    y = knn.softmax_forward(np.array([[0.0, np.log(3.0)]]))
+    np.testing.assert_allclose(y, [[0.25, 0.75]])
+    assert calls == [(2, 4)]
+
+
+def test_layers_call_kernels_through_the_dispatcher():
+    """A registered kernel replaces conv without touching layers/ (here: count the calls)."""
+    from convnet.layers import build_layer
+    from convnet.layers.base import Context
+
+    from tests.support.layers import conv_def, params_for, random_inputs
+
+    seen = []
+    generic = kconv.conv_forward.generic
+
+    def spy(*args, **kw):
+        seen.append(kw["modules"])
+        return generic(*args, **kw)
+
+    kernels.register_kernel("conv_forward", "numpy")(spy)
+    try:
+        ldef = conv_def()
+        layer = build_layer(ldef)
+        layer.forward(random_inputs(ldef), params_for(layer), Context())
+    finally:
+        kernels._OVERRIDES.pop(("conv_forward", "numpy"))
+    assert seen == [ldef.attrs["modulesX"]]
+
+
+def test_uniforms_are_a_function_of_the_global_case_index():
+    key = krandom.stream_key(3, 4, "layer")
+    x = np.zeros((10, 3, 2))
+    whole = krandom.uniform_like(x, key, 100)
+    part = krandom.uniform_like(x[4:], key, 104)
+    np.testing.assert_array_equal(whole[4:], part)
+    assert whole.dtype == np.float64 and 0 <= whole.min() and whole.max() < 1
+    assert krandom.stream_key(3, 4, "layer") != krandom.stream_key(3, 5, "layer")
+    assert krandom.name_key("a") != krandom.name_key("b")
+
+
+def test_uniforms_look_uniform():
+    u = krandom.uniform_like(np.zeros((400, 500)), krandom.stream_key(0, 0, "x"), 0).ravel()
+    counts = np.histogram(u, bins=20, range=(0, 1))[0]
+    expected = u.size / 20
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < 60  # 19 degrees of freedom; p < 1e-5 above this
+    assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.01
+
+
+@pytest.mark.parametrize("img,fs,pad,stride,want", [
+    (224, 11, 0, 4, 55), (24, 5, 2, 1, 24), (7, 3, 1, 2, 4), (6, 3, 0, 2, 3), (5, 5, 0, 1, 1)])
+def test_conv_out_size_ceiling_rule(img, fs, pad, stride, want):
+    assert kconv.out_size(img, fs, pad, stride) == want
+
+
+def test_kernels_keep_float32():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = np.zeros(4, np.float32)
+    geom = dict(filter_sizes=[3], paddings=[1], strides=[1], channels=[3], groups=[1],
+                img_sizes=[5], modules=5)
+    y, cache = kconv.conv_forward([x], [w], b, **geom)
+    assert y.dtype == np.float32 and y.flags.c_contiguous
+    dxs, dws, db = kconv.conv_backward(np.ones_like(y), [x], [w], cache, [True], **geom)
+    assert dxs[0].dtype == dws[0].dtype == db.dtype == np.float32
+    # without the cache (test-mode forward) the backward recomputes the columns
+    _, none_cache = kconv.conv_forward([x], [w], b, keep_cache=False, **geom)
+    dxs2, dws2, _ = kconv.conv_backward(np.ones_like(y), [x], [w], none_cache, [True], **geom)
+    np.testing.assert_allclose(dws2[0], dws[0], rtol=1e-6)
+
+
+def test_conv_scratch_buffers_are_per_thread():
+    """Backward temporaries are reused per thread: concurrent calls (one worker per
+    device in the executor) must not see each other's buffers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(1)
+    geom = dict(filter_sizes=[3], paddings=[1], strides=[1], channels=[8], groups=[1],
+                img_sizes=[6], modules=6)
+    cases = []
+    for seed in range(6):
+        x = rng.standard_normal((3, 8, 6, 6)).astype(np.float32)
+        w = rng.standard_normal((4, 8, 3, 3)).astype(np.float32)
+        y, cache = kconv.conv_forward([x], [w], np.zeros(4, np.float32), **geom)
+        g = rng.standard_normal(y.shape).astype(np.float32)
+        cases.append((g, x, w, cache))
+
+    def back(case):
+        g, x, w, cache = case
+        return kconv.conv_backward(g, [x], [w], cache, [True], **geom)[0][0]
+
+    serial = [back(c) for c in cases]
+    with ThreadPoolExecutor(3) as pool:
+        for _ in range(5):
+            parallel = list(pool.map(back, cases))
+            for a, b in zip(serial, parallel):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_neurons_dispatch_through_kernels():
+    """Inline neurons go through neuron_forward/neuron_backward, which the CUDA
+    kernels replace with fused ones."""
+    from convnet.kernels import neurons as kneurons
+    from convnet.layers import build_layer
+    from convnet.layers.base import Context
+
+    from tests.support.layers import fc_def, params_for, random_inputs
+
+    seen = []
+    kernels.register_kernel("neuron_forward", "numpy")(
+        lambda x, name, args, out=None: seen.append(("f", name, args)) or
+        kneurons.neuron_forward.generic(x, name, args, out))
+    kernels.register_kernel("neuron_backward", "numpy")(
+        lambda g, x, y, name, args: seen.append(("b", name, args)) or
+        kneurons.neuron_backward.generic(g, x, y, name, args))
+    try:
+        ldef = fc_def(neuron_="tanh[1.5,0.5]")
+        layer = build_layer(ldef)
+        xs, p, ctx = random_inputs(ldef), params_for(layer), Context()
+        y, st = layer.forward(xs, p, ctx)
+        layer.backward(np.ones_like(y), xs, y, p, st, ctx, [True])
+    finally:
+        kernels._OVERRIDES.pop(("neuron_forward", "numpy"))
+        kernels._OVERRIDES.pop(("neuron_backward", "numpy"))
+    assert seen == [("f", "tanh", (1.5, 0.5)), ("b", "tanh", (1.5, 0.5))]

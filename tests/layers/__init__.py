@@ -1,0 +1,1 @@
+"""Tests of the layer library (layers/, installed as convnet.layers)."""

@@ -1,0 +1,1 @@
+"""Tests of convnet.plan: placements, update periods, the plan report and its graph."""

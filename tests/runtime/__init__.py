@@ -1,0 +1,1 @@
+"""Tests of convnet.runtime: executing a plan on devices, threads and processes."""

@@ -1,0 +1,1 @@
+"""Tests of convnet.runtime.devices: the device protocol and the collectives."""

@@ -1,0 +1,1 @@
+"""Tests of convnet.runtime.processes: runs of several processes under MPI."""

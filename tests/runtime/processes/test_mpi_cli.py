@@ -1,0 +1,223 @@
+"""The command line under mpiexec: the digits examples, resuming, errors and a killed rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from convnet.app.checkpoint import load_checkpoint
+from tests.support import ROOT
+from tests.support.mpi import env, mpiexec, needs_mpi, run_alone, run_mpi
+
+pytestmark = needs_mpi
+
+CLI = str(ROOT / "convnet.py")
+EXAMPLES = ROOT / "examples"
+
+
+def _arrays(folder: Path) -> dict:
+    arrays, _ = load_checkpoint(folder / "checkpoint.npz")
+    return arrays
+
+
+def _assert_same_state(a: Path, b: Path) -> None:
+    got, want = _arrays(a), _arrays(b)
+    assert sorted(got) == sorted(want)
+    for key in want:
+        assert np.array_equal(got[key], want[key]), key
+
+
+def _digits(config: str) -> list[str]:
+    params = "digits-hybrid-params.cfg" if config == "digits-hybrid.cfg" else "digits-params.cfg"
+    return ["--layer-def", str(EXAMPLES / config), "--layer-params", str(EXAMPLES / params),
+            "--no-progress"]
+
+
+@pytest.mark.parametrize("config", ["digits-data.cfg", "digits-model.cfg", "digits-hybrid.cfg"])
+def test_two_processes_save_what_one_process_saves(tmp_path, config):
+    args = [CLI, *_digits(config), "--epochs", "1"]
+    done = run_mpi(2, args + ["--gpu", "0", "--save-path", "A"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    alone = run_alone(args + ["--gpu", "0,1", "--save-path", "B"], cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    _assert_same_state(tmp_path / "A", tmp_path / "B")
+    assert done.stdout.count("test cost") == alone.stdout.count("test cost") == 1
+    assert done.stderr == ""  # one log, from rank 0; nothing from the others
+
+
+def test_resume_with_another_process_count(tmp_path):
+    args = [CLI, *_digits("digits-hybrid.cfg")]
+    first = run_mpi(2, args + ["--gpu", "0", "--epochs", "1", "--save-path", "A"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    # the printed command keeps the process count the saved (per-process) --gpu list needs
+    assert "to train further: mpiexec -n 2 python " in first.stdout
+    resumed = run_alone([CLI, "--load-file", "A", "--gpu", "0,1", "--epochs", "2",
+                         "--no-progress"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    whole = run_alone(args + ["--gpu", "0,1", "--epochs", "2", "--save-path", "B"],
+                      cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+    _assert_same_state(tmp_path / "A", tmp_path / "B")
+
+
+def test_local_sgd_in_two_processes_saves_what_one_process_saves(tmp_path):
+    args = [CLI, *_digits("digits-hybrid.cfg"), "--epochs", "1", "--sync", "local:2"]
+    done = run_mpi(2, args + ["--gpu", "0", "--save-path", "A"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    alone = run_alone(args + ["--gpu", "0,1", "--save-path", "B"], cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    _assert_same_state(tmp_path / "A", tmp_path / "B")
+
+
+def test_async_in_two_processes_trains_saves_and_resumes_in_one(tmp_path):
+    args = [CLI, *_digits("digits-data.cfg"), "--sync", "async:2", "--slow-device", "1:2"]
+    done = run_mpi(2, args + ["--gpu", "0", "--epochs", "2", "--save-path", "A",
+                              "--write-features", "probs"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    errors = [float(e) for e in re.findall(r"test cost [0-9.]+ error +([0-9.]+)%", done.stdout)]
+    assert len(errors) == 2 and errors[-1] < 30  # it learns (chance: 90%)
+    features = np.load(tmp_path / "A" / "features-probs" / "data_batch_6.npz")
+    assert features["data"].shape[1] == 10
+    np.testing.assert_allclose(features["data"].sum(axis=1), 1, rtol=1e-5)
+    _, meta = load_checkpoint(tmp_path / "A" / "checkpoint.npz")
+    assert meta["options"]["sync"] == "async:2" and meta["counters"]["epoch"] == 2
+    # rank 0's replica, with the update of every shard of both ranks: test-only on one
+    # process gives the test error the run printed last
+    alone = run_alone([CLI, "--load-file", "A", "--gpu", "0,1", "--test-only"], cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    assert f"({errors[-1]:.2f}%)" in alone.stdout, alone.stdout
+    resumed = run_alone([CLI, "--load-file", "A", "--gpu", "0,1", "--epochs", "3",
+                         "--no-progress"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(tmp_path / "A" / "checkpoint.npz")[1]["counters"]["epoch"] == 3
+
+
+def test_async_of_the_hybrid_example_trains_saves_and_resumes_under_mpiexec(tmp_path):
+    """The default config (digits-hybrid.cfg): its convolutions replicated on both ranks,
+    their increments exchanged apart, its fc layers model-parallel across them."""
+    done = run_mpi(2, [CLI, "--gpu", "0", "--sync", "async", "--epochs", "2", "--no-progress",
+                       "--save-path", "A"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    errors = [float(e) for e in re.findall(r"test cost [0-9.]+ error +([0-9.]+)%", done.stdout)]
+    assert len(errors) == 2 and errors[-1] < 30  # it learns (chance: 90%)
+    _, meta = load_checkpoint(tmp_path / "A" / "checkpoint.npz")
+    assert meta["options"]["sync"] == "async:4" and meta["counters"]["epoch"] == 2
+    # replica 0's weights, which the drained replicas agree with up to float rounding:
+    # test-only on one process gives the test error the run printed last
+    alone = run_alone([CLI, "--load-file", "A", "--gpu", "0,1", "--test-only"], cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    assert f"({errors[-1]:.2f}%)" in alone.stdout, alone.stdout
+    resumed = run_mpi(2, [CLI, "--load-file", "A", "--gpu", "0", "--epochs", "3",
+                          "--no-progress"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(tmp_path / "A" / "checkpoint.npz")[1]["counters"]["epoch"] == 3
+
+
+def test_a_rank_without_work_is_an_error(tmp_path):
+    done = run_mpi(4, [CLI, *_digits("digits-data.cfg"), "--gpu", "0"], cwd=tmp_path)
+    assert done.returncode == 2
+    # every rank finds the error; whichever reports it first ends the others
+    assert re.search(r"error: rank [0-3]: rank\(s\) 2, 3 would have no work", done.stderr)
+    assert "Traceback" not in done.stderr
+
+
+def test_too_few_devices_over_all_ranks_is_an_error(tmp_path):
+    done = run_mpi(2, [CLI, "--layer-def",
+                       str(EXAMPLES / "cuda-convnet2" / "layers-imagenet-4gpu-data.cfg"),
+                       "--layer-params",
+                       str(EXAMPLES / "cuda-convnet2" / "layer-params-imagenet-4gpu-data.cfg"),
+                       "--gpu", "0", "--data-dims", "3x224x224", "--num-classes", "1000",
+                       "--mini", "128", "--print-plan"], cwd=tmp_path)
+    assert done.returncode == 2
+    assert "2 processes x --gpu 0 give 2 logical devices" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_print_plan_shows_the_processes(tmp_path):
+    done = run_mpi(2, [CLI, "--gpu", "0", "--print-plan"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Processes (logical device i on rank i // 1" in done.stdout
+    assert done.stdout.count("Schedule (per pass") == 1  # printed by rank 0 only
+
+
+def test_print_plan_says_async_across_processes_is_not_reproducible(tmp_path):
+    done = run_mpi(2, [CLI, *_digits("digits-data.cfg"), "--gpu", "0", "--sync", "async:2",
+                       "--print-plan"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Sync: asynchronous: the 2 replicas train apart" in done.stdout
+    assert "NOT bitwise reproducible" in done.stdout
+    assert "Between the 2 processes each shard's update (" in done.stdout
+
+
+def test_print_plan_says_how_a_hybrid_nets_increments_cross_processes(tmp_path):
+    done = run_mpi(2, [CLI, "--gpu", "0", "--sync", "async:2", "--print-plan"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Sync: async:2 in a hybrid plan: the steps stay lockstep" in done.stdout
+    assert "NOT bitwise reproducible" in done.stdout
+    assert "Between the 2 processes each update's increments go to every other process " \
+           "with a replica of its layer" in done.stdout
+
+
+def test_the_memory_check_counts_only_each_processs_own_devices(tmp_path):
+    done = run_mpi(2, [CLI, "--gpu", "0", "--print-plan=json"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    memory = json.loads(done.stdout)["memory"]
+    assert [pool["devices"] for pool in memory] == [[0]]  # rank 0's; device 1 is rank 1's
+
+
+def _rank_pid(marker: str, rank: int) -> int | None:
+    """The pid of rank ``rank`` of the run whose environment holds ``marker``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"CONVNET_TEST_RUN={marker}".encode() in environ and \
+                f"PMI_RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+@pytest.mark.parametrize("training", [[], [*_digits("digits-data.cfg"), "--sync", "async:2"]],
+                         ids=["hybrid-sync", "data-async"])
+def test_a_killed_rank_ends_the_run_and_leaves_a_loadable_checkpoint(tmp_path, training):
+    marker = uuid.uuid4().hex
+    job = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, CLI, *training, "--gpu", "0",
+                            "--epochs", "1000", "--test-freq", "1", "--save-path", "K",
+                            "--no-progress"], cwd=tmp_path, env=env(CONVNET_TEST_RUN=marker),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "K" / "checkpoint.npz").exists():
+            assert job.poll() is None, job.stderr.read()
+            assert time.monotonic() < deadline, "no checkpoint within 60 s"
+            time.sleep(0.05)
+        time.sleep(0.3)  # mid-training, between or inside steps
+        pid = _rank_pid(marker, 1)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        code = job.wait(timeout=30)
+        assert time.monotonic() - killed < 30
+        assert code != 0
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    arrays, meta = load_checkpoint(tmp_path / "K" / "checkpoint.npz")
+    assert any(k.startswith("weights/") for k in arrays) and meta["counters"]["step"] > 0

@@ -1,0 +1,1 @@
+"""Tests of convnet.runtime.step: the executor and its parts."""

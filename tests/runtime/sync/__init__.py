@@ -1,0 +1,1 @@
+"""Tests of convnet.runtime.sync: replicas running apart (local SGD, async)."""

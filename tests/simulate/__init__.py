@@ -1,0 +1,1 @@
+"""Tests of convnet.simulate: the predicted schedule and its cost model."""

@@ -1,0 +1,60 @@
+"""Shared helpers for the config-language tests: reference files and tiny config builders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from convnet.config import load_net
+from convnet.errors import ConfigError
+from tests.support import ROOT
+
+# The twelve cuda-convnet2 originals, shipped with the project.
+REFERENCE_DIR = ROOT / "examples" / "cuda-convnet2"
+REFERENCE_NAMES = ["cifar10-11pct", "imagenet-1gpu", "imagenet-2gpu-data", "imagenet-2gpu-model",
+                   "imagenet-4gpu-data", "imagenet-4gpu-data-model"]
+IMAGENET_DIMS = {0: (3, 224, 224), 1: (1,)}
+CIFAR_DIMS = {0: (3, 24, 24), 1: (1,)}
+
+def reference_pair(name: str) -> tuple[Path, Path]:
+    """The (layer-def, layer-params) paths of one reference net."""
+    return REFERENCE_DIR / f"layers-{name}.cfg", REFERENCE_DIR / f"layer-params-{name}.cfg"
+
+
+def reference_dims(name: str) -> dict[int, tuple[int, ...]]:
+    return CIFAR_DIMS if name.startswith("cifar") else IMAGENET_DIMS
+
+
+DATA_LAYERS = "[data]\ntype=data\ndataIdx=0\n\n[labels]\ntype=data\ndataIdx=1\n\n"
+
+
+def logreg_head(source: str, outputs: int = 5) -> str:
+    """Layer-def text of a classifier on ``source``: fc (``outputs`` wide), softmax
+    ``probs`` and a ``cost.logreg`` on ``labels``."""
+    return (f"\n[fc]\ntype=fc\ninputs={source}\noutputs={outputs}\n\n"
+            "[probs]\ntype=softmax\ninputs=fc\n\n[cost]\ntype=cost.logreg\ninputs=labels,probs\n")
+WEIGHT_PARAMS = "epsW=0.01\nepsB=0.02\nmomW=0.9\nmomB=0.9\n"
+
+
+def write_pair(tmp_path: Path, layer_def: str | bytes,
+               layer_params: str | bytes = "") -> tuple[Path, Path]:
+    """Write a layer-def and a layer-params file under ``tmp_path``; return their paths."""
+    paths = tmp_path / "layers.cfg", tmp_path / "params.cfg"
+    for path, text in zip(paths, (layer_def, layer_params)):
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return paths
+
+
+def load_text(tmp_path: Path, layer_def: str, layer_params: str = "",
+              data_dims=None, num_classes=None):
+    """load_net on texts written to ``tmp_path``; data dims default to 3x8x8 images + labels."""
+    dims = {0: (3, 8, 8), 1: (1,)} if data_dims is None else data_dims
+    return load_net(*write_pair(tmp_path, layer_def, layer_params), dims, num_classes)
+
+
+def config_error(tmp_path: Path, layer_def: str, layer_params: str = "", **kwargs) -> ConfigError:
+    """The ConfigError that loading these texts raises (fails the test if none)."""
+    with pytest.raises(ConfigError) as info:
+        load_text(tmp_path, layer_def, layer_params, **kwargs)
+    return info.value
