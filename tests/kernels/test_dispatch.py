@@ -17,6 +17,41 @@ def test_array_module_is_numpy_for_host_arrays():
     assert isinstance(kernels.cupy_available(), bool)
 
 
+FIRST_CALLS_FROM_THREADS = """
+import threading
+import numpy as np
+from convnet.kernels import array_module
+barrier, errors = threading.Barrier(8), []
+def call():
+    barrier.wait()
+    try:
+        assert array_module(np.zeros(3)) is np
+    except Exception as error:
+        errors.append(repr(error))
+threads = [threading.Thread(target=call) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(errors)
+"""
+
+
+def test_first_calls_from_several_threads_at_once_with_cupy_installed():
+    """Eight device threads asking for the array module at the same moment in a fresh
+    process: ``cupy.get_array_module`` failed here (a half-done lazy import of
+    ``cupyx.scipy``), so CPU runs broke once CuPy was installed."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("cupy", reason="needs CuPy installed (the cuda-compile extra)")
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", FIRST_CALLS_FROM_THREADS],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "[]", proc.stdout
+
+
 def test_a_kernel_registered_for_an_array_module_replaces_the_generic_one():
     calls = []
 
