@@ -13,7 +13,7 @@ finite check), ``wball``, local SGD's averaging, the increments of the
 asynchronous exchange, and the transfers to and from other processes.  They
 live apart from the executor's set-up (:mod:`convnet.runtime.step.executor_setup`),
 which builds what they read, and from the walk that orders them, so that each
-can be read, and tested (``Executor._actions``), by itself.
+can be read by itself (tests reach the table as ``Executor._actions``).
 """
 
 from __future__ import annotations
