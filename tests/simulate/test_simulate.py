@@ -18,7 +18,7 @@ from convnet.config.model import on_one_device
 from convnet.plan.ops import AllReduce, Copy
 from convnet.plan.planner import make_plan
 from convnet.runtime.step.tasks import Task, TaskAction, make_tasks
-from convnet.runtime.step.executor import OpTiming
+from convnet.runtime.step.records import OpTiming
 from convnet.simulate.costs import (ComputeProfile, CostModel, OpCost, Profiler, fixed_share,
                                     measured_contention, wake_seconds)
 from convnet.simulate.hardware import DEVICE_KINDS, LINKS, HostFigures, measure_host

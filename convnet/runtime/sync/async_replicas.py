@@ -65,7 +65,8 @@ from convnet.plan.ops import Plan, shard_bounds
 from convnet.plan.planner import make_plan
 from convnet.runtime.step.batch_check import check_batch
 from convnet.runtime.processes.cluster import Cluster, single_process
-from convnet.runtime.step.executor import Executor, StepResult
+from convnet.runtime.step.executor import Executor
+from convnet.runtime.step.records import StepResult
 from convnet.runtime.step.learning_rules import ScaledRate, scale_rates
 from convnet.runtime.processes.rank_courier import TRAINING, Dealer, RankCourier, update_layout
 from convnet.runtime.sync.replica_threads import ReplicaThreads, combined

@@ -47,7 +47,8 @@ from convnet.plan.planner import make_plan
 from convnet.runtime.sync.async_replicas import async_replica_devices
 from convnet.runtime.step.batch_check import check_batch
 from convnet.runtime.devices.collectives import ChunkedAllReduce
-from convnet.runtime.step.executor import Executor, OpTiming, StepResult
+from convnet.runtime.step.executor import Executor
+from convnet.runtime.step.records import OpTiming, StepResult
 from convnet.runtime.sync.replica_threads import ReplicaThreads, combined
 from convnet.runtime.devices.slowdown import Slowdown
 from convnet.runtime.step.tasks import local_periods

@@ -19,7 +19,7 @@ import threading
 from concurrent.futures import Future
 
 from convnet.errors import ConvnetError
-from convnet.runtime.step.executor import StepResult
+from convnet.runtime.step.records import StepResult
 
 _POLL_SECONDS = 0.05
 

@@ -18,7 +18,7 @@ from convnet.runtime.devices.collectives import ChunkedAllReduce
 from convnet.config import load_net
 from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
-from convnet.runtime.step import executor as executor_module
+from convnet.runtime.step import executor_setup
 from convnet.plan.ops import AllReduce, GradCopy, Update
 from convnet.plan.planner import make_plan
 from convnet.runtime.step.tasks import TaskAction, make_tasks
@@ -133,7 +133,7 @@ def test_replicas_sharing_one_copy_train_bitwise_like_separate_copies(tmp_path, 
     for name in executor.store.shared:
         for group in (executor.store.weights, executor.store.momentum):
             assert group[name][1] is group[name][0]
-    monkeypatch.setattr(executor_module, "shared_weight_layers", lambda *a, **k: frozenset())
+    monkeypatch.setattr(executor_setup, "shared_weight_layers", lambda *a, **k: frozenset())
     copies, executor = _train(net, (0, 1), parallel=parallel)
     assert not executor.store.shared
     assert executor.store.weights["conv1"][1] is not executor.store.weights["conv1"][0]

@@ -1,0 +1,55 @@
+"""What one step of the executor creates and gives back.
+
+:class:`StepBuffers` is everything a minibatch creates while its tasks run
+(activations, gradients, cost sums, the slices moving between processes); the
+task walk (:mod:`convnet.runtime.step.executor`) makes one per step and the
+task actions (:mod:`convnet.runtime.step.task_actions`) fill and empty it, so it
+lives apart from both.  :class:`StepResult` (the costs) and :class:`OpTiming`
+(when each task ran) are what a step returns to the training loop and the
+profiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StepResult:
+    """Costs of one minibatch: per cost layer, means over its cases."""
+
+    num_cases: int
+    costs: dict[str, dict[str, float]]
+    seconds: float = 0.0
+
+
+@dataclass
+class OpTiming:
+    """When one operation ran on one device (seconds since the step began)."""
+
+    device: int
+    kind: str
+    layer: str
+    start: float
+    end: float
+
+
+@dataclass
+class StepBuffers:
+    """Everything one minibatch creates; dropped when the step ends."""
+
+    batch: list
+    bounds: list[tuple[int, int]]
+    ctx_base: dict
+    progress: float  # of training, in [0, 1]: what the learning-rate schedules read
+    case_offset: int = 0  # of the first case, where the batch is a shard of a larger one
+    acts: dict = field(default_factory=dict)
+    states: dict = field(default_factory=dict)
+    grads: dict = field(default_factory=dict)
+    gouts: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)  # (cost layer, shard) -> sums over the shard
+    collectives: dict = field(default_factory=dict)
+    reduced: dict = field(default_factory=dict)  # (layer, pass, rank) -> summed gradient slices
+    received: dict = field(default_factory=dict)  # slices from other processes (transfers.py)
+    sends: list = field(default_factory=list)  # this step's pending sends to other processes
+    contexts: dict = field(default_factory=dict)  # shard -> Context (immutable, shared)
