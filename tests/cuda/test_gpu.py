@@ -231,13 +231,12 @@ def _batches(count=3, mini=8, seed=7):
              rng.integers(0, NUM_CLASSES, (mini, 1)).astype(np.float32)] for _ in range(count)]
 
 
-def _train(net, gpus, backend, parallel=True, batches=None, executor_class=None):
+def _train(net, gpus, backend, parallel=True, batches=None):
     from convnet.runtime.devices.backends import make_devices
     from convnet.runtime.step.executor import Executor
     from convnet.plan.planner import make_plan
 
-    cls = executor_class or Executor
-    ex = cls(net, make_plan(net, gpus, 8), make_devices(gpus, backend), seed=3,
+    ex = Executor(net, make_plan(net, gpus, 8), make_devices(gpus, backend), seed=3,
              parallel=parallel)
     try:
         costs = [ex.step(b, progress=i / 10).costs for i, b in enumerate(batches)]
@@ -299,16 +298,15 @@ def test_replicas_on_cuda_hold_identical_weights(tmp_path):
 
 
 @needs_two_gpus
-@pytest.mark.parametrize("wired", [False, True])
-def test_data_parallel_over_two_gpus_matches_the_cpu(tmp_path, wired):
-    """Peer copies, and (wired) the NCCL all-reduce through convnet.runtime.devices.collectives."""
-    from tests.runtime.devices.test_collectives import WiredExecutor
-
+@pytest.mark.parametrize("all_reduce", ["chunked", "nccl"])
+def test_data_parallel_over_two_gpus_matches_the_cpu(tmp_path, monkeypatch, all_reduce):
+    """Peer copies (chunked all-reduce), and the NCCL all-reduce of
+    convnet.runtime.devices.collectives, forced through CONVNET_ALLREDUCE."""
+    monkeypatch.setenv("CONVNET_ALLREDUCE", all_reduce)
     net = _load(tmp_path, "imagenet-2gpu-data")
     batches = _batches()
     want, _ = _train(net, (0, 1), "cpu", batches=batches)
-    got, _ = _train(net, (0, 1), "cuda", batches=batches,
-                    executor_class=WiredExecutor if wired else None)
+    got, _ = _train(net, (0, 1), "cuda", batches=batches)
     for key in want:
         np.testing.assert_allclose(got[key], want[key], rtol=1e-3, atol=1e-5, err_msg=key)
 
