@@ -213,6 +213,13 @@ def test_parts_of_a_package_import_only_the_parts_below_them():
         f"{a} -> {b}" for a, b in upward)
 
 
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    """A small source tree for the tests of the graph itself: path -> text."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 def test_an_upward_import_between_parts_is_found(tmp_path):
     files = {
         "convnet/__init__.py": "",
@@ -223,9 +230,7 @@ def test_an_upward_import_between_parts_is_found(tmp_path):
         "convnet/runtime/devices/__init__.py": "",
         "convnet/runtime/devices/base.py": "def late():\n    from convnet.runtime.step import executor\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    _write_tree(tmp_path, files)
     packages = {"convnet": "convnet"}
     assert upward_part_imports(import_graph(tmp_path, packages), module_files(tmp_path, packages)) \
         == [("convnet.runtime.devices.base", "convnet.runtime.step.executor")]
@@ -239,9 +244,7 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
         "pkg/sub/__init__.py": "",
         "pkg/sub/c.py": "from .. import a\nfrom ..b import late\nimport pkg.sub\nC = 1\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    _write_tree(tmp_path, files)
     graph = import_graph(tmp_path, ("pkg",))
     assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.sub.c"},
                      "pkg.sub": set(), "pkg.sub.c": {"pkg.a", "pkg.b", "pkg.sub"}}
@@ -255,9 +258,7 @@ def test_a_planted_cycle_is_found_and_named(tmp_path):
         "pkg/middle.py": "M = 1\ndef deferred():\n    from pkg.back import B\n",
         "pkg/back.py": "from .front import *\nB = 1\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    _write_tree(tmp_path, files)
     assert find_cycles(import_graph(tmp_path, ("pkg",))) == \
         [["pkg.back", "pkg.front", "pkg.middle", "pkg.back"]]
     (tmp_path / "pkg/middle.py").write_text("M = 1\n")
