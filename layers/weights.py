@@ -20,6 +20,37 @@ from .core import ComputeLayer, per_input
 from .dropout import keep_mask
 
 
+class _DropsOutputs:
+    """The ``dropout`` param of the dropout fork of cuda-convnet (fc and conv layers).
+
+    Each output (before the neuron) is dropped with that probability at train
+    time, without scaling, and the outputs are multiplied by 1 - dropout at test
+    time.  The mask is :func:`~convnet.layers.dropout.keep_mask`'s, so it does not
+    depend on the shard split.
+    """
+
+    def __init__(self, ldef):
+        super().__init__(ldef)
+        self.keep = 1.0 - float(ldef.params.get("dropout", 0.0))
+
+    def _drop(self, z, ctx):
+        """``z`` (in place) and the train-time mask (None when nothing is drawn)."""
+        if self.keep == 1.0:
+            return z, None
+        if not ctx.train:
+            z *= self.keep
+            return z, None
+        mask = keep_mask(z, self.keep, self.name, ctx)
+        z *= mask
+        return z, mask
+
+    def _undrop(self, grad, mask):
+        """The gradient before the drop, from the gradient after it."""
+        if self.keep == 1.0:
+            return grad
+        return grad * (self.keep if mask is None else mask.reshape(grad.shape))
+
+
 class _WeightLayer(ComputeLayer):
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         shapes = self.ldef.param_shapes()
@@ -68,9 +99,9 @@ class _ConvLike(_WeightLayer):
                     modules=self.modules)
 
 
-class ConvLayer(_ConvLike):
-    """Shared-weight convolution (cuda-convnet2 ``conv``)."""
-
+class ConvLayer(_DropsOutputs, _ConvLike):
+    """Shared-weight convolution (cuda-convnet2 ``conv``); its state is the kernel's
+    cache and the dropout mask."""
 
     def __init__(self, ldef):
         super().__init__(ldef)
@@ -79,11 +110,14 @@ class ConvLayer(_ConvLike):
     def _forward(self, inputs, params, ctx):
         y, cache = kconv.conv_forward(inputs, self._weights(params), params["b"],
                                       keep_cache=ctx.train, **self._geom())
-        return y, cache
+        y, mask = self._drop(y, ctx)
+        return y, (cache, mask)
 
     def _backward(self, grad, inputs, params, state, ctx, need):
+        cache, mask = state
+        grad = self._undrop(grad, mask)
         ws = self._weights(params)
-        dxs, dws, db = kconv.conv_backward(grad, inputs, ws, state, need,
+        dxs, dws, db = kconv.conv_backward(grad, inputs, ws, cache, need,
                                            shared_biases=params["b"].ndim == 1, **self._geom())
         grads = {f"W{i}": dw for i, dw in enumerate(dws)}
         grads["b"] = db.reshape(params["b"].shape)
@@ -107,33 +141,15 @@ class LocalLayer(_ConvLike):
         return dxs, grads
 
 
-class FCLayer(_WeightLayer):
-    """Fully connected; image inputs are flattened in (channel, row, column) order.
-
-    The ``dropout`` param (the dropout fork of cuda-convnet) drops each output
-    with that probability at train time, before the neuron, without scaling,
-    and multiplies the outputs by 1 - dropout at test time.
-    """
-
-    def __init__(self, ldef):
-        super().__init__(ldef)
-        self.keep = 1.0 - float(ldef.params.get("dropout", 0.0))
+class FCLayer(_DropsOutputs, _WeightLayer):
+    """Fully connected; image inputs are flattened in (channel, row, column) order."""
 
     def _forward(self, inputs, params, ctx):
         z = knn.fc_forward(inputs, self._weights(params), params["b"])
-        if self.keep == 1.0:
-            return z, None
-        if not ctx.train:
-            z *= self.keep
-            return z, None
-        mask = keep_mask(z, self.keep, self.name, ctx)
-        z *= mask
-        return z, mask
+        return self._drop(z, ctx)
 
     def _backward(self, grad, inputs, params, state, ctx, need):
-        grad = grad.reshape(grad.shape[0], -1)
-        if self.keep != 1.0:
-            grad = grad * (self.keep if state is None else state)
+        grad = self._undrop(grad.reshape(grad.shape[0], -1), state)
         dxs, dws, db = knn.fc_backward(grad, inputs, self._weights(params), need)
         grads = {f"W{i}": dw for i, dw in enumerate(dws)}
         grads["b"] = db

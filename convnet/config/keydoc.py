@@ -33,9 +33,9 @@ Files written for these projects load as those projects read them:
   `channels / groups`.  v1's `randSparse` (filters reading a random subset of
   their group's channels) is not implemented: `randSparse=1`, or a
   `filterChannels` below `channels / groups`, is an error saying so.
-- **the dropout fork** (`dnouri/cuda-convnet`): `dropout=p` in an `fc` layer's
-  params (drop each output with probability p at train time, unscaled, and
-  multiply by 1 - p at test time).
+- **the dropout fork** (`dnouri/cuda-convnet`): `dropout=p` in an `fc` or
+  `conv` layer's params (drop each output with probability p at train time,
+  unscaled, and multiply by 1 - p at test time).
 - **both originals' ConfigParser**: key names in any case (`filterSize` =
   `filtersize`; layer names stay case-sensitive), and a key given twice in a
   section takes its last value, with a one-line warning naming both lines.

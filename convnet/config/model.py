@@ -60,7 +60,7 @@ weight layers: epsW:[Schedule], epsB:Schedule, momW:[float], momB:float,
                wc:[float], wball:[float] (always 0: non-zero is rejected),
                updatePeriod:int (0 = every activation),
                sync:str|None ('sync' or 'local:K'; None: the run's --sync)
-fc:            also dropout:float (0; the dropout fork's train-time drop probability)
+fc, conv:      also dropout:float (0; the dropout fork's train-time drop probability)
 costs:         coeff:float (1), topk:int (1, at most the number of classes);
                cost.bce also posWeight:float (1), the weight of the positive term
 dropout*:      enable:bool (True), keep:float (0.5)

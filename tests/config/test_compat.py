@@ -283,6 +283,35 @@ def test_the_dropout_forks_fc_dropout_key(tmp_path):
     assert err.key == "dropout" and "< 1" in err.message
 
 
+CONV_DROPOUT = DATA_LAYERS + CONV + LOGREG_HEAD
+
+
+def test_the_dropout_forks_dropout_key_on_a_conv_layer(tmp_path):
+    """dropout=p on conv, as on fc: each output (case, filter, pixel) dropped with
+    probability p at train time, unscaled; x (1 - p) at test time; the mask's
+    bits do not depend on the shard split; the whole net passes --check-grads."""
+    net = load_text(tmp_path, CONV_DROPOUT, CONV_PARAMS + "dropout=0.5\n" + HEAD_PARAMS)
+    layer = build_layer(net["conv"])
+    params = layer.init_params(np.random.default_rng(0))
+    x = [np.random.default_rng(1).standard_normal((6, 3, 8, 8)).astype(np.float32)]
+    full = build_layer(load_text(tmp_path, CONV_DROPOUT, CONV_PARAMS + HEAD_PARAMS)["conv"]
+                       ).forward(x, params, Context())[0]
+    train, state = layer.forward(x, params, Context(train=True, seed=3, step=2))
+    mask = state[1]
+    assert mask.shape == train.shape == (6, 4, 8, 8)
+    np.testing.assert_array_equal(train, full * mask)
+    assert 0.4 < mask.mean() < 0.6
+    np.testing.assert_allclose(layer.forward(x, params, Context(train=False))[0], full * 0.5)
+    halves = [layer.forward([x[0][lo:lo + 3]], params,
+                            Context(train=True, seed=3, step=2, case_offset=lo))[1][1]
+              for lo in (0, 3)]
+    np.testing.assert_array_equal(np.concatenate(halves), mask)
+    _, grads = layer.backward(np.ones_like(train), x, train, params, state,
+                              Context(train=True, seed=3, step=2), [False])
+    np.testing.assert_allclose(grads["b"], mask.sum(axis=(0, 2, 3)))
+    assert check_net_gradients(net, batch_size=4, seed=1, report=lambda line: None)
+
+
 def test_cost_ce_is_cost_crossent(tmp_path):
     body = DATA_LAYERS.replace("dataIdx=1", "dataIdx=2") + CONV + LOGREG_HEAD.replace(
         "cost.logreg", "cost.ce")

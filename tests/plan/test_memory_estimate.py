@@ -43,6 +43,20 @@ def _imagenet(name="imagenet-2gpu-model", size=64):
                     data_dims={0: (3, size, size), 1: (1,)}, num_classes=1000)
 
 
+def _cifar10(params=REF / "layer-params-cifar10-11pct.cfg"):
+    return load_net(REF / "layers-cifar10-11pct.cfg", params,
+                    data_dims={0: (3, 32, 32), 1: (1,)}, num_classes=10)
+
+
+def _cifar10_with_fork_dropout(tmp_path):
+    """The CIFAR-10 net with the dropout fork's ``dropout=`` on conv1 and fc10."""
+    params = (REF / "layer-params-cifar10-11pct.cfg").read_text()
+    for name in ("conv1", "fc10"):
+        params = params.replace(f"[{name}]\n", f"[{name}]\ndropout=0.5\n")
+    (tmp_path / "params.cfg").write_text(params)
+    return _cifar10(tmp_path / "params.cfg")
+
+
 def _digits(layer_def):
     params = "digits-hybrid-params.cfg" if "hybrid" in layer_def else "digits-params.cfg"
     return load_net(EXAMPLES / layer_def, EXAMPLES / params, data_dims={0: (1, 8, 8), 1: (1,)},
@@ -79,15 +93,15 @@ def _arrays(obj):
     return []  # e.g. the conv cache's layout name
 
 
-@pytest.mark.parametrize("make_net, gpus", [(_all_layers, (0,)), (_imagenet, (0, 1)),
-                                            (lambda: _imagenet("imagenet-1gpu", 128), (0,)),
-                                            (lambda: load_net(REF / "layers-cifar10-11pct.cfg",
-                                                              REF / "layer-params-cifar10-11pct.cfg",
-                                                              data_dims={0: (3, 32, 32), 1: (1,)},
-                                                              num_classes=10), (0,))],
-                         ids=["all-layers", "imagenet-2gpu-model", "imagenet-1gpu", "cifar10"])
-def test_each_layer_types_rule_is_what_its_forward_call_keeps(make_net, gpus):
-    net, mini = make_net(), 4
+@pytest.mark.parametrize("make_net, gpus", [(lambda _: _all_layers(), (0,)),
+                                            (lambda _: _imagenet(), (0, 1)),
+                                            (lambda _: _imagenet("imagenet-1gpu", 128), (0,)),
+                                            (lambda _: _cifar10(), (0,)),
+                                            (_cifar10_with_fork_dropout, (0,))],
+                         ids=["all-layers", "imagenet-2gpu-model", "imagenet-1gpu", "cifar10",
+                              "cifar10-fork-dropout"])
+def test_each_layer_types_rule_is_what_its_forward_call_keeps(make_net, gpus, tmp_path):
+    net, mini = make_net(tmp_path), 4
     buffers, ex = _forward_buffers(net, gpus, mini)
     plan = ex.plan
     checked = set()

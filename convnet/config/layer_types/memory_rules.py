@@ -72,7 +72,7 @@ def conv_memory(layer) -> LayerMemory:
     columns; ``winograd`` each input's transformed tiles (a^2 C T^2, with T^2 tiles
     of a x a for the layer's F(m, r)); ``chwn`` each input's zero-padded copy
     (C, T, T) with T = (modulesX - 1) * stride + filterSize; ``nchw`` each input's
-    columns (C * fs^2, modulesX^2)."""
+    columns (C * fs^2, modulesX^2); and the dropout fork's mask, as for fc."""
     a = layer.attrs
     m, n = a["modulesX"], len(layer.inputs)
     layout = conv_kernel_layout(layer)
@@ -86,7 +86,7 @@ def conv_memory(layer) -> LayerMemory:
             kept += c * ((m - 1) * a["stride"][i] + fs) ** 2
         elif layout == "nchw":
             kept += c * fs * fs * m * m
-    return _with_neuron(layer, LayerMemory(True, FLOAT * kept))
+    return _with_neuron(layer, LayerMemory(True, FLOAT * kept + _fork_dropout_mask(layer)))
 
 
 def local_memory(layer) -> LayerMemory:
@@ -99,8 +99,12 @@ def local_memory(layer) -> LayerMemory:
 
 def fc_memory(layer) -> LayerMemory:
     """GEMMs need only the inputs; the dropout fork's ``dropout=`` keeps its mask."""
-    kept = MASK * layer.outputs if layer.params.get("dropout", 0.0) else 0
-    return _with_neuron(layer, LayerMemory(True, kept))
+    return _with_neuron(layer, LayerMemory(True, _fork_dropout_mask(layer)))
+
+
+def _fork_dropout_mask(layer) -> int:
+    """Bytes of the mask that the dropout fork's ``dropout=`` keeps (fc and conv)."""
+    return MASK * layer.outputs if layer.params.get("dropout", 0.0) else 0
 
 
 def pool_memory(layer) -> LayerMemory:

@@ -194,7 +194,7 @@ _NORM_PARAMS = (
     Key("minDiv", Float(gt=0), default=1.0),
 )
 # The dropout fork of cuda-convnet (dnouri/cuda-convnet): ``dropout=p`` in an fc
-# layer's params drops each output with probability p at train time (no
+# or conv layer's params drops each output with probability p at train time (no
 # scaling) and multiplies the outputs by 1 - p at test time, like dropout2.
 _FORK_DROPOUT = Key("dropout", Float(lo=0, lt=1), default=0.0)
 _DROPOUT_PARAMS = (
@@ -222,7 +222,7 @@ LAYER_TYPES: dict[str, LayerType] = _table(
               attrs=(Key("dataIdx", Int(lo=0)),)),
     LayerType("conv", implementation="convnet.layers.weights:ConvLayer", weights=weights.conv_weights,
               memory=memory.conv_memory,
-              hints=_FILTER_HINTS, params=_WEIGHT_PARAMS + (_WBALL,),
+              hints=_FILTER_HINTS, params=_WEIGHT_PARAMS + (_WBALL, _FORK_DROPOUT),
               attrs=_FILTER_ATTRS + (Key("sharedBiases", Bool(), default=True),),
               **_FILTER_TYPE),
     LayerType("local", implementation="convnet.layers.weights:LocalLayer", weights=weights.local_weights,

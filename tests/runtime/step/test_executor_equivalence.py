@@ -74,6 +74,19 @@ def test_data_parallel_equals_one_device(tmp_path, name, gpus):
         assert got["logprob"]["cost"] == pytest.approx(want["logprob"], rel=1e-4)
 
 
+def test_data_parallel_equals_one_device_with_dropout_on_a_conv_layer(tmp_path):
+    """The dropout fork's ``dropout=`` on conv2: two data-parallel shards draw the
+    masks that one device draws, so the weights and costs agree."""
+    net = _load(tmp_path, "imagenet-2gpu-data",
+                lambda text: text.replace("[conv2]\n", "[conv2]\ndropout=0.3\n"))
+    assert net["conv2"].params["dropout"] == 0.3
+    batches = _batches(STEPS)
+    state, costs, _ = _run_executor(net, (0, 1), batches=batches)
+    ref, ref_costs = _run_reference(net, batches)
+    _assert_weights_close(state, ref)
+    for got, want in zip(costs, ref_costs):
+        assert got["logprob"]["cost"] == pytest.approx(want["logprob"], rel=1e-4)
+
 def test_model_parallel_equals_one_device(tmp_path):
     """Model parallelism equals one device, on the two-tower structure of layers-imagenet-2gpu-model.cfg."""
     net = _load(tmp_path, "imagenet-2gpu-model")
