@@ -78,7 +78,7 @@ def test_cifar_values_and_defaults():
     assert conv1.attrs["initB"] == 0.0 and conv1.attrs["groups"] == [1]
     assert conv1.params == {"epsW": [Schedule("const", 0.001)], "epsB": Schedule("const", 0.002),
                             "momW": [0.9], "momB": 0.9, "wc": [0.0], "wball": [0.0],
-                            "updatePeriod": 0, "sync": None}
+                            "updatePeriod": 0, "sync": None, "dropout": 0.0}
     assert net["rnorm1"].params == {"scale": 0.001, "pow": 0.75, "minDiv": 1.0}
     assert net["rnorm1"].attrs["size"] == 9
     assert net["logprob"].params == {"coeff": 1.0, "topk": 1}
