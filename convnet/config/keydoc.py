@@ -39,6 +39,9 @@ Files written for these projects load as those projects read them:
 - **both originals' ConfigParser**: key names in any case (`filterSize` =
   `filtersize`; layer names stay case-sensitive), and a key given twice in a
   section takes its last value, with a one-line warning naming both lines.
+- **cuda-convnet2's params lookup**: a layer-params section that names no layer
+  of the layer-def file is not read (one-line warning), as cuda-convnet2 read
+  only the sections of the layers it defined.
 - Older type names: see *also written* below (`cost.ce` = `cost.crossent`).
 
 `wball`: after every update each conv filter / fc output unit of that input's

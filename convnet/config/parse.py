@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from convnet.config.ini import Entry, IniFile, Section, read_ini
 from convnet.config.layer_types.table import LAYER_TYPES, REQUIRED, TYPE_ALIASES, Key, LayerType
-from convnet.config.values.location import Where, quote
+from convnet.config.values.location import Where, quote, warn
 from convnet.config.model import LayerDef, NetConfig
 from convnet.config.values.neurons import NeuronValue
 from convnet.config.values.suggest import nearest
@@ -29,16 +29,23 @@ def parse_net(layer_def_path, layer_params_path) -> NetConfig:
     params = read_ini(layer_params_path)
     if not defs.sections:
         raise Where(defs.path).error("defines no layers (no [section] found)")
-    for section in params.sections.values():
-        if section.name not in defs.sections:
-            raise Where(params.path, section.name, None, section.line).error(
-                f"no layer of this name in {defs.path}",
-                suggestion=nearest(section.name, defs.sections))
+    for name in _unread_sections(defs, params):
+        # cuda-convnet2 looked up the params of the layers it defined and never
+        # saw other sections: a file shared by several nets still loads.
+        section = params.sections[name]
+        warn(Where(params.path, name, None, section.line),
+             f"no layer of this name in {defs.path}; its keys are not read, as in cuda-convnet2",
+             suggestion=nearest(name, defs.sections))
     layers: dict[str, LayerDef] = {}
     for section in defs.sections.values():
         layers[section.name] = _LayerParser(section, defs, params, layers).parse()
     return NetConfig(layers=layers, data_dims={}, num_classes=0,
                      layer_def_file=defs.path, layer_params_file=params.path)
+
+
+def _unread_sections(defs: IniFile, params: IniFile) -> list[str]:
+    """The layer-params sections that name no layer of the layer-def file."""
+    return [name for name in params.sections if name not in defs.sections]
 
 
 def _canonical_names(ltype: LayerType) -> dict[str, str]:
@@ -200,7 +207,9 @@ class _LayerParser:
             where = self.param_here.at(missing[0])
             if self.param_section is None:
                 raise where.error(f"no [{self.section.name}] section in the layer-params file; "
-                                  f"{ltype.name} layers need {', '.join(missing)}")
+                                  f"{ltype.name} layers need {', '.join(missing)}",
+                                  suggestion=nearest(self.section.name,
+                                                     _unread_sections(self.defs, self.params)))
             raise where.error(f"missing {', '.join(missing)} (needed by {ltype.name} layers)")
         return {key.name: self._value(key, entries, param_entries, count) for key in ltype.params}
 

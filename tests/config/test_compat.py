@@ -46,8 +46,25 @@ def test_key_names_ignore_case_as_configparser_did(tmp_path):
 
 
 def test_layer_names_stay_case_sensitive(tmp_path):
-    err = config_error(tmp_path, DATA_LAYERS + CONV, CONV_PARAMS.replace("[conv]", "[Conv]"))
-    assert err.section == "Conv" and err.suggestion == "conv"
+    with pytest.warns(ConfigWarning, match=r"\[Conv\]: line 1: no layer of this name"):
+        err = config_error(tmp_path, DATA_LAYERS + CONV, CONV_PARAMS.replace("[conv]", "[Conv]"))
+    assert err.section == "conv" and err.key == "epsW" and err.suggestion == "Conv"
+
+
+def test_a_params_section_naming_no_layer_is_skipped_with_one_warning(tmp_path):
+    """cuda-convnet2 read the params of the layers it defined and never looked at
+    other sections (a params file shared by several nets): one warning line, and
+    the section's keys, even bad ones, are not read."""
+    params = CONV_PARAMS + HEAD_PARAMS + "\n[fc7]\nepsW=oops\nnot_a_key=1\n"
+    with pytest.warns(ConfigWarning) as caught:
+        net = load_text(tmp_path, DATA_LAYERS + CONV + LOGREG_HEAD, params)
+    assert "fc7" not in net.layers
+    (warning,) = caught
+    line = params.splitlines().index("[fc7]") + 1
+    assert str(warning.message) == (
+        f"{tmp_path / 'params.cfg'} [fc7]: line {line}: no layer of this name in "
+        f"{tmp_path / 'layers.cfg'}; its keys are not read, as in cuda-convnet2 "
+        "(did you mean 'fc'?)")
 
 
 def test_a_key_given_twice_takes_its_last_value_with_one_warning(tmp_path):

@@ -163,8 +163,9 @@ CASES = {
     "bad_hint": _def("conv1", "sumWidth", "expected an integer",
                      ("filters=16", "filters=16\nsumWidth=x")),
     # Layer-params file.
-    "params_unknown_section": _params("cnv1", None, "no layer of this name", ("[conv1]", "[cnv1]"),
-                                      suggestion="conv1"),
+    # [cnv1] names no layer (a warning); conv1 then lacks its params.
+    "params_section_typo": _params("conv1", "epsW", "no [conv1] section", ("[conv1]", "[cnv1]"),
+                                   suggestion="cnv1"),
     "params_key_typo": _params("conv1", "epsV", "not a layer-params key", ("epsW", "epsV"),
                                suggestion="epsW"),
     "params_missing_epsW": _params("conv1", "epsW", "missing epsW", ("epsW=0.01\n", "")),

@@ -42,8 +42,8 @@ class Where:
                            suggestion=suggestion)
 
 
-def warn(where: Where, message: str) -> None:
+def warn(where: Where, message: str, suggestion: str | None = None) -> None:
     """Report something accepted but worth a look (e.g. a key given twice) as a
     :class:`ConfigWarning` whose text names the file, section, key and line like
     an error does."""
-    warnings.warn(ConfigWarning(str(where.error(message))), stacklevel=2)
+    warnings.warn(ConfigWarning(str(where.error(message, suggestion))), stacklevel=2)
