@@ -8,6 +8,7 @@ randSparse, wball, the dropout fork's ``dropout=`` and ``cost.ce``.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -137,6 +138,18 @@ def test_data_dims_give_every_column():
     assert parse_data_columns("3x8x8, 1, 1x8x8")[2] == (1, 8, 8)
     with pytest.raises(ConfigError, match="one size per column"):
         parse_data_columns("3x8x8,,1")
+
+
+def test_a_missing_column_hint_shows_the_extra_column_form(tmp_path):
+    """The hint for dataIdx 2 lists every column up to it, the known ones as given,
+    and the example parses to dims for column 2."""
+    err = config_error(tmp_path, TWO_HEADS, TWO_HEADS_PARAMS, data_dims=parse_data_columns("3x8x8"))
+    assert err.section == "coarse" and err.key == "dataIdx"
+    assert "--data-dims 3x8x8,1,1 " in err.message, err.message
+    example = re.search(r"--data-dims (\S+)", err.message).group(1)
+    assert parse_data_columns(example) == {0: (3, 8, 8), 1: (1,), 2: (1,)}
+    first = config_error(tmp_path, TWO_HEADS, TWO_HEADS_PARAMS, data_dims={})
+    assert first.section == "data" and "e.g. --data-dims 3x224x224" in first.message
 
 
 def test_heads_of_different_widths_on_several_label_columns(tmp_path):

@@ -105,13 +105,25 @@ def _image_size(layer, index: int, channels: int, state: ShapeState) -> int:
     return size
 
 
+def _data_dims_hint(index: int, known: dict) -> str:
+    """How to give column ``index`` on the command line: ``--data-dims`` lists the
+    columns in dataIdx order, so the example repeats the known ones and fills
+    the others with one value per case (``3x224x224,1,1`` for column 2)."""
+    if index == 0:
+        return "give them, e.g. --data-dims 3x224x224"
+    columns = [_text(known[c]) if c in known else ("3x224x224" if c == 0 else "1")
+               for c in range(index + 1)]
+    return (f"give every column up to it after commas, e.g. --data-dims {','.join(columns)} "
+            f"(column {index}: one value per case)")
+
+
 def data_shape(layer, state: ShapeState) -> Shape:
     index = layer.attrs["dataIdx"]
     where = state.at(layer, "dataIdx")
     if index not in state.data_dims:
         known = ", ".join(map(str, sorted(state.data_dims))) or "none"
         raise where.error(f"no data dimensions for dataIdx {index} (known: {known}); "
-                          "give them, e.g. --data-dims 3x224x224")
+                          + _data_dims_hint(index, state.data_dims))
     try:
         dims = tuple(operator.index(d) for d in state.data_dims[index])
     except TypeError:
