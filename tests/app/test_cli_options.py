@@ -57,6 +57,23 @@ def test_spec_options_are_accepted(argv):
     build_parser().parse_args(argv)
 
 
+def test_the_originals_f_is_load_file():
+    args = build_parser().parse_args(["-f", "runs/a", "--epochs", "3"])
+    assert str(args.load_file) == "runs/a" and args.epochs == 3
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--save-file", "runs/b"], ["cuda-convnet2's --save-file named the checkpoint folder to "
+                                 "save to", "use --save-path DIR"]),
+    (["--test-one=1"], ["cuda-convnet2's --test-one tested on one test batch at a time",
+                        "give a --test-range of one batch"]),
+])
+def test_the_originals_retired_flags_say_what_to_use_here(capsys, argv, fragments):
+    code, err = call(capsys, *argv)
+    assert_clean_error((code, err), 2, *fragments)
+    assert "did you mean" not in err
+
+
 def test_cuda_convnet2_flag_values():
     args = build_parser().parse_args(["--test-only=1", "--force-save=0", "--multiview-test",
                                       "true"])

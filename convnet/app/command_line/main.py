@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from convnet.app import bundled_example
+from convnet.app.command_line.original_flags import SHORT_FLAGS, retired_flag_hint
 from convnet.app.invocation import program_name
 from convnet.app.option_values import (BACKEND_NAMES, DEFAULT_STALENESS, batch_range,
                                        color_noise, data_dims, flag, gpu_list, layer_name,
@@ -78,13 +79,18 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         if message.startswith("unrecognized arguments:"):
             unknown = message.split(":", 1)[1].split()
-            known = [s for a in self._actions for s in a.option_strings]
-            for word in unknown:
-                close = difflib.get_close_matches(word.split("=")[0], known, n=1)
-                if close:
-                    message += f" (did you mean '{close[0]}'?)"
-                    break
+            hint = retired_flag_hint(unknown) or self._near_name(unknown)
+            if hint:
+                message += f" ({hint})"
         raise UsageError(f"{message} (see --help)")
+
+    def _near_name(self, unknown: list[str]) -> str | None:
+        known = [s for a in self._actions for s in a.option_strings]
+        for word in unknown:
+            close = difflib.get_close_matches(word.split("=")[0], known, n=1)
+            if close:
+                return f"did you mean '{close[0]}'?"
+        return None
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -190,9 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="folder for the checkpoint (DIR/checkpoint.npz) and the CSV log "
                             "(DIR/log.csv); nothing is saved without it; one run at a time "
                             "(default with --load-file: the checkpoint's folder)")
-    train.add_argument("--load-file", type=Path, default=None, metavar="FILE",
+    train.add_argument("--load-file", SHORT_FLAGS["--load-file"], type=Path, default=None,
+                       metavar="FILE",
                        help="checkpoint to resume from (a checkpoint.npz, or the folder "
-                            "holding it); the saved options apply unless given again here")
+                            "holding it); the saved options apply unless given again here "
+                            "(-f is cuda-convnet's spelling)")
     train.add_argument("--force-save", type=flag, nargs="?", const=True, default=False,
                        metavar="0|1",
                        help="save a checkpoint when training ends even if the test error is "
