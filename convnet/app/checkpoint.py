@@ -13,9 +13,10 @@ stored as plain numbers and lists.  Arrays of Python objects are refused.
 
 Atomicity
 ---------
-:func:`save_checkpoint` writes a temporary file ``.<name>.<pid>.<random>.tmp``
-in the target's directory, fsyncs it, renames it onto the target with
-``os.replace`` and fsyncs the directory.  A process killed at any moment
+:func:`save_checkpoint` writes through :func:`convnet.outputs.write_output`: a
+temporary file ``.<name>.<pid>.<random>.tmp`` in the target's directory, fsynced
+and renamed onto the target with ``os.replace`` (a link there is replaced, never
+followed), then the directory fsynced.  A process killed at any moment
 therefore leaves either the previous checkpoint or the new one, never a mix.
 Its temporary file may remain; the next save to the same target deletes such
 leftovers (one writer per target: a training run holds its save path's lock,
@@ -42,7 +43,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
 import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -51,6 +51,7 @@ import numpy as np
 
 from convnet.errors import CheckpointError
 from convnet.filekind import not_a_regular_file
+from convnet.outputs import temp_prefix, write_output
 
 #: The checkpoint file inside a training run's save path.
 CHECKPOINT_NAME = "checkpoint.npz"
@@ -105,7 +106,7 @@ def _write_npz(file: BinaryIO, members: dict[str, np.ndarray]) -> None:
 
 
 def _remove_stale_temps(directory: str, name: str) -> None:
-    prefix = f".{name}."
+    prefix = temp_prefix(name)
     for entry in os.listdir(directory):
         if entry.startswith(prefix) and entry.endswith(".tmp"):
             try:
@@ -114,46 +115,18 @@ def _remove_stale_temps(directory: str, name: str) -> None:
                 pass  # gone already, or not ours to remove; the save goes on
 
 
-def _fsync_directory(directory: str) -> None:
-    """Make the rename durable.  Some file systems cannot fsync a directory;
-    the rename has happened either way, so that is not an error."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def save_checkpoint(path: str | os.PathLike, arrays: dict[str, np.ndarray], meta: dict) -> None:
     """Atomically write ``arrays`` and JSON-able ``meta`` to ``path`` (parents created)."""
     path = os.path.abspath(os.fspath(path))
     directory, name = os.path.split(path)
     members = {HEADER_KEY: _header(arrays, meta), **arrays}
-    temp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         os.makedirs(directory, exist_ok=True)
         _remove_stale_temps(directory, name)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as file:
-            _write_npz(file, members)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException as error:
-        try:
-            os.remove(temp)
-        except OSError:
-            pass
-        if isinstance(error, OSError):
-            raise CheckpointError(f"cannot write checkpoint {path}: "
-                                  f"{error.strerror or error}") from error
-        raise
-    _fsync_directory(directory)
+        write_output(path, lambda file: _write_npz(file, members))
+    except OSError as error:
+        raise CheckpointError(f"cannot write checkpoint {path}: "
+                              f"{error.strerror or error}") from error
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:

@@ -23,6 +23,7 @@ from convnet.app.option_values import (BACKEND_NAMES, MAX_DEVICES, batch_range, 
                                        provider_name, scalar_mean, sync_mode)
 from convnet.errors import CheckpointError, UsageError
 from convnet.filekind import not_a_regular_file
+from convnet.outputs import refuse_existing
 from convnet.simulate.hardware import device_kind
 
 #: What a config file a checkpoint names may be called.
@@ -278,6 +279,8 @@ def check_options(opts: RunOptions) -> None:
     if opts.multiview_test and not opts.inner_size:
         raise UsageError("--multiview-test tests on crops: give --inner-size too (e.g. the "
                          "image size for centre and mirror views)")
+    if opts.plan_graph is not None:
+        refuse_existing(opts.plan_graph, opts.overwrite, keep="give another --plan-graph PNG")
     if opts.simulate and not opts.print_plan:
         raise UsageError("--simulate predicts the step of the printed plan: give --print-plan "
                          "too")
@@ -332,9 +335,7 @@ def check_auto_place(opts: RunOptions) -> None:
         raise UsageError(f"--auto-place-out: {out} is a folder; give a file name")
     if not out.parent.is_dir():
         raise UsageError(f"--auto-place-out: the folder {out.parent} does not exist")
-    if out.exists() and not opts.overwrite:
-        raise UsageError(f"--auto-place: {out} exists; give another --auto-place-out FILE, "
-                         f"or --overwrite to replace it")
+    refuse_existing(out, opts.overwrite, keep="give another --auto-place-out FILE")
 
 
 def options_for_checkpoint(opts: RunOptions) -> dict:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from convnet.config.model import NetConfig
 from convnet.errors import ConvnetError
+from convnet.outputs import write_output
 from convnet.plan.ops import Plan
 
 DPI = 100
@@ -170,14 +171,15 @@ def plan_figure(plan: Plan, net: NetConfig, title: str | None = None):
 
 
 def write_plan_graph(plan: Plan, net: NetConfig, path: Path, note=None) -> Path:
-    """Draw the plan's layer graph into ``path`` (PNG) and say so on stderr."""
+    """Draw the plan's layer graph into ``path`` (PNG, replaced atomically, never
+    through a link) and say so on stderr."""
     title = Path(net.layer_def_file).name if net.layer_def_file else None
     fig = plan_figure(plan, net, title)
     path = Path(path)
     try:
         if path.parent and not path.parent.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png", dpi=DPI)
+        write_output(path, lambda file: fig.savefig(file, format="png", dpi=DPI))
     except OSError as error:
         raise ConvnetError(f"cannot write the plan graph {path}: {error.strerror}") from None
     (note or (lambda text: print(text, file=sys.stderr)))(f"wrote the layer graph to {path}")

@@ -206,9 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="save a checkpoint when training ends even if the test error is "
                             "above --max-test-err (default: 0)")
     train.add_argument("--overwrite", action="store_true",
-                       help="start over in a save path that holds an earlier run's "
-                            "checkpoint, replacing it at the first save (without it such a "
-                            "run is refused)")
+                       help="replace what an earlier run left: start over in a save path "
+                            "that holds an earlier run's checkpoint or log, and replace "
+                            "existing features files, --plan-graph, --compare and "
+                            "--auto-place outputs (without it such a run is refused)")
     train.add_argument("--max-test-err", type=max_test_err, default=None, metavar="FRAC",
                        help="save a checkpoint only when the test error (a fraction, 0.05 = "
                             "5%%) is at most this (default: always save)")

@@ -16,7 +16,9 @@ figures shown, and where each comes from.
 Without ``--save-path`` the runs' logs go to a temporary folder that is
 deleted afterwards and no checkpoint is written; with it, run ``NAME`` keeps
 its ``log.csv`` and ``checkpoint.npz`` in ``SAVE_PATH/NAME/`` and the table and
-the picture are written to ``SAVE_PATH/compare.txt`` and ``SAVE_PATH/compare.png``.
+the picture are written to ``SAVE_PATH/compare.txt`` and ``SAVE_PATH/compare.png``
+(atomically, never through a link; ones already there only with ``--overwrite``,
+checked before any training, like the runs' sub-folders).
 """
 
 from __future__ import annotations
@@ -43,9 +45,15 @@ from convnet.app.run.summary import oversubscription_warning
 from convnet.config.values.typed import local_sgd_period
 from convnet.errors import ConvnetError, UsageError
 from convnet.optional import require_matplotlib
+from convnet.outputs import refuse_existing, write_output
 from convnet.plan.report import device_totals
 from convnet.runtime.devices.backends import choose_backend
 from convnet.runtime.step.tasks import local_periods
+
+
+#: The picture and the table a --compare with --save-path writes into it.
+PICTURE_NAME = "compare.png"
+TABLE_NAME = "compare.txt"
 
 
 def compare(args: argparse.Namespace, out=print, provider=None,
@@ -90,6 +98,8 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     if save_root is not None:  # before any training: no run may fail at its own turn
         for o in options:
             check_checkpoint_slot(o.save_path, None, o.overwrite, resumable=False)
+        for name in (PICTURE_NAME, TABLE_NAME):
+            refuse_existing(save_root / name, args.overwrite, keep="give another --save-path")
     warnings = comparison_warnings(results, options[0], provider)
     for text in warnings:
         print(f"warning: {text}", file=sys.stderr)
@@ -104,10 +114,10 @@ def compare(args: argparse.Namespace, out=print, provider=None,
         out(table)
         picture = None
         if save_root is not None:
-            picture = save_root / "compare.png"
+            picture = save_root / PICTURE_NAME
             write_comparison_png(results, picture)
-            _write_text(save_root / "compare.txt", table + "\n")
-            out(f"\nwrote {save_root / 'compare.txt'} and {picture}")
+            _write_text(save_root / TABLE_NAME, table + "\n")
+            out(f"\nwrote {save_root / TABLE_NAME} and {picture}")
         return results, picture
     finally:
         if scratch is not None:
@@ -137,6 +147,6 @@ def run_compare(args: argparse.Namespace) -> int:
 def _write_text(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_output(path, text.encode())
     except OSError as error:
         raise ConvnetError(f"cannot write {path}: {error.strerror}") from None

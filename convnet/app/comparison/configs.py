@@ -14,6 +14,7 @@ from pathlib import Path
 
 from convnet.app.options import RunOptions, resolve_options
 from convnet.errors import UsageError
+from convnet.outputs import file_name_part
 
 #: Options that make no sense with --compare, and why.
 _NOT_WITH_COMPARE = (
@@ -52,7 +53,7 @@ def run_names(configs: list[Path], modes: list[str] | None = None) -> list[str]:
     in the order of :func:`config_options`."""
     names, seen = [], {}
     for path in configs:
-        stem = Path(path).stem
+        stem = file_name_part(Path(path).stem)  # "...cfg" is named "..": not a folder name
         seen[stem] = seen.get(stem, 0) + 1
         names.append(stem if seen[stem] == 1 else f"{stem}#{seen[stem]}")
     if modes is None or len(modes) < 2:

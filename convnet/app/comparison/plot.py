@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 
 from convnet.errors import ConvnetError
+from convnet.outputs import write_output
 from convnet.runtime.sync.async_replicas import async_replica_devices
 
 DPI = 100
@@ -79,12 +80,12 @@ def comparison_figure(results):
 
 
 def write_comparison_png(results, path: Path) -> Path:
-    """Draw the comparison into ``path`` (a PNG)."""
+    """Draw the comparison into ``path`` (a PNG, replaced atomically, never through a link)."""
     fig = comparison_figure(results)
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png", dpi=DPI)
+        write_output(path, lambda file: fig.savefig(file, format="png", dpi=DPI))
     except OSError as error:
         raise ConvnetError(f"cannot write the picture {path}: {error.strerror}") from None
     return path

@@ -1,6 +1,7 @@
 """``--auto-place N``: rank a family of placements of the net with the simulator and
 write the best as a layer-def file (and, where it changes update periods, a
-layer-params file).
+layer-params file): both are written whole or neither is
+(:func:`convnet.outputs.write_outputs`).
 
 The per-layer costs are profiled once (every layer on one device, see
 :mod:`convnet.app.prediction.simulation`), and every candidate is simulated from that
@@ -21,7 +22,8 @@ from convnet.app.prediction.simulation import measure_costs
 from convnet.config.gpu_lines import set_gpu_lines, set_key_lines
 from convnet.config.ini import read_text
 from convnet.config.model import NetConfig
-from convnet.errors import ConvnetError, PlanError, UsageError
+from convnet.errors import ConvnetError, PlanError
+from convnet.outputs import refuse_existing, write_outputs
 from convnet.plan.ops import Plan
 from convnet.plan.placements import Candidate, candidates
 from convnet.plan.planner import make_plan
@@ -89,13 +91,6 @@ def ranking_text(ranking: Ranking) -> str:
     return "\n".join(lines)
 
 
-def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text)
-    except OSError as error:
-        raise ConvnetError(f"--auto-place: cannot write {path}: {error.strerror}") from None
-
-
 def run(opts: RunOptions) -> int:
     """Rank the placements, print the table and write the best one."""
     out = auto_place_output(opts)
@@ -108,15 +103,22 @@ def run(opts: RunOptions) -> int:
     best = ranking.ranked[0]
     periods = changed_periods(net, best)
     params_out = params_output(opts, out)
-    if periods and params_out.exists() and not opts.overwrite:
-        raise UsageError(f"--auto-place: {params_out} exists; give another --auto-place-out "
-                         f"FILE, or --overwrite to replace it")
-    _write(out, set_gpu_lines(read_text(str(opts.layer_def)), str(opts.layer_def),
-                              best.candidate.gpus))
+    layer_def = set_gpu_lines(read_text(str(opts.layer_def)), str(opts.layer_def),
+                              best.candidate.gpus)
+    files = [(out, layer_def.encode())]
     if periods:
-        _write(params_out, set_key_lines(read_text(str(opts.layer_params)),
-                                         str(opts.layer_params), "updatePeriod",
-                                         {name: str(u) for name, u in periods.items()}))
+        refuse_existing(params_out, opts.overwrite, keep="give another --auto-place-out FILE")
+        files.append((params_out, set_key_lines(read_text(str(opts.layer_params)),
+                                                str(opts.layer_params), "updatePeriod",
+                                                {name: str(u) for name, u in periods.items()}
+                                                ).encode()))
+    try:  # both or neither: a layer-def without its params file would train wrongly
+        write_outputs(files)
+    except OSError as error:
+        names = " and ".join(str(path) for path, _ in files)
+        raise ConvnetError(f"--auto-place: cannot write {names}: {error.strerror or error} "
+                           "(nothing written)") from None
+    if periods:
         print(f"best: {best.candidate.name}, written to {out} and {params_out} "
               f"(train with --layer-params {params_out})")
     else:

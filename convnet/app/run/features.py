@@ -19,18 +19,30 @@ from convnet.app.options import RunOptions
 from convnet.app.run.log import RunLog
 from convnet.config.model import NetConfig
 from convnet.errors import ConfigError, DataError
+from convnet.outputs import file_name_part, refuse_existing, write_output
 from convnet.plan.ops import Plan
 
 
 def feature_folder(opts: RunOptions) -> Path:
-    """``--feature-path``, else ``features-LAYER`` in the save path (or the current folder)."""
+    """``--feature-path``, else ``features-LAYER`` in the save path (or the current folder);
+    LAYER as :func:`~convnet.outputs.file_name_part` makes it, so that the folder stays
+    inside the save path whatever the layer is called."""
     base = Path(opts.save_path) if opts.save_path else Path(".")
-    return Path(opts.feature_path or base / f"features-{opts.write_features}")
+    return Path(opts.feature_path or base / f"features-{file_name_part(opts.write_features)}")
 
 
-def check_feature_layer(opts: RunOptions, net: NetConfig, plan: Plan, make_folder: bool) -> None:
+def feature_files(opts: RunOptions, test_batches) -> list[tuple[int, Path]]:
+    """(batch, file) of every features file the run writes."""
+    folder = feature_folder(opts)
+    return [(batch_id, folder / f"data_batch_{batch_id}.npz") for batch_id in test_batches]
+
+
+def check_feature_layer(opts: RunOptions, net: NetConfig, plan: Plan, test_batches,
+                        make_folder: bool) -> None:
     """Refuse a ``--write-features`` layer the net lacks or does not compute; with
-    ``make_folder`` (the process that writes) make the folder now."""
+    ``make_folder`` (the process that writes) make the folder now and refuse features
+    files already there unless ``--overwrite`` (not after the training: a folder that
+    cannot be made or a file that may not be replaced fails early)."""
     layer = opts.write_features
     if layer is None:
         return
@@ -43,12 +55,15 @@ def check_feature_layer(opts: RunOptions, net: NetConfig, plan: Plan, make_folde
     if placement is None or not placement.devices:
         raise ConfigError(f"--write-features: layer '{layer}' is not computed (nothing "
                           f"reads it)", file=net.layer_def_file)
-    if make_folder:  # now, not after the training: a folder that cannot be made fails early
-        try:
-            feature_folder(opts).mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise DataError(f"cannot create feature folder {feature_folder(opts)}: "
-                            f"{error.strerror}") from None
+    if not make_folder:
+        return
+    try:
+        feature_folder(opts).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DataError(f"cannot create feature folder {feature_folder(opts)}: "
+                        f"{error.strerror}") from None
+    for _, target in feature_files(opts, test_batches):
+        refuse_existing(target, opts.overwrite, keep="give another --feature-path")
 
 
 def write_features(opts: RunOptions, provider, layer_outputs: Callable[[list, str], np.ndarray],
@@ -57,21 +72,22 @@ def write_features(opts: RunOptions, provider, layer_outputs: Callable[[list, st
     features, float32, the layer's test-mode output) and ``labels``.
 
     ``layer_outputs(batch, layer)`` computes the outputs; every process of a run
-    computes them (the executor needs all ranks), only the ``root`` writes.
+    computes them (the executor needs all ranks), only the ``root`` writes, each
+    file atomically and never through a link (:func:`~convnet.outputs.write_output`).
     """
     layer = opts.write_features
     folder = feature_folder(opts)
     if not opts.save_path and not opts.feature_path:
         log.note(f"features of '{layer}' go to {folder.resolve()} (no --feature-path "
                  "or --save-path given: the current folder)")
-    for batch_id in provider.test_batches:
+    for batch_id, target in feature_files(opts, provider.test_batches):
         batch = provider.get_batch(batch_id, train=False, epoch=0)
         feats = layer_outputs(batch, layer)
-        target = folder / f"data_batch_{batch_id}.npz"
         if not root:
             continue
+        labels = batch[1].reshape(-1)
         try:
-            np.savez(target, data=feats, labels=batch[1].reshape(-1))
+            write_output(target, lambda file: np.savez(file, data=feats, labels=labels))
         except OSError as error:
             raise DataError(f"cannot write features to {target}: {error.strerror}") from None
         log.note(f"wrote {feats.shape[0]} x {feats.shape[1]} features of '{layer}' "

@@ -9,8 +9,10 @@ removed when the run ends.
 
 Before anything is trained the folder is also checked for what would be lost
 or fail later: a ``checkpoint.npz`` that is not a regular file (found only at
-the first save otherwise), or the checkpoint of an earlier run, which only
-``--overwrite`` (or resuming that very checkpoint) may replace.
+the first save otherwise), or the files of an earlier run (its checkpoint, or
+the log and picture of a run that saved none), which only ``--overwrite`` (or
+resuming that very checkpoint) may replace.  The lock file is opened with
+``O_NOFOLLOW``: a link planted as ``.lock`` is refused, not written through.
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ from pathlib import Path
 from typing import Iterator
 
 from convnet.app.checkpoint import CHECKPOINT_NAME
+from convnet.app.run.log import CSV_NAME
+from convnet.app.run.log_plot import PNG_NAME
 from convnet.errors import CheckpointError, UsageError
 from convnet.filekind import not_a_regular_file
 
 LOCK_NAME = ".lock"
+#: What a run writes into its folder; found there, they are an earlier run's.
+RUN_FILES = (CHECKPOINT_NAME, CSV_NAME, PNG_NAME)
 
 
 @contextmanager
@@ -60,8 +66,12 @@ def _lock(folder: Path) -> int:
     path = folder / LOCK_NAME
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise CheckpointError(f"cannot lock the save path {folder}: {path} is a link; "
+                                      "remove it (the lock is never written through one)"
+                                      ) from None
             raise CheckpointError(f"cannot write to the save path {folder}: "
                                   f"{error.strerror or error}") from None
         try:
@@ -111,17 +121,22 @@ def _unlock(folder: Path, fd: int) -> None:
 
 def check_checkpoint_slot(folder: Path, loaded: Path | None, overwrite: bool,
                           resumable: bool = True) -> None:
-    """Refuse a checkpoint slot that is not a regular file, or that holds an earlier
-    run's checkpoint this run would replace; ``resumable``: whether the message may
-    offer --load-file (``--compare`` cannot resume)."""
+    """Refuse a checkpoint slot that is not a regular file, or a folder holding an
+    earlier run's files (:data:`RUN_FILES`) this run would replace; ``resumable``:
+    whether the message may offer --load-file (``--compare`` cannot resume)."""
     target = folder / CHECKPOINT_NAME
-    if not os.path.lexists(target):
-        return
-    problem = not_a_regular_file(target)
+    problem = not_a_regular_file(target) if os.path.lexists(target) else None
     if problem is not None:
         raise CheckpointError(f"cannot save to {target}: it {problem}")
     if overwrite or (loaded is not None and _same_file(target, loaded)):
         return
+    earlier = [name for name in RUN_FILES if os.path.lexists(folder / name)]
+    if not earlier:
+        return
+    if earlier[0] != CHECKPOINT_NAME:
+        raise UsageError(f"{folder} holds the {earlier[0]} of an earlier run, which this run "
+                         "would replace: to keep it, give another --save-path; to start "
+                         "over and replace it, add --overwrite")
     resume = f"to continue that run use --load-file {folder}; " if resumable else ""
     raise UsageError(f"{folder} holds the checkpoint of an earlier run, which this run would "
                      f"replace: {resume}to keep it, give another --save-path; to start over "

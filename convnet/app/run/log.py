@@ -19,8 +19,8 @@ carriage-return fragments.
 
 from __future__ import annotations
 
-import contextlib
 import csv
+import io
 import os
 import sys
 import time
@@ -31,6 +31,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from convnet.errors import CheckpointError, ConvnetError
+from convnet.outputs import write_output
 
 CSV_NAME = "log.csv"
 CSV_COLUMNS = ("time_spent", "cumulative_time", "inputs_per_sec", "cost", "error", "epoch",
@@ -92,6 +93,11 @@ def read_log(path: Path) -> list[dict]:
     for row in rows:
         out.append({k: (int(v) if k in ("epoch", "batch") else float(v)) for k, v in row.items()})
     return out
+
+
+def _append_no_follow(path: str, flags: int) -> int:
+    """Open the log to append a row, refusing a link put in its place during the run."""
+    return os.open(path, flags | os.O_NOFOLLOW)
 
 
 def _test_of_row(row: list[str]) -> tuple[int, int, float] | None:
@@ -175,20 +181,15 @@ class RunLog:
                 kept = self._start_csv()
                 rows = kept + [list(row)]
                 self.tests[:0] = [t for t in map(_test_of_row, kept) if t is not None]
-                temp = self._csv_path.with_name(f".{CSV_NAME}.{os.getpid()}.tmp")
-                try:
-                    with open(temp, "w", newline="") as f:
-                        writer = csv.writer(f, lineterminator="\n")
-                        writer.writerow(CSV_COLUMNS)
-                        writer.writerows(rows)
-                    os.replace(temp, self._csv_path)
-                finally:
-                    with contextlib.suppress(OSError):  # there only if the write failed
-                        temp.unlink(missing_ok=True)
+                text = io.StringIO()
+                writer = csv.writer(text, lineterminator="\n")
+                writer.writerow(CSV_COLUMNS)
+                writer.writerows(rows)
+                write_output(self._csv_path, text.getvalue().encode())
                 self.rows = len(rows)
                 self._started = True
             else:
-                with open(self._csv_path, "a", newline="") as f:
+                with open(self._csv_path, "a", newline="", opener=_append_no_follow) as f:
                     csv.writer(f, lineterminator="\n").writerow(row)
                 self.rows += 1
         except OSError as error:

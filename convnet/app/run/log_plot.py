@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from convnet.errors import ConvnetError
+from convnet.outputs import write_output
 
 PNG_NAME = "log.png"
 
@@ -57,9 +58,11 @@ def log_figure(rows: list[dict], title: str):
 
 
 def write_log_png(rows: list[dict], path: Path, title: str) -> Path:
-    """Draw ``rows`` (the log's rows, numbers as floats) into ``path``."""
+    """Draw ``rows`` (the log's rows, numbers as floats) into ``path`` (replaced
+    atomically: a link there is replaced, not followed)."""
     try:
-        log_figure(rows, title).savefig(path, format="png")
+        figure = log_figure(rows, title)
+        write_output(path, lambda file: figure.savefig(file, format="png"))
     except OSError as error:
         raise ConvnetError(f"cannot write the picture {path}: {error.strerror}") from None
     return path

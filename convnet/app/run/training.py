@@ -122,7 +122,7 @@ class Trainer:
         self.batch_index = 0  # batches of the current epoch already trained
         self.cost_layer = reported_cost_layer(net, opts.logreg_name)
         self.test_views = views_per_test_case(opts, provider, net, self.cost_layer)
-        check_feature_layer(opts, net, plan, make_folder=root)
+        check_feature_layer(opts, net, plan, provider.test_batches, make_folder=root)
         self.save_dir = save_dir
         self.checkpoint = save_dir / CHECKPOINT_NAME if save_dir is not None else None
         self._saved_step: int | None = None  # executor step of the last save of this run
