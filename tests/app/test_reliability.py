@@ -404,3 +404,14 @@ def test_a_feature_folder_that_cannot_be_made_fails_before_training(tmp_path):
                    "--feature-path", blocker / "x")
     assert_clean_error(proc, 1, "cannot create feature folder")
     assert "epoch" not in proc.stdout
+
+
+@pytest.mark.parametrize("batch_index", [999, 3])
+def test_a_batch_index_beyond_the_train_range_is_refused(saved, tmp_path, batch_index):
+    """The saved run trained 2 batches an epoch (--train-range 1-2): a checkpoint that
+    claims to stand at batch 3 or 999 of an epoch is refused, not trained on from there."""
+    bad = tampered(saved, tmp_path, counters={"batch_index": batch_index})
+    assert_clean_error(run_cli("--load-file", bad, "--epochs", "3", "--no-progress"), 1,
+                       str(bad), f"batch_index {batch_index}", "2 batches")
+    ok(run_cli("--load-file", tampered(saved, tmp_path, "fine.npz", counters={"batch_index": 2}),
+               "--epochs", "2", "--no-progress"))  # the end of an epoch is a saved position

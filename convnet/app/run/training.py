@@ -136,7 +136,8 @@ class Trainer:
     def restore(self, resume: Resume) -> None:
         """Continue the saved run: its weights, momentum, counters and log rows."""
         where = resume.checkpoint
-        counters = read_counters(where, resume.meta)
+        counters = read_counters(where, resume.meta, None if self.opts.test_only
+                                 else len(self.provider.train_batches))
         arrays = read_state(where, self.net, self.plan)
         try:
             self.executor.load_state_arrays(arrays)
