@@ -166,6 +166,7 @@ class Trainer:
             return None
         if self.checkpoint is None:
             return None
+        self.log.start()  # the log the checkpoint's row count describes
         step = self.executor.step_count
         meta = {"options": options_for_checkpoint(self.opts),
                 "counters": {"step": step, "epoch": self.epoch,
