@@ -96,6 +96,18 @@ def format_shape(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape)
 
 
+def _check_finite(images: np.ndarray, source: str) -> None:
+    """Refuse NaN or inf pixels where they are read: once the per-pixel training mean
+    is subtracted, one of them would be in every batch, and the batch trained first
+    would be blamed for it."""
+    if not np.issubdtype(images.dtype, np.floating):
+        return  # integer pixels are always finite
+    finite = np.isfinite(images.reshape(len(images), -1)).all(axis=1)
+    if not finite.all():
+        raise DataError(f"{source}: pixel data holds NaN or inf values (first in case "
+                        f"{int(np.argmin(finite))})")
+
+
 class DataProvider:
     """The shared pipeline: load a raw batch, check it, subtract the mean, augment.
 
@@ -224,6 +236,7 @@ class DataProvider:
         source = self._batch_source(batch_id)
         if not (np.issubdtype(images.dtype, np.number) and np.isrealobj(images)):
             raise DataError(f"{source}: pixel data is {images.dtype}, not real numbers")
+        _check_finite(images, source)
         try:
             labels = np.asarray(labels).reshape(-1)
         except (ValueError, TypeError):  # ragged lists: "setting an array element with a sequence"

@@ -113,3 +113,23 @@ def test_write_features_without_a_path_says_where(tmp_path):
     run = ok(run_cli(*DUMMY, "--epochs", "1", "--write-features", "fc10", cwd=tmp_path))
     assert f"go to {tmp_path / 'features-fc10'}" in run.stdout
     assert (tmp_path / "features-fc10" / "data_batch_9.npz").exists()
+
+
+def test_plan_graph_alone_says_that_nothing_is_trained(tmp_path):
+    """--plan-graph makes a planning run, like --print-plan: given beside training
+    options it must say, in its one line on stderr, that it did not train."""
+    run = ok(run_cli(*DUMMY, "--plan-graph", tmp_path / "g.png", "--epochs", "1",
+                     "--save-path", tmp_path / "run"))
+    said = [l for l in run.stderr.splitlines() if "wrote the layer graph" in l]
+    assert len(said) == 1 and "nothing was trained" in said[0], run.stderr
+    assert not (tmp_path / "run").exists() and (tmp_path / "g.png").is_file()
+    both = ok(run_cli(*DUMMY, "--print-plan", "--plan-graph", tmp_path / "h.png"))
+    assert "nothing was trained" not in both.stderr  # --print-plan says it already
+
+
+def test_colour_noise_on_one_channel_data_says_what_it_does():
+    run = ok(run_cli(*DUMMY, "--color-noise", "0.5", "--epochs", "1"))
+    said = [l for l in run.stderr.splitlines() if "--color-noise" in l]
+    assert len(said) == 1 and said[0].startswith("warning: "), run.stderr
+    assert "one channel" in said[0] and "brightness" in said[0]
+    assert "--color-noise" not in ok(run_cli(*DUMMY, "--epochs", "1")).stderr

@@ -133,3 +133,25 @@ def test_sigterm_exits_cleanly_with_143(tmp_path):
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == "terminated"
     ok(run_cli("--load-file", folder, "--test-only"))
+
+
+def test_ctrl_c_before_the_first_test_of_an_overwriting_run_keeps_no_earlier_log(tmp_path):
+    """--overwrite, then Ctrl-C before the new run's first test line: the checkpoint saved
+    at that batch end logged 0 rows, and the earlier run's rows must not stand beside it."""
+    folder = tmp_path / "run"
+    ok(run_cli(*DUMMY, "--epochs", "2", "--test-freq", "1", "--save-path", folder))
+    assert len(read_log(folder / "log.csv")[1]) == 4
+    proc = start_cli(*DUMMY, "--train-range", "1-8", "--epochs", "100", "--overwrite",
+                     "--save-path", folder)  # its first test comes after 8 batches
+    for line in proc.stdout:  # the banner's last line: training starts now
+        if line.startswith("data:"):
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    counters = checkpoint_arrays(folder / "checkpoint.npz")[1]["counters"]
+    assert counters["log_rows"] == 0 and counters["step"] > 0, (counters, err)
+    header, rows = read_log(folder / "log.csv")
+    assert rows == [] and "test_error" in header
+    ok(run_cli("--load-file", folder, "--epochs", "1", "--no-progress"))
+    assert [r["batch"] for r in read_log(folder / "log.csv")[1]] == ["8"]

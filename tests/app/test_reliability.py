@@ -23,7 +23,7 @@ import pytest
 
 from convnet.app.checkpoint import load_checkpoint, save_checkpoint
 from convnet.app.run.memory_fit import memory_pools
-from convnet.app.run.folder import LOCK_NAME, claim_run_folder
+from convnet.app.run.folder import LOCK_NAME, check_run_folder, claim_run_folder
 from convnet.app.run import log as run_log
 from convnet.errors import CheckpointError, ConfigError, UsageError
 from tests.support.checkpoints import net_and_plan, npy_bytes, rebuild
@@ -65,7 +65,12 @@ def test_a_second_writer_is_refused_with_the_holders_pid(saved, tmp_path):
         with pytest.raises(CheckpointError, match="in use by another run"):
             with claim_run_folder(folder):
                 pass
+        with pytest.raises(CheckpointError, match="in use by another run"):
+            check_run_folder(folder)  # found before any data is loaded
     assert list(folder.iterdir()) == []  # the lock file goes with the run
+    check_run_folder(folder)
+    check_run_folder(tmp_path / "new" / "run")
+    assert not (tmp_path / "new").exists()  # checking makes nothing
 
 
 def test_concurrent_runs_on_one_save_path_never_mix(tmp_path):
@@ -120,6 +125,19 @@ def test_a_checkpoint_slot_that_is_a_folder_is_found_before_training(tmp_path):
     proc = run_cli(*DUMMY, "--epochs", "50", "--save-path", tmp_path / "run", "--overwrite")
     assert_clean_error(proc, 1, "checkpoint.npz", "is a folder")
     assert "epoch" not in proc.stdout and time.monotonic() - began < 30
+
+
+@pytest.mark.parametrize("args, code, fragment", [
+    (["--data-provider", "cifar", "--data-path", "{tmp}/missing"], 1,
+     "data folder does not exist"),
+    ([*DUMMY, "--data-dims", "3x8x8"], 2, "channels"),  # the net does not fit the data
+    ([*DUMMY, "--logreg-name", "fc10"], 2, "--logreg-name 'fc10'"),  # found by the trainer
+])
+def test_a_run_that_cannot_start_creates_no_save_folder(tmp_path, args, code, fragment):
+    folder = tmp_path / "new" / "run"
+    args = [str(a).replace("{tmp}", str(tmp_path)) for a in args]
+    assert_clean_error(run_cli(*args, "--epochs", "1", "--save-path", folder), code, fragment)
+    assert not (tmp_path / "new").exists()
 
 
 # ------------------------------------------------------ memory before allocating (3)
@@ -404,3 +422,14 @@ def test_a_feature_folder_that_cannot_be_made_fails_before_training(tmp_path):
                    "--feature-path", blocker / "x")
     assert_clean_error(proc, 1, "cannot create feature folder")
     assert "epoch" not in proc.stdout
+
+
+@pytest.mark.parametrize("batch_index", [999, 3])
+def test_a_batch_index_beyond_the_train_range_is_refused(saved, tmp_path, batch_index):
+    """The saved run trained 2 batches an epoch (--train-range 1-2): a checkpoint that
+    claims to stand at batch 3 or 999 of an epoch is refused, not trained on from there."""
+    bad = tampered(saved, tmp_path, counters={"batch_index": batch_index})
+    assert_clean_error(run_cli("--load-file", bad, "--epochs", "3", "--no-progress"), 1,
+                       str(bad), f"batch_index {batch_index}", "2 batches")
+    ok(run_cli("--load-file", tampered(saved, tmp_path, "fine.npz", counters={"batch_index": 2}),
+               "--epochs", "2", "--no-progress"))  # the end of an epoch is a saved position

@@ -220,3 +220,21 @@ def test_bad_options(tmp_path, options, message):
     make_cifar(tmp_path)
     with pytest.raises(DataError, match=message):
         cifar(tmp_path, **options)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_non_finite_pixel_is_blamed_on_its_own_batch(tmp_path, bad):
+    """The training mean spreads one NaN of batch 2 into every batch; the error must name
+    batch 2's file, not the first batch that happens to be trained."""
+    batches = make_cifar(tmp_path)
+    rows = batches[2][0].astype(np.float32)
+    rows[3, 100] = bad
+    (tmp_path / "data_batch_2").write_bytes(pickle.dumps({"data": rows,
+                                                          "labels": batches[2][1]}))
+    provider = cifar(tmp_path)
+    with pytest.raises(DataError, match=r"data_batch_2: pixel data holds NaN or inf values "
+                                        r"\(first in case 3\)"):
+        provider.get_batch(1, train=True, epoch=1)
+    with pytest.raises(DataError, match="data_batch_2"):
+        cifar(tmp_path, scalar_mean=128.0).get_batch(2, train=False)
+    cifar(tmp_path, scalar_mean=128.0).get_batch(1, train=False)  # batch 1 itself is fine

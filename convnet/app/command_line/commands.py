@@ -109,7 +109,12 @@ def print_plan(opts: RunOptions) -> int:
             print(f"warning: {pool.shortfall_text()}: training would be refused",
                   file=sys.stderr)
     if opts.plan_graph is not None:
-        write_plan_graph(plan, net, opts.plan_graph)
+        # Without --print-plan the command may look like a training run (--epochs,
+        # --save-path...): its one line says that it only planned.
+        after = "" if opts.print_plan else ("; --plan-graph only plans, like --print-plan: "
+                                            "nothing was trained")
+        write_plan_graph(plan, net, opts.plan_graph,
+                         note=lambda text: print(text + after, file=sys.stderr))
     return 0
 
 

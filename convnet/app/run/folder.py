@@ -13,6 +13,11 @@ the first save otherwise), or the files of an earlier run (its checkpoint, or
 the log and picture of a run that saved none), which only ``--overwrite`` (or
 resuming that very checkpoint) may replace.  The lock file is opened with
 ``O_NOFOLLOW``: a link planted as ``.lock`` is refused, not written through.
+
+The folder is made only when the run can start (a run refused for its data or
+its net leaves nothing behind), which may be long after the data began to load;
+:func:`check_run_folder` finds those refusals first, creating nothing, and
+:func:`claim_run_folder` makes them again under the lock.
 """
 
 from __future__ import annotations
@@ -44,8 +49,7 @@ def claim_run_folder(folder: Path, loaded: Path | None = None,
     ``overwrite`` allows replacing any other checkpoint found there.
     """
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise CheckpointError(f"cannot save to {folder}: it is a file, not a folder")
+    _check_is_folder(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -57,6 +61,39 @@ def claim_run_folder(folder: Path, loaded: Path | None = None,
         yield folder
     finally:
         _unlock(folder, fd)
+
+
+def check_run_folder(folder: Path, loaded: Path | None = None, overwrite: bool = False) -> None:
+    """Refuse now what :func:`claim_run_folder` would refuse later (a file in the
+    folder's place, a folder another run holds, a checkpoint not to replace),
+    without creating or locking anything."""
+    folder = Path(folder)
+    _check_is_folder(folder)
+    if not folder.is_dir():
+        return  # made when the run starts
+    try:
+        fd = os.open(folder / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        fd = None  # no lock file (no run holds the folder), or unreadable: the claim says
+    if fd is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise _in_use(folder) from None
+        finally:
+            os.close(fd)  # releases the probe's lock, if it got one
+    check_checkpoint_slot(folder, loaded, overwrite)
+
+
+def _check_is_folder(folder: Path) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise CheckpointError(f"cannot save to {folder}: it is a file, not a folder")
+
+
+def _in_use(folder: Path) -> CheckpointError:
+    return CheckpointError(f"{folder} is in use by another run ({_holder(folder / LOCK_NAME)}); "
+                           "wait for it to end, or give another --save-path")
 
 
 def _lock(folder: Path) -> int:
@@ -81,8 +118,7 @@ def _lock(folder: Path) -> int:
             if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise CheckpointError(f"cannot lock the save path {folder}: "
                                       f"{error.strerror or error}") from None
-            raise CheckpointError(f"{folder} is in use by another run ({_holder(path)}); "
-                                  "wait for it to end, or give another --save-path") from None
+            raise _in_use(folder) from None
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:

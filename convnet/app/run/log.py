@@ -111,8 +111,9 @@ def _test_of_row(row: list[str]) -> tuple[int, int, float] | None:
 class RunLog:
     """Console lines and the CSV log of one run.
 
-    The CSV is written at the first :meth:`record`, not before, so a run that
-    fails before its first test interval leaves an earlier run's log alone.
+    The CSV is written at the first :meth:`record` or checkpoint
+    (:meth:`start`), not before, so a run that fails before either leaves an
+    earlier run's log alone.
     A fresh run then starts a new ``log.csv``; a resumed run
     (``resume_rows`` = the rows its checkpoint had logged) keeps those rows
     and drops any logged after the checkpoint was written, so the log of an
@@ -175,26 +176,36 @@ class RunLog:
         """(epoch, batch, test error) of the lowest test error logged, resumed rows included."""
         return min(self.tests, key=lambda t: t[2]) if self.tests else None
 
-    def _write_row(self, row) -> None:
+    def start(self) -> None:
+        """Begin this run's CSV, if not begun: the header and the rows a resumed run
+        keeps, written whole (to a temporary file, then renamed).  Called at the first
+        row, and before the first checkpoint, whose row count must describe the log
+        beside it: never an earlier run's rows that ``--overwrite`` replaces."""
+        if self._started or self._csv_path is None:
+            return
         try:
-            if not self._started:
-                kept = self._start_csv()
-                rows = kept + [list(row)]
-                self.tests[:0] = [t for t in map(_test_of_row, kept) if t is not None]
-                text = io.StringIO()
-                writer = csv.writer(text, lineterminator="\n")
-                writer.writerow(CSV_COLUMNS)
-                writer.writerows(rows)
-                write_output(self._csv_path, text.getvalue().encode())
-                self.rows = len(rows)
-                self._started = True
-            else:
-                with open(self._csv_path, "a", newline="", opener=_append_no_follow) as f:
-                    csv.writer(f, lineterminator="\n").writerow(row)
-                self.rows += 1
+            kept = self._start_csv()
+            text = io.StringIO()
+            writer = csv.writer(text, lineterminator="\n")
+            writer.writerow(CSV_COLUMNS)
+            writer.writerows(kept)
+            write_output(self._csv_path, text.getvalue().encode())
         except OSError as error:
             raise CheckpointError(f"cannot write the log {self._csv_path}: "
                                   f"{error.strerror or error}") from None
+        self.tests[:0] = [t for t in map(_test_of_row, kept) if t is not None]
+        self.rows = len(kept)
+        self._started = True
+
+    def _write_row(self, row) -> None:
+        self.start()
+        try:
+            with open(self._csv_path, "a", newline="", opener=_append_no_follow) as f:
+                csv.writer(f, lineterminator="\n").writerow(row)
+        except OSError as error:
+            raise CheckpointError(f"cannot write the log {self._csv_path}: "
+                                  f"{error.strerror or error}") from None
+        self.rows += 1
 
     def accumulate_train(self, totals: dict) -> None:
         w = self.window

@@ -44,6 +44,11 @@ def print_opening(log: RunLog, opts: RunOptions, plan: Plan, provider, batch_cas
         log.warn(f"--mini {opts.mini} is larger than a data batch ({batch_cases} cases): a "
                  f"minibatch never spans two batches, so each step trains on {batch_cases} "
                  f"cases; give --mini {batch_cases} or less{more}")
+    if opts.color_noise > 0 and provider.image_shape[0] == 1:
+        log.warn(f"--color-noise {opts.color_noise:g} on data of one channel "
+                 f"({'x'.join(map(str, provider.image_shape))} per case) has no colour to "
+                 f"shift: it shifts each training case's brightness at random, "
+                 f"{opts.color_noise:g} standard deviations of the pixels wide")
     if save_dir is not None and not has_matplotlib():
         log.note(f"(no {LOG_PNG}: drawing it needs matplotlib; {PLOT_INSTALL})")
 

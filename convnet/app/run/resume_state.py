@@ -79,8 +79,21 @@ def _count(value, low: int, high: int) -> int:
     return value
 
 
-def read_counters(checkpoint: Path, meta: dict) -> Counters:
-    """The step/epoch/batch counters, time and log rows of ``meta``, checked."""
+def read_counters(checkpoint: Path, meta: dict,
+                  batches_per_epoch: int | None = None) -> Counters:
+    """The step/epoch/batch counters, time and log rows of ``meta``, checked; with
+    ``batches_per_epoch`` (a run that trains on), the batch index must lie within an
+    epoch of it (equal to it at an epoch's end)."""
+    counters = _read_counters(checkpoint, meta)
+    if batches_per_epoch is not None and counters.batch_index > batches_per_epoch:
+        raise CheckpointError(f"{checkpoint}: its batch_index {counters.batch_index} is "
+                              f"beyond the {batches_per_epoch} batches of an epoch of the "
+                              "train range: the checkpoint is damaged, or was saved with "
+                              "another --train-range")
+    return counters
+
+
+def _read_counters(checkpoint: Path, meta: dict) -> Counters:
     counters = meta.get("counters")
     try:
         if not isinstance(counters, dict):

@@ -15,10 +15,12 @@ resumed from any checkpoint continues exactly where the saved run stood and
 ends with bitwise the weights of an uninterrupted run, and its log keeps one
 row per test interval (rows logged after the checkpoint are dropped).
 
-Errors are reported before work is wasted: the save path is claimed (see
+Errors are reported before work is wasted: the save path is checked (see
 :mod:`convnet.app.run.folder`) and the config parsed before any data is
 loaded, and the plan's memory is checked against the machine's before the
-executor allocates it.
+executor allocates it.  The save folder is made and claimed only once the data,
+net, executor and any checkpoint resumed are ready, so a run that cannot start
+leaves no folder behind.
 
 Here are the loop, its testing and its checkpoints; the parts it runs are built
 by :mod:`convnet.app.run.assembly`, what it says about the run at its start, on
@@ -28,6 +30,7 @@ Ctrl-C and at its end is :mod:`convnet.app.run.reporting`'s, and
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +42,7 @@ from convnet.app.options import Resume, RunOptions, options_for_checkpoint
 from convnet.app.run.assembly import (TrainingExecutor, build_net_and_plan, make_data_provider,
                                       make_executor, reported_cost_layer, views_per_test_case)
 from convnet.app.run.features import check_feature_layer, write_features
-from convnet.app.run.folder import claim_run_folder
+from convnet.app.run.folder import check_run_folder, claim_run_folder
 from convnet.app.run.log import RunLog, TestResult, progress_bar
 from convnet.app.run.reporting import interrupt_status, print_closing_summary, print_opening
 from convnet.app.run.resume_state import read_counters, read_state, unused_layers
@@ -53,33 +56,31 @@ from convnet.plan.ops import Plan
 
 def run(opts: RunOptions) -> int:
     """Train (or with --test-only, evaluate) as the options say; returns the exit code."""
-    if opts.test_only or opts.save_path is None or not launch.is_root():
-        return _run_in(opts, None)
+    # Only the root of a training run writes; the other ranks have no save folder.
+    saving = opts.save_path is not None and not opts.test_only and launch.is_root()
+    save_dir = Path(opts.save_path) if saving else None
     loaded = opts.resume.checkpoint if opts.resume is not None else None
-    with claim_run_folder(Path(opts.save_path), loaded, opts.overwrite) as save_dir:
-        return _run_in(opts, save_dir)
-
-
-def _run_in(opts: RunOptions, save_dir: Path | None) -> int:
-    """The run itself; ``save_dir`` is the claimed save path, or None when nothing is
-    saved here (in a multi-process run only rank 0 writes)."""
-    root = launch.is_root()
+    if save_dir is not None:
+        check_run_folder(save_dir, loaded, opts.overwrite)  # before loading any data
     parse_net(opts.layer_def, opts.layer_params)  # config errors before loading any data
     provider = make_data_provider(opts)
     net, plan = build_net_and_plan(opts, provider)
     executor = make_executor(opts, net, plan)
     try:
-        trainer = Trainer(opts, provider, net, plan, executor, save_dir, root=root)
+        trainer = Trainer(opts, provider, net, plan, executor, save_dir, root=launch.is_root())
         if opts.resume is not None:
             trainer.restore(opts.resume)
-        if opts.test_only:
-            result = trainer.test()
-            trainer.log.print_test_only(result, trainer.test_views)
-            code = 0
-        else:
-            code = trainer.train()
-        if opts.write_features:
-            write_features(opts, provider, trainer.features, trainer.log, root)
+        # The run can start: only now is its folder made (and held until it ends).
+        with (claim_run_folder(save_dir, loaded, opts.overwrite) if save_dir is not None
+              else nullcontext()):
+            if opts.test_only:
+                result = trainer.test()
+                trainer.log.print_test_only(result, trainer.test_views)
+                code = 0
+            else:
+                code = trainer.train()
+            if opts.write_features:
+                write_features(opts, provider, trainer.features, trainer.log, trainer.root)
         return code
     finally:
         executor.close()
@@ -136,7 +137,8 @@ class Trainer:
     def restore(self, resume: Resume) -> None:
         """Continue the saved run: its weights, momentum, counters and log rows."""
         where = resume.checkpoint
-        counters = read_counters(where, resume.meta)
+        counters = read_counters(where, resume.meta, None if self.opts.test_only
+                                 else len(self.provider.train_batches))
         arrays = read_state(where, self.net, self.plan)
         try:
             self.executor.load_state_arrays(arrays)
@@ -164,6 +166,7 @@ class Trainer:
             return None
         if self.checkpoint is None:
             return None
+        self.log.start()  # the log the checkpoint's row count describes
         step = self.executor.step_count
         meta = {"options": options_for_checkpoint(self.opts),
                 "counters": {"step": step, "epoch": self.epoch,
