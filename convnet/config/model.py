@@ -135,17 +135,34 @@ class LayerDef:
 
 @dataclass
 class NetConfig:
-    """The parsed net: layers in file order (a topological order) plus data dims."""
+    """The parsed net: layers in file order (a topological order) plus data dims.
+
+    The graph is fixed once the net is made: parsing names every layer's inputs,
+    shape inference only fills in shapes, and a changed net is a new one
+    (``dataclasses.replace``), so the index of readers is built once, on first use."""
 
     layers: dict[str, LayerDef]
     data_dims: dict[int, tuple[int, ...]]
     num_classes: int
     layer_def_file: str | None = None
     layer_params_file: str | None = None
+    _readers: dict[str, list[str]] | None = field(default=None, init=False, repr=False,
+                                                  compare=False)
 
     def consumers(self, name: str) -> list[str]:
-        """Names of the layers reading ``name``, in file order."""
-        return [l.name for l in self.layers.values() if name in l.inputs]
+        """Names of the layers reading ``name``, in file order (each once).  Planning asks
+        this of every layer: one pass over the net answers all of them, where a scan per
+        question made planning quadratic in the layer count."""
+        if self._readers is None:
+            self._readers = self._index_readers()
+        return list(self._readers.get(name, ()))
+
+    def _index_readers(self) -> dict[str, list[str]]:
+        readers: dict[str, list[str]] = {}
+        for ldef in self.layers.values():
+            for inp in dict.fromkeys(ldef.inputs):
+                readers.setdefault(inp, []).append(ldef.name)
+        return readers
 
     def __getitem__(self, name: str) -> LayerDef:
         return self.layers[name]

@@ -56,18 +56,25 @@ class MemoryPeak:
 
 
 class _Device:
+    """What one device holds, with running totals per category: the walk asks for the
+    totals after every operation, and summing all held buffers each time made the
+    estimate quadratic in the layer count."""
+
     def __init__(self):
         self.held: dict[str, dict] = {k: {} for k in PARAMETERS + STEP}
+        self.bytes: dict[str, int] = {k: 0 for k in PARAMETERS + STEP}
         self.deferred: list = []  # (category, key) freed after the next backward call
 
     def add(self, category: str, key, nbytes: int) -> None:
-        self.held[category].setdefault(key, nbytes)
+        if key not in self.held[category]:
+            self.held[category][key] = nbytes
+            self.bytes[category] += nbytes
 
     def free(self, category: str, key) -> None:
-        self.held[category].pop(key, None)
+        self.bytes[category] -= self.held[category].pop(key, 0)
 
     def totals(self) -> dict:
-        return {k: sum(v.values()) for k, v in self.held.items()}
+        return dict(self.bytes)
 
 
 def memory_peaks(plan: Plan, net: NetConfig,

@@ -16,8 +16,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from tests.support.cli import (DUMMY, EXAMPLES, HYBRID_PARAMS, assert_clean_error, ok,
-                               parse_test_line, run_cli, write_batch_folder)
+from tests.support.cli import (DUMMY, EXAMPLES, HYBRID_DEF, HYBRID_PARAMS, assert_clean_error,
+                               ok, parse_test_line, run_cli, write_batch_folder)
 
 BATCHES = ["--no-progress", "--data-provider", "convnet-batches", "--mini", "64",
            "--epochs", "1"]
@@ -71,6 +71,24 @@ def test_data_dims_that_do_not_match_the_config(earlier, tmp_path):
     assert_clean_error(proc, 2, "[conv1]", "channels", "3x8x8")
     proc = run_cli(*DUMMY, "--data-dims", "3x8x8", "--save-path", earlier[0], "--overwrite")
     assert_clean_error(proc, 2, "[conv1]", "channels")
+    unchanged(earlier)
+
+
+def test_check_grads_refuses_a_placement_that_training_refuses(earlier, tmp_path):
+    """--check-grads plans the net before checking its math: a placement the planner
+    refuses fails both commands with the same line, not a passed check and then a
+    failed training run."""
+    layers = tmp_path / "layers.cfg"
+    hybrid = HYBRID_DEF.read_text()
+    layers.write_text(hybrid.replace("neuron=relu\n\n[pool1]",
+                                     "neuron=relu\ngpu=0,0\n\n[pool1]"))
+    assert layers.read_text() != hybrid
+    net = ["--layer-def", layers, "--layer-params", HYBRID_PARAMS, "--gpu", "0,1"]
+    training = run_cli(*DUMMY, *net, "--epochs", "1", "--save-path", earlier[0], "--overwrite")
+    line = assert_clean_error(training, 2, "[conv2]", "distinct devices")
+    check = run_cli("--check-grads", *net, "--data-dims", "1x8x8", "--num-classes", "10")
+    assert assert_clean_error(check, 2) == line
+    assert "gradient check" not in check.stdout
     unchanged(earlier)
 
 

@@ -58,3 +58,23 @@ def config_error(tmp_path: Path, layer_def: str, layer_params: str = "", **kwarg
     with pytest.raises(ConfigError) as info:
         load_text(tmp_path, layer_def, layer_params, **kwargs)
     return info.value
+
+
+def long_chain(depth: int) -> tuple[str, str]:
+    """Layer-def and layer-params texts of a chain ``depth`` layers deep: data, then
+    fc and neuron layers in turn, a softmax and a logreg cost.  For tests of how the
+    work from config text to plan grows with the layer count."""
+    sections = [DATA_LAYERS.rstrip("\n")]
+    params = []
+    previous = "data"
+    for k in range(depth):
+        name = f"l{k}"
+        if k % 2:
+            sections.append(f"[{name}]\ntype=neuron\ninputs={previous}\nneuron=relu")
+        else:
+            sections.append(f"[{name}]\ntype=fc\ninputs={previous}\noutputs=4")
+            params.append(f"[{name}]\n{WEIGHT_PARAMS}")
+        previous = name
+    sections.append(f"[probs]\ntype=softmax\ninputs={previous}")
+    sections.append("[cost]\ntype=cost.logreg\ninputs=labels,probs")
+    return "\n\n".join(sections) + "\n", "\n".join(params) + "\n[cost]\ncoeff=1\n"

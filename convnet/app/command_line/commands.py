@@ -194,11 +194,14 @@ def sync_text(sync: str, plan, net, processes: int = 1) -> str | None:
 
 
 def check_gradients(opts: RunOptions) -> int:
-    """--check-grads: 0 when every layer's gradients agree with finite differences."""
+    """--check-grads: 0 when every layer's gradients agree with finite differences.  The
+    net is planned on ``--gpu`` first, as training would plan it, so a placement that
+    training refuses fails here too, with the same error, rather than passing a check
+    of math that can never train."""
     try:
         from convnet.runtime.gradcheck import check_net_gradients
     except ImportError as error:
         raise ConvnetError(f"--check-grads is not available in this installation "
                            f"(convnet.runtime.gradcheck cannot be imported: {error})") from None
-    net = assembly.load_net_for(opts)
+    net, _ = assembly.build_net_and_plan(opts)
     return 0 if check_net_gradients(net, seed=opts.seed, report=print) else 1
