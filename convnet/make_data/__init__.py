@@ -1,0 +1,14 @@
+"""``python -m convnet.make_data``: images (a class-folder tree or the ILSVRC-2012 tars)
+to the JPEG batches of cuda-convnet2's ``make-data.py``, which ``--data-provider image``
+reads (docs/IMAGENET.md has the format and the options).
+
+The parts, each with one job: ``sources`` (what to read: image references and labels,
+from a folder tree) and ``ilsvrc`` (from the ILSVRC-2012 tars), ``convert`` (one image
+to a square RGB JPEG), ``statistics`` (``data_mean`` and ``color_pca``), ``layout``
+(which images go into which numbered batch), ``target`` (the target folder: what it may
+hold, the settings file), ``writer`` (a batch folder written whole), ``work`` (the
+worker processes), ``run`` (putting them together) and ``cli`` (the command line).
+
+An application on top of the engine: it may import ``convnet.data``'s safe unpickler
+and the modules directly in ``convnet/`` (errors, outputs), nothing of ``convnet.app``.
+"""
