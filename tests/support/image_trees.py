@@ -96,3 +96,32 @@ def fake_ilsvrc(src: Path, images_per_synset: int, val_images: int,
         (src / "meta.mat").write_bytes(meta.getvalue())
         (src / "ILSVRC2012_validation_ground_truth.txt").write_bytes(truth)
     return ["first thing", "second thing", "third thing"], labels
+
+
+def make_data(src: Path, tgt: Path, *options: str, capsys=None) -> tuple[int, str]:
+    """Run ``python -m convnet.make_data`` in this process on one worker without a
+    progress bar (tiny batches: 4 images, sub-batches of 2, 16-pixel images unless
+    ``options`` say otherwise); (exit status, stderr) when ``capsys`` is given."""
+    from convnet.make_data.cli import main
+
+    defaults = {"--size": "16", "--batch-size": "4", "--sub-batch-size": "2", "--workers": "1"}
+    given = set(options)
+    args = [f"--src-dir={src}", f"--tgt-dir={tgt}", "--no-progress", *options]
+    for flag, value in defaults.items():
+        if flag not in given:
+            args += [flag, value]
+    code = main(args)
+    return code, (capsys.readouterr().err if capsys is not None else "")
+
+
+def load_batches(tgt: Path) -> dict[int, list[dict]]:
+    """Every batch folder's sub-batch dicts, through the engine's safe unpickler."""
+    from convnet.data.safe_pickle import load_dict
+
+    batches = {}
+    for folder in sorted(tgt.glob("data_batch_*")):
+        number = int(folder.name.rsplit("_", 1)[1])
+        parts = sorted(folder.iterdir(), key=lambda p: int(p.name.rsplit(".", 1)[1]))
+        assert [p.name for p in parts] == [f"data_batch_{number}.{k}" for k in range(len(parts))]
+        batches[number] = [load_dict(p, ("data", "labels")) for p in parts]
+    return batches

@@ -1,0 +1,133 @@
+"""make-data on a class-folder tree in every colour mode: the batches, the meta file
+and the log are what the original's reader and ours expect."""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from convnet.data.safe_pickle import load_dict
+from convnet.make_data.convert import square_jpeg
+from tests.support.image_trees import load_batches, make_data, mixed_tree
+
+SIZE = 16
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A mixed tree with a tenth of every class held out, made into batches."""
+    root = tmp_path_factory.mktemp("tree")
+    classes = mixed_tree(root / "src")
+    code, _ = make_data(root / "src", root / "out", "--val-fraction", "0.3")
+    assert code == 0
+    return root, classes
+
+
+def _decode(jpeg: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(jpeg)) as image:
+        assert image.format == "JPEG" and image.mode == "RGB"
+        return np.asarray(image)
+
+
+def test_every_readable_image_is_stored_once_as_a_square_jpeg_with_its_label(made):
+    root, classes = made
+    expected = {}  # the conversion of each source image -> its label
+    for label, name in enumerate(sorted(classes)):
+        for file in classes[name]:
+            expected[square_jpeg((root / "src" / name / file).read_bytes(), SIZE)] = label
+    batches = load_batches(root / "out")
+    stored = [(jpeg, labels) for parts in batches.values() for part in parts
+              for jpeg, labels in zip(part["data"], part["labels"])]
+    assert sorted(jpeg for jpeg, _ in stored) == sorted(expected)
+    for jpeg, labels in stored:
+        assert labels == [expected[jpeg]]
+        assert _decode(jpeg).shape == (SIZE, SIZE, 3)
+
+
+def test_batches_are_numbered_as_the_original_numbers_them(made):
+    root, _ = made
+    batches = load_batches(root / "out")
+    # 12 image files (4, 5 and 3 per class), round(0.3 * n) of each held out (1, 2, 1):
+    # 8 training images in two batches of 4 from 0, 4 test images in batch 1000, less
+    # the unreadable one, which is in the one or the other
+    sizes = {n: [len(part["data"]) for part in parts] for n, parts in batches.items()}
+    assert sizes in ({0: [2, 2], 1: [2, 2], 1000: [2, 1]}, {0: [2, 2], 1: [2, 1], 1000: [2, 2]})
+
+
+def test_the_meta_file_holds_what_the_original_reads(made):
+    root, classes = made
+    meta = load_dict(root / "out" / "batches.meta",
+                     ("data_mean", "color_pca", "num_vis", "batch_size", "label_names"))
+    assert meta["num_vis"] == 3 * SIZE * SIZE and meta["batch_size"] == 4
+    assert meta["label_names"] == sorted(classes)
+    assert meta["data_mean"].dtype == np.float32 and meta["data_mean"].shape == (3 * SIZE ** 2, 1)
+    stdevs, vectors = meta["color_pca"]
+    assert stdevs.shape == (3,) and vectors.shape == (3, 3)
+
+
+def test_data_mean_and_color_pca_match_a_direct_computation(made):
+    root, _ = made
+    batches = load_batches(root / "out")
+    images = np.stack([_decode(jpeg) for n, parts in batches.items() if n < 1000
+                       for part in parts for jpeg in part["data"]]).astype(np.float64)
+    meta = load_dict(root / "out" / "batches.meta", ("data_mean", "color_pca"))
+    direct_mean = images.mean(axis=0).transpose(2, 0, 1).reshape(-1, 1)  # channel-major
+    np.testing.assert_allclose(meta["data_mean"], direct_mean, rtol=1e-6)
+    eigenvalues, eigenvectors = np.linalg.eigh(np.cov(images.reshape(-1, 3).T, bias=True))
+    stdevs, vectors = meta["color_pca"]
+    np.testing.assert_allclose(stdevs, np.sqrt(eigenvalues), rtol=1e-9)
+    for k in range(3):  # an eigenvector's sign is free
+        assert abs(abs(vectors[:, k] @ eigenvectors[:, k]) - 1) < 1e-9
+    assert np.all(np.diff(stdevs) > 0)
+
+
+def test_every_file_is_a_protocol_2_pickle_of_plain_values(made):
+    root, _ = made
+    files = [root / "out" / "batches.meta", *(root / "out").glob("data_batch_*/*")]
+    for path in files:
+        data = path.read_bytes()
+        assert data[:2] == b"\x80\x02", path
+        globals_named = {arg for op, arg, _ in __import__("pickletools").genops(data)
+                         if op.name == "GLOBAL"}
+        assert globals_named <= {"_codecs encode", "numpy.core.multiarray _reconstruct",
+                                 "numpy._core.multiarray _reconstruct", "numpy ndarray",
+                                 "numpy dtype"}, (path, globals_named)
+        assert isinstance(pickle.loads(data), dict)
+
+
+def test_the_log_lists_the_unreadable_image_and_the_file_that_is_no_image(made):
+    root, _ = made
+    lines = (root / "out" / "make-data.log").read_text().splitlines()
+    entries = [line.split("\t") for line in lines if not line.startswith("#")]
+    assert [(e[0].startswith("data_batch_"), e[1].endswith("broken.jpg")) for e in entries
+            if e[0] != "ignored"] == [(True, True)]
+    assert [e[1].endswith("notes.txt") for e in entries if e[0] == "ignored"] == [True]
+
+
+def test_two_processes_write_the_same_bytes_as_one(made, tmp_path):
+    root, _ = made
+    code, _ = make_data(root / "src", tmp_path / "out", "--val-fraction", "0.3", "--workers", "2")
+    assert code == 0
+    one = {p.relative_to(root / "out"): p.read_bytes() for p in (root / "out").rglob("*")
+           if p.is_file() and p.name != "make-data.log"}
+    two = {p.relative_to(tmp_path / "out"): p.read_bytes() for p in (tmp_path / "out").rglob("*")
+           if p.is_file() and p.name != "make-data.log"}
+    assert one.keys() == two.keys()
+    assert all(one[name] == two[name] for name in one if name.name != "make-data.json")
+
+
+def test_a_separate_test_folder_gives_the_test_batches(tmp_path):
+    classes = mixed_tree(tmp_path / "train")
+    mixed_tree(tmp_path / "test")
+    code, _ = make_data(tmp_path / "train", tmp_path / "out", "--val-dir", str(tmp_path / "test"))
+    assert code == 0
+    batches = load_batches(tmp_path / "out")
+    readable = sum(len(files) for files in classes.values())
+    train = sum(len(p["data"]) for n, parts in batches.items() if n < 1000 for p in parts)
+    test = sum(len(p["data"]) for n, parts in batches.items() if n >= 1000 for p in parts)
+    assert (train, test) == (readable, readable)
+    assert min(n for n in batches if n >= 1000) == 1000
