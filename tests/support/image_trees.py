@@ -68,6 +68,7 @@ def fake_ilsvrc(src: Path, images_per_synset: int, val_images: int,
     synset the original skips); (label names, validation labels)."""
     import scipy.io
 
+    src.mkdir(parents=True, exist_ok=True)
     synsets = [(2, "n02000002", "second thing"), (1, "n01000001", "first thing"),
                (1001, "n09999999", "an inner node"), (3, "n03000003", "third thing")]
     table = np.zeros((len(synsets), 1), dtype=[("ILSVRC2012_ID", object), ("WNID", object),
