@@ -59,7 +59,7 @@ def sums_of_part(task: tuple[str, int]) -> ChunkResult:
     path, size = task
     sums = PixelSums(size)
     for jpeg in load_dict(path, ("data",))["data"]:
-        sums.add_image(decode_rgb(jpeg))
+        sums.add_image(decode_rgb(jpeg.encode("latin1") if isinstance(jpeg, str) else jpeg))
     return ChunkResult([], sums)
 
 

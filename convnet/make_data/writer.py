@@ -2,8 +2,14 @@
 
 A batch is the folder ``data_batch_N`` of sub-batch pickles ``data_batch_N.0``,
 ``data_batch_N.1``, ... (the original reader loads every file in the folder), each a
-dict ``{'data': [JPEG bytes, ...], 'labels': [[label], ...]}`` pickled with protocol
-2, which Python 2 reads too.  The parts are written (each through
+dict ``{'data': [JPEG, ...], 'labels': [[label], ...]}`` pickled with protocol 2.
+
+The JPEGs are pickled as the original's files hold them: as Python 2 byte strings
+(the ``SHORT_BINSTRING`` / ``BINSTRING`` opcodes), which Python 2 loads as ``str``
+and Python 3 as ``str`` under ``encoding='latin1'`` (turn each back with
+``.encode('latin1')``) or as ``bytes`` under ``encoding='bytes'``.  Python 3's own
+protocol-2 form of ``bytes`` (a call of ``_codecs.encode`` on a Unicode copy) would
+make the files half as large again and many times slower to load.  The parts are written (each through
 :func:`convnet.outputs.write_output`) into a hidden folder
 ``.data_batch_N.<pid>.<random>.tmp`` beside it, which is renamed to ``data_batch_N``
 only when every part is there: a batch folder exists only complete, and a run killed
@@ -18,11 +24,13 @@ image's list (``l[randint(len(l))]``) and cannot read plain ints, which its own
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import re
 import secrets
 import shutil
+import struct
 
 from convnet.outputs import write_output
 
@@ -45,6 +53,28 @@ def sub_batches(jpegs: list[bytes], labels: list[int], sub_batch_size: int) -> l
             for start in range(0, len(jpegs), sub_batch_size)]
 
 
+class _OriginalPickler(pickle._Pickler):
+    """Python's own pickler at protocol 2, with ``bytes`` written as Python 2 ``str``."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def save_byte_string(self, data: bytes) -> None:
+        if len(data) < 256:
+            self.write(pickle.SHORT_BINSTRING + bytes([len(data)]) + data)
+        else:
+            self.write(pickle.BINSTRING + struct.pack("<I", len(data)) + data)
+        self.memoize(data)
+
+    dispatch[bytes] = save_byte_string
+
+
+def pickle_sub_batch(part: dict) -> bytes:
+    """One sub-batch pickled as the original's make-data.py (Python 2) pickled it."""
+    out = io.BytesIO()
+    _OriginalPickler(out, protocol=PICKLE_PROTOCOL).dump(part)
+    return out.getvalue()
+
+
 def write_batch(target: str, number: int, parts: list[dict]) -> None:
     """Write ``parts`` as the folder ``data_batch_<number>`` of ``target``, atomically."""
     final = os.path.join(target, batch_name(number))
@@ -52,7 +82,7 @@ def write_batch(target: str, number: int, parts: list[dict]) -> None:
     os.mkdir(temp)
     try:
         for name, part in zip(part_names(number, len(parts)), parts):
-            write_output(os.path.join(temp, name), pickle.dumps(part, protocol=PICKLE_PROTOCOL))
+            write_output(os.path.join(temp, name), pickle_sub_batch(part))
         if os.path.lexists(final):
             aside = _hidden(target, number, "old")
             os.rename(final, aside)

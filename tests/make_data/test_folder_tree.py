@@ -4,7 +4,9 @@ and the log are what the original's reader and ours expect."""
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import pickletools
 
 import numpy as np
 import pytest
@@ -85,18 +87,50 @@ def test_data_mean_and_color_pca_match_a_direct_computation(made):
     assert np.all(np.diff(stdevs) > 0)
 
 
-def test_every_file_is_a_protocol_2_pickle_of_plain_values(made):
+def _opcodes(data: bytes) -> list[tuple[str, object]]:
+    return [(op.name, arg) for op, arg, _ in pickletools.genops(data)]
+
+
+def test_sub_batches_are_pickled_as_the_originals_python_2_wrote_them(made):
     root, _ = made
-    files = [root / "out" / "batches.meta", *(root / "out").glob("data_batch_*/*")]
-    for path in files:
+    for path in (root / "out").glob("data_batch_*/*"):
         data = path.read_bytes()
-        assert data[:2] == b"\x80\x02", path
-        globals_named = {arg for op, arg, _ in __import__("pickletools").genops(data)
-                         if op.name == "GLOBAL"}
-        assert globals_named <= {"_codecs encode", "numpy.core.multiarray _reconstruct",
-                                 "numpy._core.multiarray _reconstruct", "numpy ndarray",
-                                 "numpy dtype"}, (path, globals_named)
-        assert isinstance(pickle.loads(data), dict)
+        opcodes = _opcodes(data)
+        assert opcodes[0] == ("PROTO", 2), path
+        assert not [op for op, _ in opcodes if "GLOBAL" in op or op == "REDUCE"], path
+        strings = [arg for op, arg in opcodes if op in ("SHORT_BINSTRING", "BINSTRING")]
+        loaded = pickle.loads(data, encoding="bytes")  # the keys are text, the JPEGs bytes
+        assert loaded["data"] == [s.encode("latin1") for s in strings] and strings
+
+
+def test_the_meta_file_is_a_protocol_2_pickle_of_arrays_and_plain_values(made):
+    root, _ = made
+    data = (root / "out" / "batches.meta").read_bytes()
+    assert _opcodes(data)[0] == ("PROTO", 2)
+    named = {arg for op, arg in _opcodes(data) if op == "GLOBAL"}
+    assert named <= {"_codecs encode", "numpy.core.multiarray _reconstruct",
+                     "numpy._core.multiarray _reconstruct", "numpy ndarray", "numpy dtype"}, named
+    assert set(pickle.loads(data)) == {"data_mean", "color_pca", "num_vis", "batch_size",
+                                       "label_names"}
+
+
+def test_the_batches_read_as_the_originals_provider_reads_them(made):
+    """The original's ImageDataProvider: the sub-batches of a folder in name order, one
+    label picked from each image's list, the mean cut from a (3, S, S) view."""
+    root, _ = made
+    meta = pickle.loads((root / "out" / "batches.meta").read_bytes(), encoding="latin1")
+    side = int(np.sqrt(meta["num_vis"] / 3))
+    inner, border = 12, (side - 12) // 2
+    mean_crop = meta["data_mean"].reshape((3, side, side))[
+        :, border:border + inner, border:border + inner].reshape((1, 3 * inner ** 2))
+    assert mean_crop.shape == (1, 3 * inner ** 2)
+    folder = root / "out" / "data_batch_0"
+    parts = [pickle.loads((folder / name).read_bytes(), encoding="latin1")
+             for name in sorted(os.listdir(folder), key=lambda n: int(n.rsplit(".", 1)[1]))]
+    labels = [label for part in parts for label in part["labels"]]
+    picked = [(l[np.random.randint(len(l))] if len(l) > 0 else -1) for l in labels]
+    assert all(0 <= p < len(meta["label_names"]) for p in picked)
+    assert all(isinstance(jpeg, str) for part in parts for jpeg in part["data"])
 
 
 def test_the_log_lists_the_unreadable_image_and_the_file_that_is_no_image(made):

@@ -116,7 +116,8 @@ def make_data(src: Path, tgt: Path, *options: str, capsys=None) -> tuple[int, st
 
 
 def load_batches(tgt: Path) -> dict[int, list[dict]]:
-    """Every batch folder's sub-batch dicts, through the engine's safe unpickler."""
+    """Every batch folder's sub-batch dicts, through the engine's safe unpickler (the
+    JPEGs, Python 2 strings as in the original's files, turned back into bytes)."""
     from convnet.data.safe_pickle import load_dict
 
     batches = {}
@@ -125,4 +126,7 @@ def load_batches(tgt: Path) -> dict[int, list[dict]]:
         parts = sorted(folder.iterdir(), key=lambda p: int(p.name.rsplit(".", 1)[1]))
         assert [p.name for p in parts] == [f"data_batch_{number}.{k}" for k in range(len(parts))]
         batches[number] = [load_dict(p, ("data", "labels")) for p in parts]
+        for part in batches[number]:
+            assert all(isinstance(jpeg, str) for jpeg in part["data"])
+            part["data"] = [jpeg.encode("latin1") for jpeg in part["data"]]
     return batches
