@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from convnet.data.ranges import format_range
 from convnet.errors import ConvnetError, UsageError
 from convnet.make_data.layout import (DEFAULT_BATCH_SIZE, DEFAULT_QUALITY,
                                       DEFAULT_SUB_BATCH_SIZE)
@@ -104,22 +105,19 @@ def options_from(argv: list[str] | None):
 
 def report(summary, tgt_dir: str) -> str:
     """What a run says at its end (``summary``: its :class:`~convnet.make_data.run.Summary`)."""
-    lines = [f"wrote {summary.images} images in {len(summary.train_batches)} training and "
-             f"{len(summary.test_batches)} test batch(es) to {tgt_dir}"
-             + (f" ({summary.kept_batches} kept from an earlier run)"
-                if summary.kept_batches else "")]
+    batches = len(summary.train_batches) + len(summary.test_batches)
+    lines = [f"{tgt_dir}: {summary.images} images in {len(summary.train_batches)} training and "
+             f"{len(summary.test_batches)} test batch(es); "
+             + (f"{batches - summary.kept_batches} written now, {summary.kept_batches} kept "
+                f"from an earlier run" if summary.kept_batches else "all written now")]
     if summary.skipped or summary.ignored:
         lines.append(f"skipped {summary.skipped} unreadable image(s), ignored "
                      f"{summary.ignored} file(s) that are not images: see {summary.log_path}")
-    ranges = f"--train-range {_range(summary.train_batches)}"
+    ranges = f"--train-range {format_range(summary.train_batches)}"
     if summary.test_batches:
-        ranges += f" --test-range {_range(summary.test_batches)}"
+        ranges += f" --test-range {format_range(summary.test_batches)}"
     lines.append(f"train with: --data-path {tgt_dir} --data-provider image {ranges}")
     return "\n".join(lines)
-
-
-def _range(numbers: list[int]) -> str:
-    return f"{numbers[0]}-{numbers[-1]}" if len(numbers) > 1 else str(numbers[0])
 
 
 def main(argv: list[str] | None = None) -> int:
