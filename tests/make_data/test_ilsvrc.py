@@ -71,3 +71,12 @@ def test_without_scipy_the_error_names_the_extra(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_scipy)
     code, err = make_data(tmp_path / "src", tmp_path / "out", capsys=capsys)
     assert code == 1 and err.count("\n") == 1 and "'make-data' extra" in err
+
+
+def test_the_run_ends_with_the_ranges_to_train_with(tmp_path, capsys):
+    fake_ilsvrc(tmp_path / "src", images_per_synset=3, val_images=5)
+    assert make_data(tmp_path / "src", tmp_path / "out")[0] == 0
+    out = capsys.readouterr().out
+    assert "14 images in 3 training and 2 test batch(es); all written now" in out
+    assert out.splitlines()[-1] == (f"train with: --data-path {tmp_path / 'out'} --data-provider "
+                                    f"image --train-range 0-2 --test-range 1000-1001")
