@@ -26,7 +26,8 @@ from convnet.make_data.statistics import PixelSums
 from convnet.make_data.target import LOG_FILE, META_FILE, prepare_target
 from convnet.make_data.work import ChunkResult, Conversion, run_in_order
 from convnet.make_data.writer import (PICKLE_PROTOCOL, batch_name, complete_parts,
-                                      remove_leftovers, sub_batches, write_batch)
+                                      remove_leftovers, remove_other_batches, sub_batches,
+                                      write_batch)
 from convnet.outputs import write_output
 
 #: Images per worker task: small enough for an even spread and a lively progress bar.
@@ -69,8 +70,11 @@ def make_data(options: MakeDataOptions) -> Summary:
                          shuffle_test=not is_ilsvrc_folder(options.src_dir))
     target = options.tgt_dir
     with _writing(target):
-        resumed = prepare_target(target, _settings(options, data), options.overwrite)
+        state = prepare_target(target, _settings(options, data), options.overwrite)
+        resumed = state.resumed
         remove_leftovers(target)
+        if state.earlier_run and not resumed:
+            remove_other_batches(target, {plan.number for plan in plans})
         log = _Log(os.path.join(target, LOG_FILE), data.ignored, resumed)
     kept = {plan.number: parts for plan in plans
             if resumed and not options.overwrite
@@ -80,8 +84,9 @@ def make_data(options: MakeDataOptions) -> Summary:
     to_convert = sum(len(plan.refs) for plan in plans if plan.number not in kept)
     jobs = [(plan, _tasks(plan, kept.get(plan.number), conversion)) for plan in plans]
     results = run_in_order((task for _, tasks in jobs for task in tasks), options.workers)
-    with tqdm(total=to_convert, unit="img", desc="make-data",
-              disable=not options.progress or None) as bar:
+    # closing: on any error the worker processes are ended at once, not when collected
+    with contextlib.closing(results), tqdm(total=to_convert, unit="img", desc="make-data",
+                                           disable=not options.progress or None) as bar:
         for plan, tasks in jobs:
             outcomes = [next(results) for _ in tasks]
             for outcome in outcomes:

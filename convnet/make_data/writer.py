@@ -120,6 +120,18 @@ def complete_parts(target: str, number: int) -> list[str] | None:
     return paths if all(os.path.isfile(p) and not os.path.islink(p) for p in paths) else None
 
 
+_BATCH_FOLDER = re.compile(r"^data_batch_(\d+)$")
+
+
+def remove_other_batches(target: str, keep: set[int]) -> None:
+    """Remove the batch folders whose numbers are not in ``keep`` (an earlier run's
+    batches that this run does not write)."""
+    for name in os.listdir(target):
+        match = _BATCH_FOLDER.match(name)
+        if match and int(match.group(1)) not in keep:
+            _remove_tree(os.path.join(target, name))
+
+
 _LEFTOVER = re.compile(r"^\.data_batch_\d+\.\d+\.[0-9a-f]+\.(tmp|old)$")
 
 

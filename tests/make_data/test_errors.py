@@ -52,6 +52,13 @@ def test_a_target_that_is_a_file(tmp_path, capsys):
     _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1, "not a folder")
 
 
+def test_a_target_that_cannot_be_made(tmp_path, capsys):
+    mixed_tree(tmp_path / "src")
+    (tmp_path / "file").write_text("x")
+    _one_line(*make_data(tmp_path / "src", tmp_path / "file" / "out", capsys=capsys), 1,
+              "cannot create the target folder")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_a_target_that_cannot_be_written(tmp_path, capsys):
     mixed_tree(tmp_path / "src")
@@ -83,6 +90,24 @@ def test_a_full_disk_leaves_complete_batches_only(tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(writer, "write_output", real_write)
     assert make_data(tmp_path / "src", tmp_path / "out")[0] == 0
     assert (tmp_path / "out" / "batches.meta").is_file()
+
+
+def test_ctrl_c_leaves_complete_batches_only(tmp_path, capsys, monkeypatch):
+    mixed_tree(tmp_path / "src")
+    real_write = writer.write_output
+    calls = []
+
+    def interrupted(path, content):
+        calls.append(path)
+        if len(calls) == 4:  # the second part of batch 1
+            raise KeyboardInterrupt
+        real_write(path, content)
+
+    monkeypatch.setattr(writer, "write_output", interrupted)
+    code, err = make_data(tmp_path / "src", tmp_path / "out", capsys=capsys)
+    assert (code, err) == (130, "interrupted\n")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == \
+        ["data_batch_0", "make-data.json", "make-data.log"]
 
 
 @pytest.mark.parametrize("options, fragment", [

@@ -64,3 +64,15 @@ def test_changed_sources_are_not_resumed(tmp_path, capsys):
     shutil.copy(tmp_path / "src" / "cat" / "a.jpg", tmp_path / "src" / "cat" / "z.jpg")
     code, err = make_data(tmp_path / "src", tmp_path / "out", capsys=capsys)
     assert code == 2 and "other sources or settings" in err
+
+
+def test_overwrite_removes_the_earlier_runs_batches_it_does_not_write(tmp_path):
+    mixed_tree(tmp_path / "src")
+    out = tmp_path / "out"
+    assert make_data(tmp_path / "src", out, "--batch-size", "2")[0] == 0
+    assert (out / "data_batch_5").is_dir()
+    (out / "notes.txt").write_text("mine")
+    assert make_data(tmp_path / "src", out, "--batch-size", "4", "--overwrite")[0] == 0
+    assert sorted(p.name for p in out.glob("data_batch_*")) == \
+        ["data_batch_0", "data_batch_1", "data_batch_2"]
+    assert (out / "notes.txt").read_text() == "mine"
