@@ -68,22 +68,46 @@ def make_data(options: MakeDataOptions) -> Summary:
     data = _dataset(options)
     plans = plan_batches(data, options.batch_size, options.seed,
                          shuffle_test=not is_ilsvrc_folder(options.src_dir))
+    kept, log = _prepare(options, data, plans)
+    sums = _convert(options, plans, kept, log)
+    if sums.images == 0:
+        raise DataError(f"{options.src_dir}: no training image could be read "
+                        f"(see {log.path})")
+    meta = {"data_mean": sums.data_mean(), "color_pca": sums.color_pca(),
+            "num_vis": 3 * options.size ** 2, "batch_size": options.batch_size,
+            "label_names": list(data.label_names)}
+    meta_path = os.path.join(options.tgt_dir, META_FILE)
+    with _writing(options.tgt_dir):
+        write_output(meta_path, pickle.dumps(meta, protocol=PICKLE_PROTOCOL))
+    return Summary([p.number for p in plans if p.train], [p.number for p in plans if not p.train],
+                   len(kept), sum(len(p.refs) for p in plans) - log.skipped(), log.skipped(),
+                   len(data.ignored), meta_path, log.path)
+
+
+def _prepare(options: MakeDataOptions, data: DataSet, plans: list[BatchPlan]
+             ) -> tuple[dict[int, list[str]], "_Log"]:
+    """Ready the target; the parts of the batches to keep (number -> paths) and the log."""
     target = options.tgt_dir
     with _writing(target):
         state = prepare_target(target, _settings(options, data), options.overwrite)
-        resumed = state.resumed
         remove_leftovers(target)
-        if state.earlier_run and not resumed:
+        if state.earlier_run and not state.resumed:
             remove_other_batches(target, {plan.number for plan in plans})
-        log = _Log(os.path.join(target, LOG_FILE), data.ignored, resumed)
+        log = _Log(os.path.join(target, LOG_FILE), data.ignored, state.resumed)
     kept = {plan.number: parts for plan in plans
-            if resumed and not options.overwrite
+            if state.resumed and not options.overwrite
             and (parts := complete_parts(target, plan.number)) is not None}
+    return kept, log
+
+
+def _convert(options: MakeDataOptions, plans: list[BatchPlan], kept: dict[int, list[str]],
+             log: "_Log") -> PixelSums:
+    """Write every batch not kept, in number order; the training images' pixel sums."""
     sums = PixelSums(options.size)
     conversion = Conversion(options.size, options.keep_borders, options.quality)
-    to_convert = sum(len(plan.refs) for plan in plans if plan.number not in kept)
     jobs = [(plan, _tasks(plan, kept.get(plan.number), conversion)) for plan in plans]
     results = run_in_order((task for _, tasks in jobs for task in tasks), options.workers)
+    to_convert = sum(len(plan.refs) for plan in plans if plan.number not in kept)
     # closing: on any error the worker processes are ended at once, not when collected
     with contextlib.closing(results), tqdm(total=to_convert, unit="img", desc="make-data",
                                            disable=not options.progress or None) as bar:
@@ -93,20 +117,9 @@ def make_data(options: MakeDataOptions) -> Summary:
                 if outcome.sums is not None:
                     sums.merge(outcome.sums)
             if plan.number not in kept:
-                _write(target, plan, outcomes, options.sub_batch_size, log)
+                _write(options.tgt_dir, plan, outcomes, options.sub_batch_size, log)
                 bar.update(len(plan.refs))
-    if sums.images == 0:
-        raise DataError(f"{options.src_dir}: no training image could be read "
-                        f"(see {log.path})")
-    meta = {"data_mean": sums.data_mean(), "color_pca": sums.color_pca(),
-            "num_vis": 3 * options.size ** 2, "batch_size": options.batch_size,
-            "label_names": list(data.label_names)}
-    meta_path = os.path.join(target, META_FILE)
-    with _writing(target):
-        write_output(meta_path, pickle.dumps(meta, protocol=PICKLE_PROTOCOL))
-    return Summary([p.number for p in plans if p.train], [p.number for p in plans if not p.train],
-                   len(kept), sum(len(p.refs) for p in plans) - log.skipped(), log.skipped(),
-                   len(data.ignored), meta_path, log.path)
+    return sums
 
 
 def _dataset(options: MakeDataOptions) -> DataSet:
