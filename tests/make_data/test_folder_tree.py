@@ -165,3 +165,19 @@ def test_a_separate_test_folder_gives_the_test_batches(tmp_path):
     test = sum(len(p["data"]) for n, parts in batches.items() if n >= 1000 for p in parts)
     assert (train, test) == (readable, readable)
     assert min(n for n in batches if n >= 1000) == 1000
+
+
+def test_keep_borders_stores_whole_images_and_the_mean_of_their_centres(tmp_path):
+    classes = mixed_tree(tmp_path / "src")
+    assert make_data(tmp_path / "src", tmp_path / "out", "--keep-borders")[0] == 0
+    images = [_decode(jpeg) for parts in load_batches(tmp_path / "out").values()
+              for part in parts for jpeg in part["data"]]
+    assert len(images) == sum(len(files) for files in classes.values())
+    assert all(min(image.shape[:2]) == SIZE for image in images)
+    assert any(image.shape[0] != image.shape[1] for image in images)
+    centres = [image[(image.shape[0] - SIZE) // 2:][:SIZE, (image.shape[1] - SIZE) // 2:][:, :SIZE]
+               for image in images]
+    meta = load_dict(tmp_path / "out" / "batches.meta", ("data_mean", "num_vis"))
+    assert meta["num_vis"] == 3 * SIZE * SIZE
+    np.testing.assert_allclose(meta["data_mean"], np.mean(centres, axis=0).transpose(2, 0, 1)
+                               .reshape(-1, 1), rtol=1e-6)
