@@ -132,7 +132,16 @@ def _dataset(options: MakeDataOptions) -> DataSet:
             raise UsageError("--val-dir and --val-fraction are for class-folder trees: the "
                              "ILSVRC-2012 validation tar gives the test batches")
         return ilsvrc_dataset(options.src_dir, options.progress)
+    for name, folder in (("--src-dir", options.src_dir), ("--val-dir", options.val_dir)):
+        if folder is not None and _inside(options.tgt_dir, folder):
+            raise UsageError(f"--tgt-dir {options.tgt_dir} is inside {name} {folder}: a rerun "
+                             f"would read the batches as a class folder; put them elsewhere")
     return folder_dataset(options.src_dir, options.val_dir, options.val_fraction, options.seed)
+
+
+def _inside(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder
 
 
 def _settings(options: MakeDataOptions, data: DataSet) -> dict:

@@ -121,6 +121,13 @@ def test_bad_options(tmp_path, capsys, options, fragment):
               fragment)
 
 
+def test_a_target_inside_the_source_tree(tmp_path, capsys):
+    mixed_tree(tmp_path / "src")
+    _one_line(*make_data(tmp_path / "src", tmp_path / "src" / "batches", capsys=capsys), 2,
+              "inside --src-dir")
+    assert not (tmp_path / "src" / "batches").exists()
+
+
 def test_both_test_splits_at_once(tmp_path, capsys):
     mixed_tree(tmp_path / "src")
     _one_line(*make_data(tmp_path / "src", tmp_path / "out", "--val-dir", str(tmp_path / "src"),
