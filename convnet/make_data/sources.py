@@ -94,9 +94,9 @@ def _visible_entries(folder: str) -> list[os.DirEntry]:
 
 def _class_folders(root: str) -> list[str]:
     if not os.path.exists(root):
-        raise DataError(f"{root}: the source folder does not exist")
+        raise DataError(f"{root}: the folder does not exist")
     if not os.path.isdir(root):
-        raise DataError(f"{root}: the source is not a folder")
+        raise DataError(f"{root}: not a folder")
     classes = [e.name for e in _visible_entries(root) if e.is_dir()]
     if not classes:
         raise DataError(f"{root}: no class folders: put each class's images in a folder of "
