@@ -32,7 +32,12 @@ class UnreadableImage(Exception):
 def square_jpeg(data: bytes, size: int, keep_borders: bool = False,
                 quality: int = DEFAULT_QUALITY) -> bytes:
     """``data`` (any image file Pillow reads) as a JPEG of short side ``size``."""
-    image = _rgb(_open(data, size))
+    image = _open(data, size)
+    try:
+        image = _rgb(image)
+    except Exception as error:  # a mode Pillow cannot turn into RGB (LAB, HSV, ...)
+        raise UnreadableImage(f"cannot convert its {image.mode} colours to RGB: "
+                              f"{_reason(error)}") from None
     width, height = image.size
     scale = size / min(width, height)
     new_size = (max(size, round(width * scale)), max(size, round(height * scale)))

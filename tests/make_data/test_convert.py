@@ -88,3 +88,14 @@ def test_an_image_declaring_absurd_dimensions_is_refused(monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
     with pytest.raises(UnreadableImage, match="DecompressionBomb"):
         square_jpeg(image_bytes(60, 60, 7), 16)
+
+
+def test_a_mode_without_an_rgb_conversion_is_an_unreadable_image(monkeypatch):
+    grey = image_bytes(20, 20, 8, "L", "PNG")
+
+    def no_conversion(self, *args, **kwargs):
+        raise ValueError("conversion not supported")
+
+    monkeypatch.setattr(Image.Image, "convert", no_conversion)
+    with pytest.raises(UnreadableImage, match="cannot convert its L colours"):
+        square_jpeg(grey, 16)
