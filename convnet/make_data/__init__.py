@@ -6,9 +6,12 @@ The parts, each with one job: ``sources`` (what to read: image references and la
 from a folder tree) and ``ilsvrc`` (from the ILSVRC-2012 tars), ``convert`` (one image
 to a square RGB JPEG), ``statistics`` (``data_mean`` and ``color_pca``), ``layout``
 (which images go into which numbered batch), ``target`` (the target folder: what it may
-hold, the settings file), ``writer`` (a batch folder written whole), ``work`` (the
-worker processes), ``run`` (putting them together) and ``cli`` (the command line).
+hold, the settings file), ``writer`` (a batch folder written whole), ``skip_log``
+(the log of skipped images), ``work`` (the worker processes), ``run`` (putting them
+together) and ``cli`` (the command line).
 
-An application on top of the engine: it may import ``convnet.data``'s safe unpickler
-and the modules directly in ``convnet/`` (errors, outputs), nothing of ``convnet.app``.
+An application on top of the engine, beside ``convnet.app``: it may import
+``convnet.data`` (the safe unpickler, batch ranges) and the modules directly in
+``convnet/`` (errors, outputs, optional dependencies), nothing of ``convnet.app`` or
+of the packages below ``data`` (tests/project/test_import_cycles.py checks it).
 """

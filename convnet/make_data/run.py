@@ -4,8 +4,8 @@ The batches are planned from the sources alone (:mod:`~convnet.make_data.layout`
 so a rerun knows which it would write; those already complete in a resumed target
 are kept and only decoded again for the statistics.  Images that cannot be read
 are left out of their batch (which then holds fewer images) and listed in
-``make-data.log``, which is rewritten after every batch, so it stays true when a
-run is stopped.  ``batches.meta`` is written last.
+``make-data.log`` (:mod:`~convnet.make_data.skip_log`).  ``batches.meta`` is
+written last.
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ from tqdm import tqdm
 
 from convnet.errors import DataError, UsageError
 from convnet.make_data.ilsvrc import ilsvrc_dataset, is_ilsvrc_folder
-from convnet.make_data.layout import BatchPlan, plan_batches
+from convnet.make_data.layout import (DEFAULT_BATCH_SIZE, DEFAULT_QUALITY,
+                                      DEFAULT_SUB_BATCH_SIZE, BatchPlan, plan_batches)
+from convnet.make_data.skip_log import SkipLog
 from convnet.make_data.sources import DataSet, folder_dataset
 from convnet.make_data.statistics import PixelSums
 from convnet.make_data.target import LOG_FILE, META_FILE, prepare_target
 from convnet.make_data.work import ChunkResult, Conversion, run_in_order
-from convnet.make_data.writer import (PICKLE_PROTOCOL, batch_name, complete_parts,
+from convnet.make_data.writer import (PICKLE_PROTOCOL, complete_parts,
                                       remove_leftovers, remove_other_batches, sub_batches,
                                       write_batch)
 from convnet.outputs import write_output
@@ -36,13 +38,15 @@ CHUNK = 32
 
 @dataclass(frozen=True)
 class MakeDataOptions:
+    """A run's settings, as the command line's options of the same names give them."""
+
     src_dir: str
     tgt_dir: str
     size: int = 256
     keep_borders: bool = False
-    quality: int = 95
-    batch_size: int = 3072
-    sub_batch_size: int = 1024
+    quality: int = DEFAULT_QUALITY
+    batch_size: int = DEFAULT_BATCH_SIZE
+    sub_batch_size: int = DEFAULT_SUB_BATCH_SIZE
     val_dir: str | None = None
     val_fraction: float = 0.0
     seed: int = 0
@@ -85,7 +89,7 @@ def make_data(options: MakeDataOptions) -> Summary:
 
 
 def _prepare(options: MakeDataOptions, data: DataSet, plans: list[BatchPlan]
-             ) -> tuple[dict[int, list[str]], "_Log"]:
+             ) -> tuple[dict[int, list[str]], SkipLog]:
     """Ready the target; the parts of the batches to keep (number -> paths) and the log."""
     target = options.tgt_dir
     with _writing(target):
@@ -93,7 +97,7 @@ def _prepare(options: MakeDataOptions, data: DataSet, plans: list[BatchPlan]
         remove_leftovers(target)
         if state.earlier_run and not state.resumed:
             remove_other_batches(target, {plan.number for plan in plans})
-        log = _Log(os.path.join(target, LOG_FILE), data.ignored, state.resumed)
+        log = SkipLog(os.path.join(target, LOG_FILE), data.ignored, state.resumed)
     kept = {plan.number: parts for plan in plans
             if state.resumed and not options.overwrite
             and (parts := complete_parts(target, plan.number)) is not None}
@@ -101,7 +105,7 @@ def _prepare(options: MakeDataOptions, data: DataSet, plans: list[BatchPlan]
 
 
 def _convert(options: MakeDataOptions, plans: list[BatchPlan], kept: dict[int, list[str]],
-             log: "_Log") -> PixelSums:
+             log: SkipLog) -> PixelSums:
     """Write every batch not kept, in number order; the training images' pixel sums."""
     sums = PixelSums(options.size)
     conversion = Conversion(options.size, options.keep_borders, options.quality)
@@ -164,7 +168,7 @@ def _tasks(plan: BatchPlan, kept_parts: list[str] | None, conversion: Conversion
 
 
 def _write(target: str, plan: BatchPlan, outcomes: list[ChunkResult], sub_batch_size: int,
-           log: "_Log") -> None:
+           log: SkipLog) -> None:
     results = [result for outcome in outcomes for result in outcome.jpegs]
     jpegs = [r for r in results if isinstance(r, bytes)]
     labels = [label for label, r in zip(plan.labels, results) if isinstance(r, bytes)]
@@ -184,44 +188,3 @@ def _writing(target: str) -> Iterator[None]:
         where = f" {error.filename}" if error.filename else ""
         raise DataError(f"{target}: cannot write{where} ({error.strerror or error}); "
                         f"complete batches are kept, rerun to go on") from None
-
-
-class _Log:
-    """``make-data.log``: one tab-separated line per skipped image (its batch, its
-    name, why) and per ignored file, rewritten whole after every batch.  A resumed
-    run keeps the lines of the batches it keeps."""
-
-    HEADER = "# make-data: images left out of their batch, and files that are not images\n"
-
-    def __init__(self, path: str, ignored: list[str], resumed: bool):
-        self.path = path
-        self._ignored = [f"ignored\t{name}\tnot an image file name" for name in ignored]
-        self._lines: dict[int, list[str]] = _earlier_lines(path) if resumed else {}
-        self._write()
-
-    def record(self, number: int, failures: list[tuple[str, str]]) -> None:
-        self._lines[number] = [f"{batch_name(number)}\t{name}\t{reason}"
-                               for name, reason in failures]
-        self._write()
-
-    def skipped(self) -> int:
-        return sum(len(lines) for lines in self._lines.values())
-
-    def _write(self) -> None:
-        lines = [line for number in sorted(self._lines) for line in self._lines[number]]
-        text = self.HEADER + "".join(f"{line}\n" for line in lines + self._ignored)
-        write_output(self.path, text.encode("utf-8", "surrogateescape"))
-
-
-def _earlier_lines(path: str) -> dict[int, list[str]]:
-    """The skipped-image lines of an earlier log, by batch number."""
-    lines: dict[int, list[str]] = {}
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as file:
-            for line in file:
-                first = line.split("\t", 1)[0]
-                if first.startswith("data_batch_") and first[11:].isdigit():
-                    lines.setdefault(int(first[11:]), []).append(line.rstrip("\n"))
-    except OSError:
-        pass  # no earlier log: nothing was skipped, or it is gone
-    return lines
