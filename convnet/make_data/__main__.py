@@ -4,4 +4,5 @@ import sys
 
 from convnet.make_data.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not again in the worker processes, which import this module
+    sys.exit(main())

@@ -7,6 +7,8 @@ import io
 import os
 import pickle
 import pickletools
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from PIL import Image
 
 from convnet.data.safe_pickle import load_dict
 from convnet.make_data.convert import square_jpeg
+from tests.support import ROOT
 from tests.support.image_trees import load_batches, make_data, mixed_tree
 
 SIZE = 16
@@ -142,16 +145,21 @@ def test_the_log_lists_the_unreadable_image_and_the_file_that_is_no_image(made):
     assert [e[1].endswith("notes.txt") for e in entries if e[0] == "ignored"] == [True]
 
 
-def test_two_processes_write_the_same_bytes_as_one(made, tmp_path):
+def test_the_command_on_two_processes_writes_the_same_bytes_as_one(made, tmp_path):
     root, _ = made
-    code, _ = make_data(root / "src", tmp_path / "out", "--val-fraction", "0.3", "--workers", "2")
-    assert code == 0
+    proc = subprocess.run([sys.executable, "-m", "convnet.make_data", "--src-dir",
+                           str(root / "src"), "--tgt-dir", str(tmp_path / "out"), "--size",
+                           str(SIZE), "--batch-size", "4", "--sub-batch-size", "2",
+                           "--val-fraction", "0.3", "--workers", "2"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
+    assert proc.stdout.splitlines()[-1].endswith("--train-range 0-1 --test-range 1000")
     one = {p.relative_to(root / "out"): p.read_bytes() for p in (root / "out").rglob("*")
-           if p.is_file() and p.name != "make-data.log"}
+           if p.is_file()}
     two = {p.relative_to(tmp_path / "out"): p.read_bytes() for p in (tmp_path / "out").rglob("*")
-           if p.is_file() and p.name != "make-data.log"}
-    assert one.keys() == two.keys()
-    assert all(one[name] == two[name] for name in one if name.name != "make-data.json")
+           if p.is_file()}
+    assert one == two  # the batches, the meta file, the log and the settings
 
 
 def test_a_separate_test_folder_gives_the_test_batches(tmp_path):
