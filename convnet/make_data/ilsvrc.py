@@ -45,7 +45,7 @@ def ilsvrc_dataset(src: str, progress: bool) -> DataSet:
                                            len(label_names))
     refs, labels = train + test, train_labels + [-1 - label for label in test_labels]
     return DataSet(train, train_labels, test, test_labels, label_names, [],
-                   fingerprint(refs, labels, label_names))
+                   fingerprint([ref.name for ref in refs], refs, labels, label_names))
 
 
 def _devkit_files(src: str) -> tuple[bytes, bytes]:

@@ -154,7 +154,7 @@ def _settings(options: MakeDataOptions, data: DataSet) -> dict:
             "keep_borders": options.keep_borders, "quality": options.quality,
             "batch_size": options.batch_size, "sub_batch_size": options.sub_batch_size,
             "seed": options.seed, "val_fraction": options.val_fraction,
-            "val_dir": os.path.abspath(options.val_dir) if options.val_dir else None,
+            "val_dir": options.val_dir is not None,
             "sources": data.fingerprint}
 
 

@@ -61,13 +61,15 @@ def read_image_bytes(ref: ImageRef) -> bytes:
     return data
 
 
-def fingerprint(refs: list[ImageRef], labels: list[int], label_names: list[str]) -> str:
-    """A digest of the image names, sizes and labels: a rerun resumes only onto the
-    output of the same sources."""
+def fingerprint(names: list[str], refs: list[ImageRef], labels: list[int],
+                label_names: list[str]) -> str:
+    """A digest of the images' ``names`` (paths inside the sources, so that the same
+    sources elsewhere, or named another way, give the same digest), sizes and labels: a
+    rerun resumes only onto the output of the same sources."""
     digest = hashlib.sha256()
-    for ref, label in zip(refs, labels):
+    for name, ref, label in zip(names, refs, labels):
         size = ref.size if ref.size >= 0 else _file_size(ref.path)
-        digest.update(f"{ref.name}\0{size}\0{label}\n".encode("utf-8", "surrogateescape"))
+        digest.update(f"{name}\0{size}\0{label}\n".encode("utf-8", "surrogateescape"))
     digest.update("\0".join(label_names).encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
 
@@ -160,16 +162,19 @@ def folder_dataset(src: str, test_dir: str | None, test_fraction: float, seed: i
         for index, ref in enumerate(images):
             (test if index in held else train).append(ref)
             (test_labels if index in held else train_labels).append(label)
+    inside = [os.path.relpath(ref.path, src) for ref in train + test]
     if test_dir is not None:
         test_names, test_per_class, test_ignored = scan_class_tree(test_dir, names)
         ignored += test_ignored
         for name, images in zip(test_names, test_per_class):
             test += images
             test_labels += [names.index(name)] * len(images)
+            inside += [os.path.join("--val-dir", os.path.relpath(ref.path, test_dir))
+                       for ref in images]
     # test labels enter the digest negated, so moving an image between the sets counts
     refs, labels = train + test, train_labels + [-1 - label for label in test_labels]
     return DataSet(train, train_labels, test, test_labels, names, ignored,
-                   fingerprint(refs, labels, names))
+                   fingerprint(inside, refs, labels, names))
 
 
 def _held_out(count: int, fraction: float, rng: np.random.Generator) -> set[int]:

@@ -76,3 +76,18 @@ def test_overwrite_removes_the_earlier_runs_batches_it_does_not_write(tmp_path):
     assert sorted(p.name for p in out.glob("data_batch_*")) == \
         ["data_batch_0", "data_batch_1", "data_batch_2"]
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_the_same_sources_moved_elsewhere_resume(tmp_path, capsys):
+    mixed_tree(tmp_path / "src")
+    mixed_tree(tmp_path / "val")
+    out = tmp_path / "out"
+    assert make_data(tmp_path / "src", out, "--val-dir", str(tmp_path / "val"))[0] == 0
+    first = _files(out)
+    (tmp_path / "src").rename(tmp_path / "moved")
+    (tmp_path / "val").rename(tmp_path / "moved-val")
+    capsys.readouterr()
+    assert make_data(tmp_path / "moved", out, "--val-dir", f"{tmp_path}/./moved-val/")[0] == 0
+    assert "0 written now, 6 kept from an earlier run" in capsys.readouterr().out
+    assert all(_files(out)[name] == first[name] for name in first
+               if name.parts[0].startswith("data_batch_"))
