@@ -35,6 +35,18 @@ def _positive(text: str) -> int:
     return value
 
 
+#: The largest --size: an image of 4096 x 4096 is 48 MiB decoded, already far beyond
+#: what a convnet of this engine trains on, and a typo must not make every image huge.
+MAX_SIZE = 4096
+
+
+def _size(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SIZE} pixels, got {value}")
+    return value
+
+
 def _quality(text: str) -> int:
     value = _positive(text)
     if value > 100:
@@ -66,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         "ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar and the devkit")
     add("--tgt-dir", required=True, help="where the batches go (new, empty, or an earlier "
         "make-data output of the same sources, which is resumed)")
-    add("--size", type=_positive, default=256, help="short side of every stored image (256)")
+    add("--size", type=_size, default=256, help="short side of every stored image (256)")
     add("--keep-borders", action="store_true", help="keep the whole resized image instead of "
         "its centre square (the original's CROP_TO_SQUARE = False)")
     add("--quality", type=_quality, default=DEFAULT_QUALITY,

@@ -111,7 +111,8 @@ def test_ctrl_c_leaves_complete_batches_only(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("options, fragment", [
-    (("--size", "0"), "--size"), (("--quality", "101"), "--quality"),
+    (("--size", "0"), "--size"), (("--size", "5000"), "at most 4096"),
+    (("--quality", "101"), "--quality"),
     (("--val-fraction", "1"), "--val-fraction"),
     (("--batch-size", "2", "--sub-batch-size", "4"), "--sub-batch-size"),
     (("--frobnicate",), "--frobnicate")])

@@ -42,11 +42,12 @@ def test_each_training_image_has_its_synsets_label(tmp_path):
     assert all(labels == [expected[jpeg]] for jpeg, labels in stored)
 
 
-def test_a_missing_devkit_is_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("missing", ["ILSVRC2012_devkit_t12.tar.gz", "ILSVRC2012_img_val.tar"])
+def test_a_missing_file_is_one_line(tmp_path, capsys, missing):
     fake_ilsvrc(tmp_path / "src", images_per_synset=1, val_images=1)
-    (tmp_path / "src" / "ILSVRC2012_devkit_t12.tar.gz").unlink()
+    (tmp_path / "src" / missing).unlink()
     code, err = make_data(tmp_path / "src", tmp_path / "out", capsys=capsys)
-    assert code == 1 and err.count("\n") == 1 and "ILSVRC2012_devkit_t12.tar.gz" in err
+    assert code == 1 and err.count("\n") == 1 and missing in err
 
 
 def test_ground_truth_that_disagrees_with_the_validation_tar_is_refused(tmp_path, capsys):
