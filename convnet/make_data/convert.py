@@ -7,8 +7,9 @@ out, or, with ``keep_borders``, the whole resized image is kept (the original's
 baseline JPEG of quality 95 (the original's ``JPEG_QUALITY``).
 
 Resizing uses Pillow's Lanczos filter; a large JPEG is first decoded at a reduced
-scale (``draft``, libjpeg's DCT scaling) but never below twice the target size, so
-the Lanczos step still has at least two source pixels per output pixel.  The EXIF
+scale (``draft``, libjpeg's DCT scaling), and a large image of any format reduced by
+a whole factor (``reducing_gap``), but never below twice the target size, so the
+Lanczos step still has at least two source pixels per output pixel.  The EXIF
 orientation is applied (a phone photo comes out upright).  Every mode becomes RGB:
 greyscale and CMYK by Pillow's conversions, palette images through their palette,
 and transparency (RGBA, LA, a palette with a transparent colour) is composited onto
@@ -47,7 +48,9 @@ def square_jpeg(data: bytes, size: int, keep_borders: bool = False,
         left, top = (new_size[0] - size) // 2, (new_size[1] - size) // 2
         box = tuple(edge / scale for edge in (left, top, left + size, top + size))
         new_size = (size, size)
-    resized = image.resize(new_size, Image.Resampling.LANCZOS, box=box)
+    # reducing_gap: images of any format more than twice the size are first reduced by
+    # whole factors (averaging boxes), as draft does for JPEGs, then Lanczos-filtered
+    resized = image.resize(new_size, Image.Resampling.LANCZOS, box=box, reducing_gap=2.0)
     out = io.BytesIO()
     resized.save(out, format="JPEG", quality=quality)
     return out.getvalue()

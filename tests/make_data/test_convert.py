@@ -99,3 +99,10 @@ def test_a_mode_without_an_rgb_conversion_is_an_unreadable_image(monkeypatch):
     monkeypatch.setattr(Image.Image, "convert", no_conversion)
     with pytest.raises(UnreadableImage, match="cannot convert its L colours"):
         square_jpeg(grey, 16)
+
+
+def test_a_large_png_reduced_first_looks_like_a_plain_lanczos_resize():
+    big = photo(900, 700, 9)
+    reduced = decode_rgb(square_jpeg(_png(big), 32)).astype(int)
+    plain = Image.fromarray(big).resize((41, 32), Image.Resampling.LANCZOS).crop((4, 0, 36, 32))
+    assert np.abs(reduced - np.asarray(plain).astype(int)).mean() < 3
