@@ -3,9 +3,9 @@
 The main install (``pip install -e .``) trains and prints; drawing needs
 matplotlib, which the ``plot`` extra installs, and ``python -m convnet.make_data``
 needs Pillow (and scipy for the ILSVRC-2012 devkit), which the ``make-data`` extra
-installs.  The commands that must draw
-(``--plan-graph``, ``--compare`` with ``--save-path``) check before any work
-is done, so a missing package is reported at once rather than after training.
+installs.  The commands that must draw (``--plan-graph``, ``--compare`` with
+``--save-path``) and make-data check before any work is done, so a missing package
+is reported at once rather than after training or converting.
 """
 
 from __future__ import annotations
