@@ -1,9 +1,11 @@
 """Optional dependencies: whether one is installed, and the error that names its extra.
 
 The main install (``pip install -e .``) trains and prints; drawing needs
-matplotlib, which the ``plot`` extra installs.  The commands that must draw
-(``--plan-graph``, ``--compare`` with ``--save-path``) check before any work
-is done, so a missing package is reported at once rather than after training.
+matplotlib, which the ``plot`` extra installs, and ``python -m convnet.make_data``
+needs Pillow (and scipy for the ILSVRC-2012 devkit), which the ``make-data`` extra
+installs.  The commands that must draw (``--plan-graph``, ``--compare`` with
+``--save-path``) and make-data check before any work is done, so a missing package
+is reported at once rather than after training or converting.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from convnet.errors import ConvnetError
 
 PLOT_INSTALL = "pip install -e '.[plot]'"
+MAKE_DATA_INSTALL = "pip install -e '.[make-data]'"
 
 
 def has_matplotlib() -> bool:
@@ -27,3 +30,13 @@ def require_matplotlib(what: str) -> None:
     if not has_matplotlib():
         raise ConvnetError(f"{what} draws with matplotlib, which is not installed; install "
                            f"the 'plot' extra: {PLOT_INSTALL}") from None
+
+
+def require_for_make_data(module: str, package: str, what: str) -> None:
+    """Raise a one-line error naming the ``make-data`` extra unless ``module`` imports;
+    ``what`` says what needs it (``"reading meta.mat"``)."""
+    try:
+        __import__(module)
+    except ImportError:
+        raise ConvnetError(f"{what} needs {package}, which is not installed; install the "
+                           f"'make-data' extra: {MAKE_DATA_INSTALL}") from None

@@ -141,7 +141,8 @@ def test_the_project_has_no_import_cycle():
 
 #: The packages from the top of docs/DESIGN.md's map down; each may import only those
 #: after it (the modules directly in ``convnet/``, errors and the like, are the base).
-LAYERING = ("app", "simulate", "data", "runtime", "plan", "layers", "config", "kernels")
+LAYERING = ("make_data", "app", "simulate", "data", "runtime", "plan", "layers", "config",
+            "kernels")
 
 
 def _package(module: str) -> str:
@@ -158,6 +159,19 @@ def test_packages_import_only_the_packages_below_them():
 
 def _rank(package: str) -> int:
     return len(LAYERING) if package == "base" else LAYERING.index(package)
+
+
+#: Applications on top that stand beside ``app``, not on it: what each may not import.
+BESIDE = {"make_data": ("app", "simulate", "runtime", "plan", "layers", "config", "kernels")}
+
+
+def test_make_data_stands_beside_the_training_application():
+    """make-data writes batches; it needs the data package's safe unpickler and the
+    output helpers, never the trainer or the network (so it stays light to import)."""
+    found = sorted((a, b) for a, targets in import_graph(ROOT).items() for b in targets
+                   if _package(a) in BESIDE and _package(b) in BESIDE[_package(a)])
+    assert not found, "imports against docs/DESIGN.md's map: " + ", ".join(
+        f"{a} -> {b}" for a, b in found)
 
 
 #: One level down: inside each package, its parts from the top of docs/DESIGN.md's map

@@ -44,3 +44,10 @@ def test_the_console_script_starts_where_convnet_py_does():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["scripts"]["convnet"] == "convnet.app.command_line.launcher:main"
     assert "from convnet.app.command_line.launcher import main" in (ROOT / "convnet.py").read_text()
+
+
+def test_the_make_data_command_starts_where_python_m_convnet_make_data_does():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["convnet-make-data"] == "convnet.make_data.cli:main"
+    assert "from convnet.make_data.cli import main" in \
+        (ROOT / "convnet" / "make_data" / "__main__.py").read_text()

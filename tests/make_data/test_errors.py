@@ -1,0 +1,135 @@
+"""Bad input to make-data: one line on stderr, a non-zero exit, no half batch."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from convnet.make_data import writer
+from tests.support.image_trees import image_bytes, make_data, mixed_tree
+
+
+def _one_line(code: int, err: str, expected_code: int, *fragments: str) -> None:
+    assert code == expected_code, err
+    assert "Traceback" not in err and err.count("\n") == 1 and err.startswith("error: "), err
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+def test_a_missing_source_folder(tmp_path, capsys):
+    _one_line(*make_data(tmp_path / "nowhere", tmp_path / "out", capsys=capsys), 1,
+              "does not exist")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_source_without_class_folders(tmp_path, capsys):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.jpg").write_bytes(image_bytes(20, 20, 1))
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
+              "no class folders")
+
+
+def test_an_empty_class_folder(tmp_path, capsys):
+    mixed_tree(tmp_path / "src")
+    (tmp_path / "src" / "empty").mkdir()
+    (tmp_path / "src" / "empty" / "readme.txt").write_text("nothing here")
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
+              "empty", "no image files")
+
+
+def test_no_readable_image_at_all(tmp_path, capsys):
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    (tmp_path / "src" / "a" / "x.jpg").write_bytes(b"garbage")
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
+              "no training image could be read", "make-data.log")
+
+
+def test_a_target_that_is_a_file(tmp_path, capsys):
+    mixed_tree(tmp_path / "src")
+    (tmp_path / "out").write_text("x")
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1, "not a folder")
+
+
+def test_a_target_that_cannot_be_made(tmp_path, capsys):
+    mixed_tree(tmp_path / "src")
+    (tmp_path / "file").write_text("x")
+    _one_line(*make_data(tmp_path / "src", tmp_path / "file" / "out", capsys=capsys), 1,
+              "cannot create the target folder")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_target_that_cannot_be_written(tmp_path, capsys):
+    mixed_tree(tmp_path / "src")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out").chmod(0o500)
+    try:
+        _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
+                  "cannot write")
+    finally:
+        (tmp_path / "out").chmod(0o700)
+
+
+def test_a_full_disk_leaves_complete_batches_only(tmp_path, capsys, monkeypatch):
+    mixed_tree(tmp_path / "src")
+    real_write = writer.write_output
+    written = []
+
+    def fills_up(path, content):
+        if len(written) == 3:  # batch 0's two parts, then one part of batch 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        written.append(path)
+        real_write(path, content)
+
+    monkeypatch.setattr(writer, "write_output", fills_up)
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
+              "No space left on device", "rerun")
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["data_batch_0", "make-data.json", "make-data.log"]
+    monkeypatch.setattr(writer, "write_output", real_write)
+    assert make_data(tmp_path / "src", tmp_path / "out")[0] == 0
+    assert (tmp_path / "out" / "batches.meta").is_file()
+
+
+def test_ctrl_c_leaves_complete_batches_only(tmp_path, capsys, monkeypatch):
+    mixed_tree(tmp_path / "src")
+    real_write = writer.write_output
+    calls = []
+
+    def interrupted(path, content):
+        calls.append(path)
+        if len(calls) == 4:  # the second part of batch 1
+            raise KeyboardInterrupt
+        real_write(path, content)
+
+    monkeypatch.setattr(writer, "write_output", interrupted)
+    code, err = make_data(tmp_path / "src", tmp_path / "out", capsys=capsys)
+    assert (code, err) == (130, "interrupted\n")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == \
+        ["data_batch_0", "make-data.json", "make-data.log"]
+
+
+@pytest.mark.parametrize("options, fragment", [
+    (("--size", "0"), "--size"), (("--size", "5000"), "at most 4096"),
+    (("--quality", "101"), "--quality"),
+    (("--val-fraction", "1"), "--val-fraction"),
+    (("--batch-size", "2", "--sub-batch-size", "4"), "--sub-batch-size"),
+    (("--frobnicate",), "--frobnicate")])
+def test_bad_options(tmp_path, capsys, options, fragment):
+    mixed_tree(tmp_path / "src")
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", *options, capsys=capsys), 2,
+              fragment)
+
+
+def test_a_target_inside_the_source_tree(tmp_path, capsys):
+    mixed_tree(tmp_path / "src")
+    _one_line(*make_data(tmp_path / "src", tmp_path / "src" / "batches", capsys=capsys), 2,
+              "inside --src-dir")
+    assert not (tmp_path / "src" / "batches").exists()
+
+
+def test_both_test_splits_at_once(tmp_path, capsys):
+    mixed_tree(tmp_path / "src")
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", "--val-dir", str(tmp_path / "src"),
+                         "--val-fraction", "0.2", capsys=capsys), 2, "give one")
