@@ -14,7 +14,7 @@ from convnet.plan.planner import make_plan
 from tests.support.reference_model import ReferenceTrainer
 from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
-STEPS = 250
+STEPS = 120
 MINI = 16
 GPUS = (0, 1, 2, 3)
 
