@@ -15,6 +15,7 @@ import warnings
 from convnet.app import launch
 from convnet.app.prediction import auto_place
 from convnet.app.run import assembly, training
+from convnet.app import using
 from convnet.app.comparison.compare import run_compare
 from convnet.app.run.memory_fit import memory_pools, weight_sharing
 from convnet.app.option_values import async_staleness
@@ -55,6 +56,8 @@ def run_command(args: argparse.Namespace) -> int:
         return check_gradients(opts)
     if opts.auto_place is not None:
         return auto_place.run(opts)
+    if opts.predict or opts.show_filters or opts.show_preds or opts.export_onnx:
+        return using.run(opts)
     return training.run(opts)
 
 
