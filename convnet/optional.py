@@ -27,3 +27,16 @@ def require_matplotlib(what: str) -> None:
     if not has_matplotlib():
         raise ConvnetError(f"{what} draws with matplotlib, which is not installed; install "
                            f"the 'plot' extra: {PLOT_INSTALL}") from None
+
+
+ONNX_INSTALL = "pip install -e '.[onnx]'"
+
+
+def require_onnx(what: str):
+    """The ``onnx`` module, or a one-line error naming the ``onnx`` extra."""
+    try:
+        import onnx
+    except ImportError:
+        raise ConvnetError(f"{what} writes the model with the onnx package, which is not "
+                           f"installed; install the 'onnx' extra: {ONNX_INSTALL}") from None
+    return onnx
