@@ -15,8 +15,11 @@ geometry made explicit where ONNX's differs:
 * dropout is the identity at test time, dropout2 and the ``dropout=`` key of conv
   and fc layers scale by what they keep.
 
-A layer with no faithful form (local, maxabs pooling, cost layers above the
-probabilities) raises a one-line error naming it.
+* local: the windows are copied out by a conv with one-hot filters, then one
+  batched MatMul over the output positions (weights (positions, filters, ...)).
+
+A layer with no faithful form (maxabs pooling, whose ties the engine breaks by
+window order; a cost layer) raises a one-line error naming it.
 """
 
 from __future__ import annotations
@@ -67,6 +70,20 @@ def image_of(ldef, index: int = 0) -> tuple[int, int]:
 
 # --------------------------------------------------------------------- weighted
 
+def conv_windows(g, ldef, x: str, w: str, fs: int, pad: int, stride: int, img: int,
+                 modules: int, groups: int) -> str:
+    """ONNX Conv over cuda-convnet2's ``modules`` x ``modules`` windows: the last
+    windows may hang past the padded edge (they read zeros: more padding at the end),
+    or the image may reach past them (the extra outputs are cut off)."""
+    span = (modules - 1) * stride + fs  # the padded side that holds every window
+    end = max(0, span - pad - img)
+    y = g.op("Conv", [x, w], f"{ldef.name}_conv", strides=[stride, stride],
+             pads=[pad, pad, end, end], group=groups, kernel_shape=[fs, fs])
+    if (pad + img + end - fs) // stride + 1 > modules:
+        y = g.slice(y, [0, 0], [modules, modules], [2, 3], f"{ldef.name}_cut")
+    return y
+
+
 def conv(g, ldef, inputs: list[Tensor], weights: dict) -> str:
     a, n = ldef.attrs, len(ldef.inputs)
     modules, filters = int(a["modulesX"]), int(a["filters"])
@@ -75,18 +92,48 @@ def conv(g, ldef, inputs: list[Tensor], weights: dict) -> str:
         channels, img = image_of(ldef, i)
         fs, pad = int(geometry(ldef, "filterSize", n)[i]), int(geometry(ldef, "padding", n, 0)[i])
         stride, groups = int(geometry(ldef, "stride", n, 1)[i]), int(geometry(ldef, "groups", n, 1)[i])
-        span = (modules - 1) * stride + fs  # the padded side that holds every window
-        end = max(0, span - pad - img)
-        y = g.op("Conv", [as_image(g, inputs[i], channels, img),
-                          g.const(weights[f"W{i}"], f"{ldef.name}_W{i}")], f"{ldef.name}_conv",
-                 strides=[stride, stride], pads=[pad, pad, end, end],
-                 group=groups, kernel_shape=[fs, fs])
-        if (pad + img + end - fs) // stride + 1 > modules:  # the image reaches past them
-            y = g.slice(y, [0, 0], [modules, modules], [2, 3], f"{ldef.name}_cut")
+        y = conv_windows(g, ldef, as_image(g, inputs[i], channels, img),
+                         g.const(weights[f"W{i}"], f"{ldef.name}_W{i}"), fs, pad, stride,
+                         img, modules, groups)
         total = y if total is None else g.op("Add", [total, y], f"{ldef.name}_sum")
     b = weights["b"]
     bias = b.reshape(1, filters, 1, 1) if b.ndim == 1 else b.reshape(1, filters, modules, modules)
     return g.op("Add", [total, g.const(bias, f"{ldef.name}_b")], ldef.name)
+
+
+def local(g, ldef, inputs: list[Tensor], weights: dict) -> str:
+    """Locally connected: the windows copied out by a conv with one-hot filters (exact),
+    then one batched MatMul over the output positions, as the engine computes it."""
+    a, n = ldef.attrs, len(ldef.inputs)
+    modules, filters = int(a["modulesX"]), int(a["filters"])
+    positions = modules * modules
+    total = None
+    for i in range(n):
+        channels, img = image_of(ldef, i)
+        fs, pad = int(geometry(ldef, "filterSize", n)[i]), int(geometry(ldef, "padding", n, 0)[i])
+        stride, groups = int(geometry(ldef, "stride", n, 1)[i]), int(geometry(ldef, "groups", n, 1)[i])
+        window = channels * fs * fs
+        one_hot = np.eye(window, dtype=np.float32).reshape(window, channels, fs, fs)
+        patches = conv_windows(g, ldef, as_image(g, inputs[i], channels, img),
+                               g.const(one_hot, f"{ldef.name}_windows"), fs, pad, stride,
+                               img, modules, groups=1)
+        cols = g.op("Transpose", [g.reshape(patches, (window, positions), f"{ldef.name}_cols")],
+                    f"{ldef.name}_by_position", perm=[2, 0, 1])  # (P, N, K)
+        w = weights[f"W{i}"].reshape(positions, filters, -1)  # (P, F, K / groups)
+        fg, kg = filters // groups, w.shape[2]
+        parts = []
+        for gi in range(groups):
+            group_cols = cols if groups == 1 else g.slice(
+                cols, [gi * kg], [(gi + 1) * kg], [2], f"{ldef.name}_group")
+            w_group = np.ascontiguousarray(w[:, gi * fg:(gi + 1) * fg].transpose(0, 2, 1))
+            parts.append(g.op("MatMul", [group_cols, g.const(w_group, f"{ldef.name}_W{i}")],
+                              f"{ldef.name}_mm"))  # (P, N, F / groups)
+        y = parts[0] if groups == 1 else g.op("Concat", parts, f"{ldef.name}_groups", axis=2)
+        total = y if total is None else g.op("Add", [total, y], f"{ldef.name}_sum")
+    y = g.reshape(g.op("Transpose", [total], f"{ldef.name}_nfp", perm=[1, 2, 0]),
+                  (filters, modules, modules), f"{ldef.name}_maps")
+    bias = weights["b"].reshape(1, filters, modules, modules)
+    return g.op("Add", [y, g.const(bias, f"{ldef.name}_b")], ldef.name)
 
 
 def fc(g, ldef, inputs: list[Tensor], weights: dict) -> str:
@@ -231,7 +278,7 @@ def neuron_layer(g, ldef, inputs: list[Tensor], weights: dict) -> str:
 
 
 #: type -> translation of the layer's own arithmetic (before its inline neuron).
-TRANSLATIONS = {"conv": conv, "fc": fc, "pool": pool, "cmrnorm": cmrnorm, "rnorm": rnorm,
+TRANSLATIONS = {"conv": conv, "local": local, "fc": fc, "pool": pool, "cmrnorm": cmrnorm, "rnorm": rnorm,
                 "cnorm": cnorm, "softmax": softmax, "dropout": dropout, "dropout2": dropout2,
                 "pass": concat, "concat": concat, "eltsum": eltsum, "eltmax": eltmax,
                 "neuron": neuron_layer}
@@ -277,12 +324,10 @@ def translate(g, ldef, inputs: list[Tensor], weights: dict) -> Tensor:
     ``dropout=`` key, its inline neuron) as (tensor, per-case shape)."""
     rule = TRANSLATIONS.get(ldef.type)
     if rule is None:
-        why = ("has no ONNX form: every output position has its own filters and ONNX has "
-               "no locally-connected operator" if ldef.type == "local" else
-               "has no ONNX translation")
-        raise refuse(ldef, why)
+        raise refuse(ldef, "has no ONNX translation")
     y = rule(g, ldef, inputs, weights)
     keep = 1.0 - float(ldef.params.get("dropout", 0.0)) if ldef.type in ("conv", "fc") else 1.0
+    # (local layers have no dropout= key: they do not drop outputs in the engine either)
     if keep != 1.0:
         y = g.op("Mul", [y, g.const(keep, "keep")], f"{ldef.name}_kept")
     if ldef.neuron is not None:
@@ -298,6 +343,6 @@ def translate(g, ldef, inputs: list[Tensor], weights: dict) -> Tensor:
 
 
 #: Types whose translation gives (N, C, H, W) of the layer's output shape ...
-IMAGE_OUTPUT = ("conv", "pool", "cmrnorm", "rnorm", "cnorm")
+IMAGE_OUTPUT = ("conv", "local", "pool", "cmrnorm", "rnorm", "cnorm")
 #: ... and (N, features); the others keep their first input's shape.
 FLAT_OUTPUT = ("fc", "softmax", "pass", "concat")
