@@ -72,16 +72,13 @@ def image_of(ldef, index: int = 0) -> tuple[int, int]:
 
 def conv_windows(g, ldef, x: str, w: str, fs: int, pad: int, stride: int, img: int,
                  modules: int, groups: int) -> str:
-    """ONNX Conv over cuda-convnet2's ``modules`` x ``modules`` windows: the last
-    windows may hang past the padded edge (they read zeros: more padding at the end),
-    or the image may reach past them (the extra outputs are cut off)."""
-    span = (modules - 1) * stride + fs  # the padded side that holds every window
-    end = max(0, span - pad - img)
-    y = g.op("Conv", [x, w], f"{ldef.name}_conv", strides=[stride, stride],
-             pads=[pad, pad, end, end], group=groups, kernel_shape=[fs, fs])
-    if (pad + img + end - fs) // stride + 1 > modules:
-        y = g.slice(y, [0, 0], [modules, modules], [2, 3], f"{ldef.name}_cut")
-    return y
+    """ONNX Conv over cuda-convnet2's ``modules`` x ``modules`` windows, whose ceiling
+    rule lets the last windows hang past the padded edge: they read zeros, so the
+    padding at the end reaches as far as they do (never less than ``pad``: the
+    ceiling rule's windows always reach the padded edge)."""
+    end = (modules - 1) * stride + fs - pad - img  # the padded side holds every window
+    return g.op("Conv", [x, w], f"{ldef.name}_conv", strides=[stride, stride],
+                pads=[pad, pad, end, end], group=groups, kernel_shape=[fs, fs])
 
 
 def conv(g, ldef, inputs: list[Tensor], weights: dict) -> str:
@@ -273,6 +270,15 @@ def eltmax(g, ldef, inputs: list[Tensor], weights: dict) -> str:
     return g.op("Max", _same_shape(g, inputs), ldef.name)
 
 
+def channel_sum(g, ldef, inputs: list[Tensor], weights: dict) -> str:
+    """``sum``: channels added in consecutive groups of ``stride``."""
+    name, shape = inputs[0]
+    channels, pixels = shape[0], math.prod(shape[1:])
+    stride = int(ldef.attrs.get("stride") or channels)
+    grouped = g.reshape(name, (channels // stride, stride, pixels), f"{ldef.name}_grouped")
+    return g.op("ReduceSum", [grouped, g.const([2], "axes", np.int64)], ldef.name, keepdims=0)
+
+
 def neuron_layer(g, ldef, inputs: list[Tensor], weights: dict) -> str:
     return inputs[0][0]  # the neuron itself is applied as every layer's inline one
 
@@ -280,7 +286,7 @@ def neuron_layer(g, ldef, inputs: list[Tensor], weights: dict) -> str:
 #: type -> translation of the layer's own arithmetic (before its inline neuron).
 TRANSLATIONS = {"conv": conv, "local": local, "fc": fc, "pool": pool, "cmrnorm": cmrnorm, "rnorm": rnorm,
                 "cnorm": cnorm, "softmax": softmax, "dropout": dropout, "dropout2": dropout2,
-                "pass": concat, "concat": concat, "eltsum": eltsum, "eltmax": eltmax,
+                "pass": concat, "concat": concat, "eltsum": eltsum, "eltmax": eltmax, "sum": channel_sum,
                 "neuron": neuron_layer}
 
 
@@ -335,6 +341,8 @@ def translate(g, ldef, inputs: list[Tensor], weights: dict) -> Tensor:
     shape = tuple(int(d) for d in ldef.output_shape)
     if ldef.type in IMAGE_OUTPUT:
         made = shape
+    elif ldef.type == "sum":
+        made = (shape[0], math.prod(shape[1:]))  # (groups, pixels)
     elif ldef.type in FLAT_OUTPUT and (len(inputs) > 1 or ldef.type not in ("pass", "concat")):
         made = (math.prod(shape),)
     else:

@@ -70,10 +70,24 @@ def assert_model_matches(net, probs_layer: str = "probs"):
     np.testing.assert_allclose(got_z, want_z, rtol=0, atol=1e-4 * scale)
 
 
+#: The ImageNet nets on 67x67 images: the same layers and geometry keys as at
+#: 224x224, in a tenth of the time (and an odd size, whose windows meet the edges
+#: unevenly); the full size is checked once, as a slow test.
+SMALL_IMAGENET = {0: (3, 67, 67), 1: (1,)}
+
+
 @pytest.mark.parametrize("name", REFERENCE_NAMES)
 def test_cuda_convnet2_reference_nets_export_exactly(name):
-    net = load_net(*reference_pair(name), reference_dims(name), 1000 if "imagenet" in name else 10)
+    imagenet = "imagenet" in name
+    net = load_net(*reference_pair(name), SMALL_IMAGENET if imagenet else reference_dims(name),
+                   1000 if imagenet else 10)
     assert_model_matches(net)
+
+
+@pytest.mark.slow
+def test_an_imagenet_net_at_its_full_size_exports_exactly():
+    assert_model_matches(load_net(*reference_pair("imagenet-1gpu"),
+                                  reference_dims("imagenet-1gpu"), 1000))
 
 
 def v1_net(name: str):
@@ -86,3 +100,124 @@ def test_cuda_convnet_v1_reference_nets_export_exactly(name):
     assert_model_matches(v1_net(name))
 
 
+
+
+EXAMPLES = ROOT / "examples"
+
+
+def all_layers_net(tmp_path, maxabs_to: str | None = "max"):
+    """examples/all-layers.cfg (every layer type and neuron), its maxabs pool made
+    ``maxabs_to`` (None: kept)."""
+    text = (EXAMPLES / "all-layers.cfg").read_text()
+    if maxabs_to is not None:
+        text = text.replace("pool=maxabs", f"pool={maxabs_to}")
+    layer_def, layer_params = write_pair(tmp_path, text,
+                                         (EXAMPLES / "all-layers-params.cfg").read_text())
+    return load_net(layer_def, layer_params, {0: (3, 8, 8), 1: (1,)}, 4)
+
+
+def test_every_layer_type_and_neuron_exports_exactly(tmp_path):
+    net = all_layers_net(tmp_path)
+    kinds = {l.type for l in layers_below(net, "probs")}
+    assert {"conv", "local", "pool", "cmrnorm", "rnorm", "cnorm", "concat", "neuron", "eltsum",
+            "eltmax", "sum", "fc", "dropout", "dropout2", "softmax"} <= kinds
+    assert_model_matches(net)
+
+
+def layers_below(net, last):
+    from convnet.app.using.onnx_export import layers_up_to
+    return [net[name] for name in layers_up_to(net, last)]
+
+
+def test_maxabs_pooling_is_refused_naming_the_layer(tmp_path):
+    with pytest.raises(ConfigError, match=r"layer 'pool3' \(pool\) pools by maxabs"):
+        engine_and_model(all_layers_net(tmp_path, maxabs_to=None), "probs")
+
+
+GEOMETRY = """[data]
+type=data
+dataIdx=0
+
+[labels]
+type=data
+dataIdx=1
+
+[conv1]
+type=conv
+inputs=data
+channels=3
+filters=6
+filterSize=4
+padding=0
+stride=3
+initW=0.05
+neuron=relu
+
+[norm]
+type=cmrnorm
+inputs=conv1
+channels=6
+size=4
+
+[pool]
+type=pool
+pool=max
+inputs=norm
+channels=6
+sizeX=2
+stride=2
+start=1
+
+[avg]
+type=pool
+pool=avg
+inputs=norm
+channels=6
+sizeX=3
+stride=2
+start=-2
+
+[fc]
+type=fc
+inputs=pool,avg
+outputs=5
+initW=0.05,0.05
+
+[probs]
+type=softmax
+inputs=fc
+
+[cost]
+type=cost.logreg
+inputs=labels,probs
+"""
+GEOMETRY_PARAMS = """[conv1]
+epsW=0.01
+epsB=0.01
+momW=0.9
+momB=0.9
+dropout=0.25
+
+[norm]
+scale=0.01
+pow=0.75
+
+[fc]
+epsW=0.01,0.01
+epsB=0.01
+momW=0.9,0.9
+momB=0.9
+
+[cost]
+coeff=1
+"""
+
+
+def test_edge_geometry_even_norm_windows_and_the_dropout_key_export_exactly(tmp_path):
+    """A 14x14 image under 4x4 filters of stride 3: the last window hangs two pixels
+    past the image (the ceiling rule); pooling that starts inside the image and
+    before it; a cross-map window of even size (not LRN's); the test-time scale of
+    the dropout= key."""
+    net = load_net(*write_pair(tmp_path, GEOMETRY, GEOMETRY_PARAMS), {0: (3, 14, 14), 1: (1,)}, 5)
+    assert net["conv1"].output_shape == (6, 5, 5)
+    assert_model_matches(net)
