@@ -221,3 +221,30 @@ def test_edge_geometry_even_norm_windows_and_the_dropout_key_export_exactly(tmp_
     net = load_net(*write_pair(tmp_path, GEOMETRY, GEOMETRY_PARAMS), {0: (3, 14, 14), 1: (1,)}, 5)
     assert net["conv1"].output_shape == (6, 5, 5)
     assert_model_matches(net)
+
+
+def test_the_exported_file_gives_what_predict_gives(tmp_path, capsys):
+    """End to end: --export-onnx of a trained run, fed raw 0..1 digit pixels, gives
+    --predict's probabilities of the same pixels saved as PNGs; an existing model
+    file is kept without --overwrite."""
+    import csv
+
+    from convnet.app.command_line.main import main
+    from tests.support.trained_runs import digit_pngs, train_digits
+
+    run = train_digits(tmp_path / "run")
+    pixels = digit_pngs(tmp_path / "digits", count=4)
+    assert main(["--load-file", str(run), "--export-onnx", str(tmp_path / "m.onnx")]) == 0
+    assert main(["--load-file", str(run), "--predict", str(tmp_path / "digits"),
+                 "--predict-out", str(tmp_path / "p.csv")]) == 0
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    raw = pixels[:, None].astype(np.float32) * np.float32(1 / 255)
+    got = session.run(["probs"], {"images": raw})[0]
+    with open(tmp_path / "p.csv", newline="") as file:
+        want = np.array([[float(v) for v in row[1:]] for row in list(csv.reader(file))[1:]])
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    capsys.readouterr()
+    before = (tmp_path / "m.onnx").read_bytes()
+    assert main(["--load-file", str(run), "--export-onnx", str(tmp_path / "m.onnx")]) == 2
+    assert "m.onnx exists" in capsys.readouterr().err
+    assert (tmp_path / "m.onnx").read_bytes() == before

@@ -16,7 +16,7 @@ from convnet.app.using.saved_net import open_saved_net
 from convnet.data.digits import _split
 from tests.support.cli import (HYBRID_DEF, HYBRID_PARAMS, SINGLE_DEF, SINGLE_PARAMS,
                                assert_clean_error)
-from tests.support.trained_runs import train_digits, train_dummy
+from tests.support.trained_runs import digit_pngs, train_digits, train_dummy
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -24,16 +24,6 @@ Image = pytest.importorskip("PIL.Image")
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     return train_digits(tmp_path_factory.mktemp("digits-run"))
-
-
-def digit_pngs(folder, count: int = 5, scale: int = 1):
-    """The first test digits as 8-bit PNGs (``scale`` times larger); their 0..255 pixels."""
-    folder.mkdir(exist_ok=True)
-    images = _split()[0][5][:count, 0]
-    pixels = np.round(images * 255).astype(np.uint8)
-    for i, p in enumerate(pixels):
-        Image.fromarray(p).resize((8 * scale, 8 * scale), Image.NEAREST).save(folder / f"{i}.png")
-    return pixels
 
 
 def cli(capsys, *args):
