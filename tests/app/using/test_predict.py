@@ -14,8 +14,9 @@ from convnet.app.options import resolve_options
 from convnet.app.using.images import decode, require_pillow
 from convnet.app.using.saved_net import open_saved_net
 from convnet.data.digits import _split
+from convnet.optional import has_matplotlib
 from tests.support.cli import (HYBRID_DEF, HYBRID_PARAMS, SINGLE_DEF, SINGLE_PARAMS,
-                               assert_clean_error)
+                               assert_clean_error, write_batch_folder)
 from tests.support.trained_runs import digit_pngs, train_digits, train_dummy
 
 Image = pytest.importorskip("PIL.Image")
@@ -166,3 +167,41 @@ def test_the_checkpoint_of_another_net_is_refused(run, tmp_path, capsys):
     code, _, err = cli(capsys, "--load-file", run, "--layer-def", other,
                        "--layer-params", SINGLE_PARAMS, "--predict", tmp_path / "digits")
     assert_clean_error((code, err), 1, "does not fit this net")
+
+
+def test_multiview_predictions_average_the_views_of_each_image(tmp_path, capsys):
+    """A net trained on 8x8 crops of 10x10 batches: --multiview-test predicts the mean
+    of the ten views' probabilities, and --show-preds draws through the same views."""
+    batches = write_batch_folder(tmp_path / "batches", batches=2, cases=64, side=10)
+    data = ["--data-provider", "convnet-batches", "--data-path", str(batches),
+            "--train-range", "1", "--test-range", "2", "--inner-size", "8"]
+    assert main(["--no-progress", "--layer-def", str(SINGLE_DEF), "--layer-params",
+                 str(SINGLE_PARAMS), *data, "--epochs", "1", "--mini", "32",
+                 "--save-path", str(tmp_path / "run")]) == 0
+    pixels = np.random.default_rng(0).integers(0, 256, (3, 10, 10)).astype(np.uint8)
+    (tmp_path / "png").mkdir()
+    for i, p in enumerate(pixels):
+        Image.fromarray(p).save(tmp_path / "png" / f"{i}.png")
+    capsys.readouterr()
+    assert main(["--load-file", str(tmp_path / "run"), "--multiview-test", "--predict",
+                 str(tmp_path / "png"), "--predict-out", str(tmp_path / "p.csv")]) == 0
+    _, rows = read_csv(tmp_path / "p.csv")
+    got = np.array([[float(v) for v in r[1:]] for r in rows])
+
+    opts = resolve_options(build_parser().parse_args(
+        ["--load-file", str(tmp_path / "run"), "--multiview-test", "--test-only"]))
+    saved = open_saved_net(opts)
+    try:
+        views = saved.provider.get_test_views(2)[0]  # to know the view count
+        assert views.shape[0] == 10
+        cases = saved.provider.test_cases_from_pixels(pixels[:, None].astype(np.float32))
+        labels = np.zeros((3, 1), np.float32)
+        want = np.mean([saved.trainer.features([view, labels], "probs") for view in cases],
+                       axis=0)
+    finally:
+        saved.close()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(got.sum(axis=1), 1, atol=1e-5)
+    if has_matplotlib():
+        assert main(["--load-file", str(tmp_path / "run"), "--multiview-test",
+                     "--show-preds", "4", "--out", str(tmp_path / "s.png")]) == 0
