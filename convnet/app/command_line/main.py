@@ -39,6 +39,7 @@ EXAMPLES = (
     ("--save-path runs/a --epochs 5", "... and keep checkpoints and a CSV log"),
     ("--load-file runs/a --epochs 10", "resume that run and train it to 10 epochs"),
     ("--load-file runs/a --test-only", "evaluate the saved net on the test batches"),
+    ("--load-file runs/a --predict photos/", "classify image files with the saved net"),
 )
 
 EPILOG_END = """\

@@ -76,13 +76,15 @@ def predict_files(saved: SavedNet, files, image_module, rows) -> None:
     step = opts.mini
     bar = tqdm(total=len(files), unit="image", file=sys.stderr,
                disable=opts.no_progress or len(files) <= step, leave=False)
+
+    def skip(error) -> None:
+        skipped.append(error)
+        bar.write(f"warning: {error} (skipped)", file=sys.stderr)
+
     try:
         for start in range(0, len(files), step):
             raw, good = decode_batch(files[start:start + step], saved.provider, image_module,
-                                     skipped=lambda error: (skipped.append(error),
-                                                            bar.write(f"warning: {error} "
-                                                                      "(skipped)",
-                                                                      file=sys.stderr)))
+                                     skipped=skip)
             if good:
                 probs = saved.probabilities(saved.provider.test_cases_from_pixels(raw))
                 for path, p in zip(good, probs):

@@ -5,6 +5,7 @@ nothing."""
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -205,3 +206,19 @@ def test_multiview_predictions_average_the_views_of_each_image(tmp_path, capsys)
     if has_matplotlib():
         assert main(["--load-file", str(tmp_path / "run"), "--multiview-test",
                      "--show-preds", "4", "--out", str(tmp_path / "s.png")]) == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs a folder nobody can write")
+@pytest.mark.parametrize("output", [["--predict", "DIGITS", "--predict-out", "/proc/p.csv"],
+                                    ["--export-onnx", "/proc/m.onnx"],
+                                    ["--show-filters", "conv1", "--out", "/proc/f.png"]])
+def test_an_output_that_cannot_be_written_is_one_line(run, tmp_path, capsys, output):
+    """/proc takes no new files: the write fails after the work, with one line."""
+    if "--export-onnx" in output:
+        pytest.importorskip("onnx")
+    if "--show-filters" in output and not has_matplotlib():
+        pytest.skip("draws a PNG")
+    digit_pngs(tmp_path / "digits", count=1)
+    args = [str(tmp_path / "digits") if a == "DIGITS" else a for a in output]
+    code, _, err = cli(capsys, "--load-file", run, *args)
+    assert_clean_error((code, err), 1, "cannot write", output[-1])
