@@ -12,10 +12,9 @@ import json
 import sys
 import warnings
 
-from convnet.app import launch
+from convnet.app import launch, using
 from convnet.app.prediction import auto_place
 from convnet.app.run import assembly, training
-from convnet.app import using
 from convnet.app.comparison.compare import run_compare
 from convnet.app.run.memory_fit import memory_pools, weight_sharing
 from convnet.app.option_values import async_staleness

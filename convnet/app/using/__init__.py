@@ -6,17 +6,21 @@ then reads its test-mode outputs or its weights.  May import :mod:`convnet.app.r
 the app's base modules and everything below :mod:`convnet.app`.
 """
 
+from convnet.app.launch import require_one_process
+from convnet.app.using.filters_picture import run_show_filters
+from convnet.app.using.onnx_export import run_export_onnx
+from convnet.app.using.predict import run_predict
+from convnet.app.using.predictions_picture import run_show_preds
+
 
 def run(opts) -> int:
-    """Do the one use the options ask for; returns the exit code."""
-    if opts.predict:
-        from convnet.app.using.predict import run_predict
-        return run_predict(opts)
-    if opts.show_filters is not None:
-        from convnet.app.using.filters_picture import run_show_filters
-        return run_show_filters(opts)
-    if opts.show_preds is not None:
-        from convnet.app.using.predictions_picture import run_show_preds
-        return run_show_preds(opts)
-    from convnet.app.using.onnx_export import run_export_onnx
-    return run_export_onnx(opts)
+    """Do the one use the options ask for; returns the exit code.  Each runs in one
+    process: a saved net's forward passes need no ranks, and several would each print
+    and write the same files."""
+    uses = (("--predict", opts.predict, run_predict),
+            ("--show-filters", opts.show_filters, run_show_filters),
+            ("--show-preds", opts.show_preds, run_show_preds),
+            ("--export-onnx", opts.export_onnx, run_export_onnx))
+    option, _, command = next(use for use in uses if use[1])
+    require_one_process(option)
+    return command(opts)
