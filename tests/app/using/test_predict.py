@@ -58,7 +58,7 @@ def test_the_csv_holds_the_nets_test_mode_probabilities(run, tmp_path, capsys):
     pixels = digit_pngs(tmp_path / "digits")
     out_csv = tmp_path / "preds.csv"
     code, out, _ = cli(capsys, "--load-file", run, "--predict", tmp_path / "digits",
-                       "--predict-out", out_csv, "--top", "3")
+                       "--predict-out", out_csv, "--top", "3", "--mini", "2")  # 3 minibatches
     assert code == 0
     header, rows = read_csv(out_csv)
     assert header == ["file"] + [str(d) for d in range(10)]
