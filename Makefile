@@ -27,7 +27,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test,mpi,cuda-compile]' '$(TEST_TORCH)'
+	$(BIN)/pip install -q -e '.[test,mpi,cuda-compile,onnx]' '$(TEST_TORCH)'
 	touch $@
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python

@@ -40,3 +40,16 @@ def require_for_make_data(module: str, package: str, what: str) -> None:
     except ImportError:
         raise ConvnetError(f"{what} needs {package}, which is not installed; install the "
                            f"'make-data' extra: {MAKE_DATA_INSTALL}") from None
+
+
+ONNX_INSTALL = "pip install -e '.[onnx]'"
+
+
+def require_onnx(what: str):
+    """The ``onnx`` module, or a one-line error naming the ``onnx`` extra."""
+    try:
+        import onnx
+    except ImportError:
+        raise ConvnetError(f"{what} writes the model with the onnx package, which is not "
+                           f"installed; install the 'onnx' extra: {ONNX_INSTALL}") from None
+    return onnx

@@ -94,6 +94,14 @@ class RunOptions:
     auto_place: int | None
     auto_place_out: Path | None
     check_grads: bool
+    # using a trained net (convnet.app.using)
+    predict: tuple[Path, ...] | None
+    top: int
+    predict_out: Path | None
+    show_filters: str | None
+    show_preds: int | None
+    out: Path | None
+    export_onnx: Path | None
     # --load-file, read
     resume: Resume | None
 
@@ -217,6 +225,8 @@ def resolve_options(args: argparse.Namespace,
     line's config files (``--compare`` names several).
     """
     values = {f.name: getattr(args, f.name) for f in fields(RunOptions) if f.name != "resume"}
+    if values["predict"] is not None:
+        values["predict"] = tuple(values["predict"])
     if isinstance(values["sync"], list):  # --sync takes several modes for --compare
         if len(values["sync"]) > 1:
             raise UsageError(f"--sync takes one mode, not {len(values['sync'])} (several, e.g. "
@@ -267,9 +277,14 @@ def check_options(opts: RunOptions) -> None:
     tools = [name for name, on in (("--print-plan", opts.print_plan),
                                    ("--check-grads", opts.check_grads),
                                    ("--test-only", opts.test_only),
-                                   ("--auto-place", opts.auto_place)) if on]
+                                   ("--auto-place", opts.auto_place),
+                                   ("--predict", opts.predict),
+                                   ("--show-filters", opts.show_filters),
+                                   ("--show-preds", opts.show_preds),
+                                   ("--export-onnx", opts.export_onnx)) if on]
     if len(tools) > 1:
         raise UsageError(f"{' and '.join(tools)} cannot be combined; give one of them")
+    check_using_options(opts)
     check_auto_place(opts)
     if opts.test_only and opts.resume is None:
         raise UsageError("--test-only evaluates a saved net: give --load-file CHECKPOINT too")
@@ -309,6 +324,34 @@ def check_options(opts: RunOptions) -> None:
     if opts.data_provider in ("digits", "dummy") and opts.data_path is not None:
         raise UsageError(f"the '{opts.data_provider}' data provider reads no files; "
                          "--data-path is for cifar and convnet-batches")
+
+
+def check_using_options(opts: RunOptions) -> None:
+    """--predict, --show-filters, --show-preds and --export-onnx use a saved net: each
+    needs --load-file, and the files they write follow the --overwrite rule."""
+    used = [name for name, on in (("--predict", opts.predict),
+                                  ("--show-filters", opts.show_filters),
+                                  ("--show-preds", opts.show_preds),
+                                  ("--export-onnx", opts.export_onnx)) if on]
+    if used and opts.resume is None:
+        raise UsageError(f"{used[0]} uses a trained net: give --load-file CHECKPOINT too")
+    if opts.predict_out is not None and not opts.predict:
+        raise UsageError("--predict-out is the CSV file of --predict: give --predict IMAGE too")
+    drawing = opts.show_filters is not None or opts.show_preds is not None
+    if opts.out is not None and not drawing:
+        raise UsageError("--out names the picture of --show-filters or --show-preds: give "
+                         "one of them too")
+    if drawing and opts.out is None:
+        raise UsageError(f"{used[0]} draws a picture: give --out FILE.png")
+    for option, path in (("--predict-out", opts.predict_out), ("--out", opts.out),
+                         ("--export-onnx", opts.export_onnx)):
+        if path is None:
+            continue
+        if path.is_dir():
+            raise UsageError(f"{option}: {path} is a folder; give a file name")
+        if not path.parent.is_dir():
+            raise UsageError(f"{option}: the folder {path.parent} does not exist")
+        refuse_existing(path, opts.overwrite, keep=f"give another {option} FILE")
 
 
 def auto_place_output(opts: RunOptions) -> Path:

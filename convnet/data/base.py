@@ -25,6 +25,15 @@ has:
     views float32 ``(V, N, C, S, S)``; average the predictions over axis 0.
     A provider with more columns (``data_dims[2]`` and up) appends them, in
     order, to what both methods return.
+``test_cases_from_pixels(raw) -> images``
+    raw images ``(N, C, S, S)`` at the stored size, in the provider's pixel units,
+    made into what column 0 of ``get_batch(train=False)`` holds (mean subtracted,
+    the centre ``inner_size`` window), or into the ``(V, N, C, s, s)`` views of
+    ``get_test_views`` when there are several: images from elsewhere (a photo to
+    classify) get exactly the preprocessing of a test case.
+``pixel_max: float | None``
+    the value of a white pixel in the provider's units (255, or 1 for digits);
+    None where the columns are not images an image file could give (dummy data).
 ``num_cases(batch_id) -> int``
 ``check_dims(expected)``
     raise a :class:`DataError` unless the config's expected shapes match.
@@ -119,6 +128,7 @@ class DataProvider:
     """
 
     name = ""
+    pixel_max: float | None = 255.0
 
     def __init__(self, options: DataOptions, *, where: str, image_shape: tuple[int, ...],
                  label_names: list[str], available: list[int] | None,
@@ -188,6 +198,16 @@ class DataProvider:
             return [images[None], labels]
         images, labels = self._centred(batch_id)
         return [augment.multiview_crops(images, self._inner), labels]
+
+    def test_cases_from_pixels(self, raw: np.ndarray) -> np.ndarray:
+        """Raw images (N, C, S, S) in the provider's units, preprocessed as test cases
+        are: (N, C, s, s), or (V, N, C, s, s) views when ``num_views > 1``."""
+        images = np.asarray(raw, dtype=np.float32) - self._mean_value()
+        if self.num_views > 1:
+            return augment.multiview_crops(images, self._inner)
+        if self._inner:
+            images = augment.centre_crop(images, self._inner)
+        return np.ascontiguousarray(images, dtype=np.float32)
 
     def num_cases(self, batch_id: int) -> int:
         if batch_id not in self._counts:

@@ -48,6 +48,7 @@ def _split() -> tuple[list[np.ndarray], list[np.ndarray]]:
 
 class DigitsProvider(DataProvider):
     name = "digits"
+    pixel_max = 1.0  # the 0..16 counts are scaled to 0..1
 
     def __init__(self, options: DataOptions):
         self._images, self._labels = _split()

@@ -60,6 +60,7 @@ def _column_values(index: int, shape: tuple[int, ...], num_classes: int,
 
 class DummyProvider(DataProvider):
     name = "dummy"
+    pixel_max = None  # random values drawn per class, not pictures
 
     def __init__(self, options: DataOptions):
         dims = dict(options.data_dims or {0: DEFAULT_SHAPE})

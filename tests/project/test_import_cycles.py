@@ -179,7 +179,7 @@ def test_make_data_stands_beside_the_training_application():
 #: modules directly in the package, or ``"__init__"`` for the package's own ``__init__``
 #: (the public face of ``config``, the kernel registry at the bottom of ``kernels``).
 SUBLAYERING = {
-    "app": ("__init__", "command_line", "comparison", "prediction", "run", "."),
+    "app": ("__init__", "command_line", "comparison", "prediction", "using", "run", "."),
     "runtime": ("__init__", ".", "sync", "step", "processes", "devices"),
     "config": ("__init__", ".", "layer_types", "values"),
     "kernels": ("cuda", "conv", ".", "__init__"),

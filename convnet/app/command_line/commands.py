@@ -12,7 +12,7 @@ import json
 import sys
 import warnings
 
-from convnet.app import launch
+from convnet.app import launch, using
 from convnet.app.prediction import auto_place
 from convnet.app.run import assembly, training
 from convnet.app.comparison.compare import run_compare
@@ -55,6 +55,8 @@ def run_command(args: argparse.Namespace) -> int:
         return check_gradients(opts)
     if opts.auto_place is not None:
         return auto_place.run(opts)
+    if opts.predict or opts.show_filters or opts.show_preds or opts.export_onnx:
+        return using.run(opts)
     return training.run(opts)
 
 
