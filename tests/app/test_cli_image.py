@@ -70,8 +70,33 @@ TINY_PARAMS = "".join(f"[{name}]\nepsW=0.01\nepsB=0.02\nmomW=0.9\nmomB=0.9\nwc=0
 ORIGINAL = EXAMPLES / "cuda-convnet2"
 
 
-def tiny_run(tmp_path, *extra):
-    layers, params = write_pair(tmp_path, TINY_NET, TINY_PARAMS)
+#: TINY_NET with a second head on data column 2, the label matrix of multi-label batches.
+MULTI_LABEL_NET = TINY_NET + """
+[labmat]
+type=data
+dataIdx=2
+
+[fcm]
+type=fc
+inputs=pool1
+outputs=3
+initW=0.05
+neuron=logistic
+gpu=0,1
+
+[bce]
+type=cost.bce
+inputs=labmat,fcm
+gpu=0,1
+"""
+
+
+MULTI_LABEL_PARAMS = TINY_PARAMS + "\n[fcm]\nepsW=0.01\nepsB=0.02\nmomW=0.9\nmomB=0.9\n\n" \
+                                   "[bce]\ncoeff=1\n"
+
+
+def tiny_run(tmp_path, *extra, net=(TINY_NET, TINY_PARAMS)):
+    layers, params = write_pair(tmp_path, *net)
     return run_cli("--no-progress", "--data-path", tmp_path / "batches", "--train-range", "0-1",
                    "--test-range", "1000", "--data-provider", "image", "--inner-size", "24",
                    "--gpu", "0,1", "--mini", "16", "--layer-def", layers, "--layer-params",
@@ -89,6 +114,15 @@ def test_a_tiny_net_trains_on_two_devices_and_reports_its_data_wait(tmp_path):
     wait = re.search(r"waited (\S+) s for training data: (\S+)% of (\S+) s of training",
                      proc.stdout)
     assert wait and 0 <= float(wait.group(2)) <= 100, proc.stdout
+
+
+def test_multi_label_batches_feed_the_label_matrix_to_a_second_head(tmp_path):
+    write_image_set(tmp_path / "batches", [0, 1, 1000], cases=32, size=32, multi_label=True)
+    proc = ok(tiny_run(tmp_path, "--multiview-test", net=(MULTI_LABEL_NET, MULTI_LABEL_PARAMS)))
+    epochs = [line for line in proc.stdout.splitlines() if line.startswith("epoch")]
+    assert len(epochs) == 2
+    assert all(math.isfinite(float(re.search(r"test cost (\S+)", line).group(1)))
+               for line in epochs), epochs
 
 
 def test_a_corrupt_jpeg_ends_the_run_naming_file_and_case_or_is_skipped(tmp_path):
