@@ -128,6 +128,10 @@ class DataProvider:
     """
 
     name = ""
+    #: Whether a run ends by saying how long it waited for this provider's batches:
+    #: for providers that do real work per batch (decoding), not for in-memory data,
+    #: whose runs then print the same lines whatever the machine's load.
+    reports_data_wait = False
 
     def __init__(self, options: DataOptions, *, where: str, image_shape: tuple[int, ...],
                  label_names: list[str], available: list[int] | None,

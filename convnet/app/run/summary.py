@@ -66,10 +66,6 @@ def start_banner(layer_def: Path, plan: Plan, backend: str, provider, batch_case
     return lines
 
 
-#: The share of the training time spent waiting for data above which a run says so.
-DATA_WAIT_NOTABLE = 0.05
-
-
 def data_wait_line(data_wait: float, train_seconds: float) -> str:
     """The time the training loop waited for its next batch, and its share of the loop."""
     share = data_wait / max(data_wait + train_seconds, 1e-9)

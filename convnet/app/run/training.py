@@ -233,7 +233,7 @@ class Trainer:
         while self.epoch <= self.opts.epochs:
             todo = batches[self.batch_index:]
             with BatchPrefetcher(self.provider, todo, train=True, epoch=self.epoch) as loader:
-                for batch_id, batch in self._waited(loader):
+                for batch_id, batch in loader:
                     done = (self.epoch - 1) * len(batches) + self.batch_index
                     progress = done / total_batches
                     started = time.perf_counter()
@@ -248,20 +248,10 @@ class Trainer:
                         self._maybe_save(test_result.error, write=bar.write)
                     if interrupt_requested():
                         raise StopAtBatchEnd()
+            self.data_wait += loader.wait_seconds
             if self.batch_index >= len(batches):
                 self.epoch += 1
                 self.batch_index = 0
-
-    def _waited(self, loader):
-        """The loader's batches, adding the time spent waiting for each to ``data_wait``."""
-        while True:
-            started = time.perf_counter()
-            try:
-                item = next(loader)
-            except StopIteration:
-                return
-            self.data_wait += time.perf_counter() - started
-            yield item
 
     def _report_interrupt(self, at_batch_end: bool) -> None:
         """Ctrl-C: save at a batch end when asked to, then name the checkpoint that

@@ -43,6 +43,7 @@ _LABEL_STREAM = 5  # the random label of multi-label cases, apart from augmentat
 
 class ImageProvider(DataProvider):
     name = "image"
+    reports_data_wait = True
 
     def __init__(self, options: DataOptions):
         self.folder = check_folder(options.data_path, self.name)
