@@ -11,8 +11,11 @@ from convnet.data.image.decode import JpegDecoder
 from tests.support.jpeg_batches import class_images, encode_jpeg, write_image_set
 
 
-def decode_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("jpeg-decode")]
+def decode_threads(before: set) -> list[str]:
+    """Names of the live decoding threads started since ``before`` (other tests' providers
+    may still hold theirs)."""
+    return sorted(t.name for t in set(threading.enumerate()) - before
+                  if t.name.startswith("jpeg-decode"))
 
 
 def test_threads_decode_exactly_what_one_thread_decodes_and_report_bad_cases():
@@ -30,6 +33,7 @@ def test_threads_decode_exactly_what_one_thread_decodes_and_report_bad_cases():
 def test_prefetching_a_provider_that_decodes_in_parallel_then_closing_ends_every_thread(
         tmp_path):
     write_image_set(tmp_path, [0, 1, 2, 3], cases=16, size=16)
+    before = set(threading.enumerate())
     provider = make_provider("image", str(tmp_path),
                              DataOptions(train_range=[0, 1, 2], test_range=[3], inner_size=12,
                                          decode_threads=2))
@@ -38,9 +42,10 @@ def test_prefetching_a_provider_that_decodes_in_parallel_then_closing_ends_every
     with BatchPrefetcher(provider, provider.train_batches, train=True, epoch=1) as loader:
         served = [batch_id for batch_id, _ in loader]
     assert served == [0, 1, 2]
-    assert decode_threads() == ["jpeg-decode_0", "jpeg-decode_1"]
+    assert decode_threads(before) == ["jpeg-decode_0", "jpeg-decode_1"]
     provider.close()
-    assert decode_threads() == []
+    assert decode_threads(before) == []
     provider.get_batch(3, train=False)  # usable again after close: a new pool
+    assert len(decode_threads(before)) == 2
     provider.close()
-    assert decode_threads() == []
+    assert decode_threads(before) == []
