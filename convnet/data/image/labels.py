@@ -41,8 +41,7 @@ class LabelSets:
         """The label sets of the cases where ``keep`` is True, in order."""
         counts = self.counts[keep]
         picked = np.repeat(keep, self.counts)
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-        return LabelSets(self.ids[picked], starts, counts, self.lists)
+        return LabelSets(self.ids[picked], np.cumsum(counts) - counts, counts, self.lists)
 
 
 def label_sets(labels: list, offset: int, num_classes: int, where) -> LabelSets:
@@ -65,7 +64,7 @@ def label_sets(labels: list, offset: int, num_classes: int, where) -> LabelSets:
         ids = np.asarray(flat)
     except (TypeError, ValueError):
         ids = np.asarray(flat, dtype=object)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    starts = np.cumsum(counts) - counts
     if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
         bad = _first_not_an_id(flat)
         raise DataError(f"{where(_case_of(bad, starts))}: label {flat[bad]!r:.40} is not a "
