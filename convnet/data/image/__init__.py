@@ -6,8 +6,8 @@ strings and labels; ``labels`` turns label ids and lists of ids into the label
 column and the label matrix; ``decode`` decodes a batch's JPEGs on a thread
 pool into one uint8 array; ``provider`` puts them behind the shared
 :class:`~convnet.data.base.DataProvider` pipeline (mean, crops, mirrors,
-multiview).  Imports only :mod:`convnet.data`'s own modules and
-:mod:`convnet.errors`.
+multiview).  Imports the shared modules of :mod:`convnet.data` (never its
+``__init__``, the registry above it), :mod:`convnet.errors` and simplejpeg.
 """
 
 from convnet.data.image.provider import ImageProvider
