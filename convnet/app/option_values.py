@@ -15,7 +15,7 @@ import math
 
 from convnet.errors import ConvnetError, DataError
 
-PROVIDER_NAMES = ("digits", "cifar", "convnet-batches", "dummy")
+PROVIDER_NAMES = ("digits", "cifar", "convnet-batches", "image", "dummy")
 BACKEND_NAMES = ("auto", "cpu", "cuda")
 #: Each logical device is a worker thread (and a CUDA stream); far more than any
 #: machine has is a mistake, not a plan.

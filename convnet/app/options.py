@@ -70,6 +70,7 @@ class RunOptions:
     color_noise: float
     scalar_mean: float | None
     multiview_test: bool
+    skip_bad_images: bool
     # training
     epochs: int
     test_freq: int | None
@@ -108,7 +109,7 @@ class RunOptions:
 
 #: Resumable options that only some data providers read: a saved value is dropped
 #: when the resumed run reads other data (it was the saved run's, not the user's).
-PROVIDER_OPTIONS = {"data_path": ("cifar", "convnet-batches"), "dummy_cases": ("dummy",)}
+PROVIDER_OPTIONS = {"data_path": ("cifar", "convnet-batches", "image"), "dummy_cases": ("dummy",)}
 
 #: Options a checkpoint remembers; on resume a command-line value wins.
 RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "seed", "data_provider", "data_path",
@@ -258,7 +259,8 @@ def resolve_options(args: argparse.Namespace,
         values["gpu"] = bundled_example.GPU if bundled else (0,)
     if values["data_provider"] is None:
         if values["data_path"] is not None:
-            raise UsageError("--data-path needs --data-provider (cifar or convnet-batches)")
+            raise UsageError("--data-path needs --data-provider (cifar, convnet-batches or "
+                             "image)")
         values["data_provider"] = "dummy" if values["data_dims"] else "digits"
     if values["epochs"] is None:
         values["epochs"] = bundled_example.EPOCHS if bundled else 1
@@ -305,7 +307,7 @@ def check_options(opts: RunOptions) -> None:
     if opts.simulate_devices is not None:
         device_kind(opts.simulate_devices)
     needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims)
-    if opts.data_provider in ("cifar", "convnet-batches") and opts.data_path is None \
+    if opts.data_provider in PROVIDER_OPTIONS["data_path"] and opts.data_path is None \
             and needs_data:
         raise UsageError(f"the '{opts.data_provider}' data provider needs --data-path DIR")
     if opts.dummy_cases is not None and opts.data_provider != "dummy":
@@ -323,7 +325,11 @@ def check_options(opts: RunOptions) -> None:
                          f"{len(opts.gpu)} device(s){each}, numbered from 0")
     if opts.data_provider in ("digits", "dummy") and opts.data_path is not None:
         raise UsageError(f"the '{opts.data_provider}' data provider reads no files; "
-                         "--data-path is for cifar and convnet-batches")
+                         "--data-path is for cifar, convnet-batches and image")
+    if opts.skip_bad_images and opts.data_provider != "image":
+        raise UsageError(f"--skip-bad-images leaves out JPEGs that cannot be decoded; the "
+                         f"'{opts.data_provider}' data holds no JPEGs (it is for --data-provider "
+                         "image)")
 
 
 def check_using_options(opts: RunOptions) -> None:

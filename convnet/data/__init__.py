@@ -1,13 +1,47 @@
 """Training data: providers of numbered batches, batch ranges and prefetching.
 
-See :mod:`convnet.data.base` for the interface every provider implements and
-:mod:`convnet.data.registry` for choosing one by name.
+See :mod:`convnet.data.base` for the interface every provider implements; the
+modules directly in the package are the shared parts and the small providers,
+and ``image/`` (the JPEG batches) sits above them.  Here is the registry that
+chooses a provider by the name given to ``--data-provider``: it is the one
+place that knows every provider, so it sits above them all.
 """
 
+from __future__ import annotations
+
+import dataclasses
+import difflib
+
 from convnet.data.base import DataOptions, DataProvider
+from convnet.data.cifar import CifarProvider
+from convnet.data.convnet_batches import ConvnetBatchesProvider
+from convnet.data.digits import DigitsProvider
+from convnet.data.dummy import DummyProvider
+from convnet.data.image import ImageProvider
 from convnet.data.prefetch import BatchPrefetcher
 from convnet.data.ranges import format_range, parse_range
-from convnet.data.registry import PROVIDERS, make_provider
+from convnet.errors import DataError
 
 __all__ = ["BatchPrefetcher", "DataOptions", "DataProvider", "PROVIDERS", "format_range",
            "make_provider", "parse_range"]
+
+PROVIDERS: dict[str, type[DataProvider]] = {
+    cls.name: cls for cls in (DigitsProvider, CifarProvider, ConvnetBatchesProvider, DummyProvider,
+                              ImageProvider)
+}
+
+
+def make_provider(name: str, data_path: str | None = None,
+                  options: DataOptions | None = None) -> DataProvider:
+    """Build the provider registered as ``name``; ``data_path`` overrides ``options.data_path``."""
+    options = options or DataOptions()
+    if data_path is not None:
+        options = dataclasses.replace(options, data_path=str(data_path))
+    try:
+        cls = PROVIDERS[name]
+    except KeyError:
+        close = difflib.get_close_matches(str(name), PROVIDERS, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise DataError(f"unknown data provider '{name}'{hint}; known: "
+                        f"{', '.join(sorted(PROVIDERS))}") from None
+    return cls(options)

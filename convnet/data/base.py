@@ -2,7 +2,7 @@
 
 A provider serves numbered batches of labelled images, like cuda-convnet2's
 data providers, so that ``--train-range=1-5 --test-range=6`` mean the same
-thing here.  Every provider (see :mod:`convnet.data.registry` for the names)
+thing here.  Every provider (see :mod:`convnet.data` for the names)
 has:
 
 ``data_dims: dict[int, tuple]``
@@ -37,6 +37,11 @@ has:
 ``num_cases(batch_id) -> int``
 ``check_dims(expected)``
     raise a :class:`DataError` unless the config's expected shapes match.
+``skipped: dict[str, str]``
+    cases left out as unreadable (``"FILE, case K"`` -> why); only a provider
+    asked to skip bad input fills it.
+``close()``
+    end any threads the provider started (it may be used again afterwards).
 
 Pixel values keep each source's own units before mean subtraction (0..255 for
 CIFAR and cuda-convnet batches, as in cuda-convnet2, whose configs' ``initW``
@@ -85,7 +90,7 @@ class DataOptions:
     """Options a provider understands; ``None`` ranges mean the provider's defaults.
 
     ``data_dims``, ``num_classes`` and ``cases_per_batch`` are read by the
-    ``dummy`` provider only.
+    ``dummy`` provider only, ``skip_bad_images`` and ``decode_threads`` by ``image``.
     """
 
     data_path: str | None = None
@@ -99,6 +104,8 @@ class DataOptions:
     data_dims: dict[int, tuple[int, ...]] | None = None
     num_classes: int | None = None
     cases_per_batch: int = 512
+    skip_bad_images: bool = False
+    decode_threads: int | None = None
 
 
 def format_shape(shape: tuple[int, ...]) -> str:
@@ -129,6 +136,10 @@ class DataProvider:
 
     name = ""
     pixel_max: float | None = 255.0
+    #: Whether a run ends by saying how long it waited for this provider's batches:
+    #: for providers that do real work per batch (decoding), not for in-memory data,
+    #: whose runs then print the same lines whatever the machine's load.
+    reports_data_wait = False
 
     def __init__(self, options: DataOptions, *, where: str, image_shape: tuple[int, ...],
                  label_names: list[str], available: list[int] | None,
@@ -154,6 +165,10 @@ class DataProvider:
         self._mean: np.ndarray | np.float32 | None = None
         self._basis: np.ndarray | None = None
         self._counts: dict[int, int] = {}
+        self.skipped: dict[str, str] = {}
+
+    def close(self) -> None:
+        """Nothing to end here; providers with threads of their own end them."""
 
     # -- what subclasses provide -------------------------------------------------
 
@@ -178,7 +193,33 @@ class DataProvider:
     # -- the interface -----------------------------------------------------------
 
     def get_batch(self, batch_id: int, train: bool, epoch: int = 0) -> list[np.ndarray]:
-        images, labels = self._centred(batch_id)
+        raw, labels = self._checked_load(batch_id)
+        return self._serve(raw, labels, batch_id, train, epoch)
+
+    def get_test_views(self, batch_id: int) -> list[np.ndarray]:
+        raw, labels = self._checked_load(batch_id)
+        return self._serve_views(raw, labels)
+
+    def test_cases_from_pixels(self, raw: np.ndarray) -> np.ndarray:
+        """Test-mode inputs for raw images ``(N, *image_shape)`` in this provider's pixel
+        units: what column 0 of ``get_batch(train=False)`` holds for them (mean
+        subtracted, centre crop), or of ``get_test_views`` (``(V, N, ...)``) when
+        ``num_views > 1``.  For predicting on images that are in no batch."""
+        raw = np.asarray(raw)
+        if raw.shape[1:] != self.image_shape:
+            raise DataError(f"{self.where}: images to test should be "
+                            f"{format_shape(self.image_shape)}, found "
+                            f"{format_shape(raw.shape[1:])}")
+        _check_finite(raw, "the images to test")
+        labels = np.zeros(len(raw), np.float32)
+        if self.num_views > 1:
+            return self._serve_views(raw, labels)[0]
+        return self._serve(raw, labels, 0, train=False, epoch=0)[0]
+
+    def _serve(self, raw: np.ndarray, labels: np.ndarray, batch_id: int, train: bool,
+               epoch: int) -> list[np.ndarray]:
+        """Checked raw images and labels as ``get_batch`` serves them."""
+        images, labels = self._centred(raw, labels)
         if train:
             if epoch < 0:
                 raise ValueError(f"epoch must be >= 0, got {epoch}")
@@ -186,28 +227,23 @@ class DataProvider:
             if self._inner:
                 images = augment.random_crops(images, self._inner, rng)
             if self.options.color_noise > 0:
-                augment.add_colour_noise(images, self._colour_basis(),
-                                         self.options.color_noise, rng)
+                images = self._add_colour_noise(images, rng)
         elif self._inner:
             images = augment.centre_crop(images, self._inner)
         return [np.ascontiguousarray(images, dtype=np.float32), labels]
 
-    def get_test_views(self, batch_id: int) -> list[np.ndarray]:
+    def _serve_views(self, raw: np.ndarray, labels: np.ndarray) -> list[np.ndarray]:
+        """Checked raw images and labels as ``get_test_views`` serves them."""
         if self.num_views == 1:
-            images, labels = DataProvider.get_batch(self, batch_id, train=False)
+            images, labels = DataProvider._serve(self, raw, labels, 0, train=False, epoch=0)
             return [images[None], labels]
-        images, labels = self._centred(batch_id)
+        images, labels = self._centred(raw, labels)
         return [augment.multiview_crops(images, self._inner), labels]
 
-    def test_cases_from_pixels(self, raw: np.ndarray) -> np.ndarray:
-        """Raw images (N, C, S, S) in the provider's units, preprocessed as test cases
-        are: (N, C, s, s), or (V, N, C, s, s) views when ``num_views > 1``."""
-        images = np.asarray(raw, dtype=np.float32) - self._mean_value()
-        if self.num_views > 1:
-            return augment.multiview_crops(images, self._inner)
-        if self._inner:
-            images = augment.centre_crop(images, self._inner)
-        return np.ascontiguousarray(images, dtype=np.float32)
+    def _add_colour_noise(self, images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """``--color-noise`` on mean-subtracted training crops (in place where it can)."""
+        return augment.add_colour_noise(images, self._colour_basis(), self.options.color_noise,
+                                        rng)
 
     def num_cases(self, batch_id: int) -> int:
         if batch_id not in self._counts:
@@ -239,19 +275,21 @@ class DataProvider:
 
     # -- the pipeline ------------------------------------------------------------
 
-    def _centred(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
+    def _centred(self, raw: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Full-size float32 images minus the mean, and the label column."""
-        raw, labels = self._checked_load(batch_id)
         images = raw.astype(np.float32)
         images -= self._mean_value()
         return images, labels.astype(np.float32).reshape(-1, 1)
 
-    def _checked_load(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
+    def _check_available(self, batch_id: int) -> None:
         if self._available is not None and batch_id not in self._available_set:
             raise DataError(f"{self.where}: there is no batch {batch_id} "
                             f"({self._batch_source(batch_id)} {self._why_missing(batch_id)}); "
                             "available batches: "
                             f"{format_range(self._available) or 'none'}")
+
+    def _checked_load(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
+        self._check_available(batch_id)
         images, labels = self._load(batch_id)
         source = self._batch_source(batch_id)
         if not (np.issubdtype(images.dtype, np.number) and np.isrealobj(images)):

@@ -41,7 +41,7 @@ def image_shape(num_vis: int, where: str) -> tuple[int, int, int]:
                     "pixels; images must be square")
 
 
-def _whole_positive(value, what: str) -> int:
+def whole_positive(value, what: str) -> int:
     """A count read from a pickle: a positive whole number (a one-element array too),
     never a truncated float, a negative number, infinity or a bool."""
     if isinstance(value, np.ndarray) and value.size == 1:
@@ -59,7 +59,7 @@ class ConvnetBatchesProvider(DataProvider):
         self.folder = check_folder(options.data_path, self.name)
         meta_path = os.path.join(self.folder, "batches.meta")
         meta = load_dict(meta_path, ("data_mean", "num_vis", "label_names"))
-        num_vis = _whole_positive(meta["num_vis"], f"{meta_path}: 'num_vis'")
+        num_vis = whole_positive(meta["num_vis"], f"{meta_path}: 'num_vis'")
         shape = image_shape(num_vis, meta_path)
         mean = np.asarray(meta["data_mean"])
         if mean.size != num_vis or not np.issubdtype(mean.dtype, np.number):

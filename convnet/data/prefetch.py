@@ -6,12 +6,15 @@ The queue holds at most ``depth`` finished batches, bounding memory.  A loader
 exception is handed to the consumer and raised from ``next()``; a loader that
 vanishes without a word is reported too, so the consumer can never wait
 forever.  ``close()`` (or leaving a ``with`` block) stops the loader early.
+``wait_seconds`` is the time the consumer spent waiting in ``next()`` for a
+batch that was not ready yet (what the training loop reports).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Iterable
 
 import numpy as np
@@ -44,6 +47,7 @@ class BatchPrefetcher:
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._finished = False
+        self.wait_seconds = 0.0
         self._thread = threading.Thread(target=self._run, name="batch-prefetch", daemon=True)
         self._thread.start()
 
@@ -77,6 +81,20 @@ class BatchPrefetcher:
     def __next__(self) -> tuple[int, list[np.ndarray]]:
         if self._finished:
             raise StopIteration
+        started = time.perf_counter()
+        try:
+            item = self._next_item()
+        finally:
+            self.wait_seconds += time.perf_counter() - started
+        if item is _END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self.close()
+            raise item.error
+        return item
+
+    def _next_item(self):
         while True:
             try:
                 item = self._queue.get(timeout=_POLL_S)
@@ -88,12 +106,6 @@ class BatchPrefetcher:
                     self._finished = True
                     raise DataError("the batch loader thread stopped without delivering "
                                     "a batch") from None
-        if item is _END:
-            self.close()
-            raise StopIteration
-        if isinstance(item, _Failure):
-            self.close()
-            raise item.error
         return item
 
     def close(self) -> None:

@@ -14,7 +14,9 @@ The table, by what writes it:
   first two only for arrays no larger than the file (:class:`_BoundedArrays`);
 * numpy arrays, protocol 5: ``numpy.core.numeric._frombuffer``;
 * numpy scalars: ``numpy.core.multiarray.scalar``;
-* Python 3 bytes at protocol 2: ``_codecs.encode`` (latin-1 only);
+* Python 3 bytes at protocol 2: ``_codecs.encode`` (latin-1 only), and
+  ``bytes()`` for an empty string (no arguments only: ``bytes(N)`` would
+  allocate N bytes), as lists of JPEG strings hold them;
 * sets: ``builtins.set`` / ``frozenset`` (``__builtin__`` in Python 2 files).
 
 Files written by Python 2 (the CIFAR-10 "python version") are read with
@@ -49,6 +51,14 @@ def _latin1_encode(text: str, encoding: str = "utf-8") -> bytes:
     return text.encode("latin1")
 
 
+def _empty_bytes(*args) -> bytes:
+    """Stand-in for ``bytes`` as protocol-2 pickles call it for ``b""``."""
+    if args:
+        raise pickle.UnpicklingError("bytes() with arguments (only the empty string is "
+                                     "pickled that way)")
+    return b""
+
+
 _ALLOWED: dict[tuple[str, str], Any] = {("_codecs", "encode"): _latin1_encode,
                                          ("numpy", "dtype"): np.dtype}
 for _core in ("numpy.core", "numpy._core"):
@@ -57,6 +67,7 @@ for _core in ("numpy.core", "numpy._core"):
 for _builtins in ("builtins", "__builtin__"):
     _ALLOWED[(_builtins, "set")] = set
     _ALLOWED[(_builtins, "frozenset")] = frozenset
+    _ALLOWED[(_builtins, "bytes")] = _empty_bytes
 
 
 class _BoundedArrays:

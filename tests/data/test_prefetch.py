@@ -78,3 +78,15 @@ def test_queue_is_bounded_and_context_manager_closes():
         assert len(provider.loaded) <= 2
         within(5, lambda: next(prefetcher))
     assert not prefetcher._thread.is_alive()
+
+
+def test_wait_seconds_counts_the_time_the_consumer_waited_not_the_time_it_worked():
+    """Loading takes 0.1 s a batch; a consumer that works 0.3 s per batch waits only for
+    the first, one that works not at all waits for each."""
+    slow_consumer = BatchPrefetcher(FakeProvider(delay=0.1), range(4), train=True)
+    for _ in slow_consumer:
+        time.sleep(0.3)
+    fast_consumer = BatchPrefetcher(FakeProvider(delay=0.1), range(4), train=True)
+    list(fast_consumer)
+    assert 0.08 < slow_consumer.wait_seconds < 0.3
+    assert fast_consumer.wait_seconds > 0.35

@@ -40,6 +40,6 @@ def test_format_then_parse_round_trips(batches):
 
 
 def test_registry():
-    assert set(PROVIDERS) == {"digits", "cifar", "convnet-batches", "dummy"}
+    assert set(PROVIDERS) == {"digits", "cifar", "convnet-batches", "dummy", "image"}
     with pytest.raises(DataError, match="unknown data provider 'cifr' \\(did you mean 'cifar'\\?\\)"):
         make_provider("cifr", "/tmp")

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
-from convnet.data.registry import PROVIDERS
 from tests.support.cli import ok, run_cli
 from tests.support.configs import DATA_LAYERS, WEIGHT_PARAMS, logreg_head, write_pair
 from tests.support.image_trees import image_bytes, make_data
-
-pytestmark = pytest.mark.skipif("image" not in PROVIDERS,
-                                reason="the 'image' data provider (which reads these batches) "
-                                       "is not in this tree yet")
-
 
 def test_batches_from_a_photo_folder_train_with_the_image_provider(tmp_path):
     for label, name in enumerate(("ant", "bee", "cow")):

@@ -182,6 +182,7 @@ SUBLAYERING = {
     "app": ("__init__", "command_line", "comparison", "prediction", "using", "run", "."),
     "runtime": ("__init__", ".", "sync", "step", "processes", "devices"),
     "config": ("__init__", ".", "layer_types", "values"),
+    "data": ("__init__", "image", "."),
     "kernels": ("cuda", "conv", ".", "__init__"),
 }
 

@@ -150,11 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     data = p.add_argument_group("data")
     data.add_argument("--data-provider", type=provider_name, default=None, metavar="NAME",
                       help="digits (the bundled 8x8 digits), cifar (CIFAR-10 python "
-                           "folder), convnet-batches (cuda-convnet batch folder) or dummy "
+                           "folder), convnet-batches (cuda-convnet batch folder), image "
+                           "(cuda-convnet2's JPEG batches, as its make-data writes them) or "
+                           "dummy "
                            "(synthetic) [resumable] (default: digits, or dummy when "
                            "--data-dims is given)")
     data.add_argument("--data-path", type=Path, default=None, metavar="DIR",
-                      help="folder of the data set, for cifar and convnet-batches [resumable]")
+                      help="folder of the data set, for cifar, convnet-batches and image "
+                           "[resumable]")
     data.add_argument("--data-dims", type=data_dims, default=None, metavar="CxHxW[,DIMS...]",
                       help="image shape, e.g. 3x224x224: the dummy provider's images, and "
                            "the input of --print-plan/--check-grads without data; further "
@@ -185,6 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="test on 10 views (centre and 4 corner crops, and their mirror "
                            "images) and average the predictions; needs --inner-size "
                            "(default: 0)")
+    data.add_argument("--skip-bad-images", type=flag, nargs="?", const=True, default=False,
+                      metavar="0|1",
+                      help="leave out JPEGs that cannot be decoded (image provider) and count "
+                           "them in the closing summary, instead of ending the run at the "
+                           "first (default: 0)")
     train = p.add_argument_group("training")
     train.add_argument("--epochs", type=positive_int, default=None, metavar="N",
                        help="train until N passes over the training batches are done "

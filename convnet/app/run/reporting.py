@@ -17,8 +17,8 @@ from convnet.app.options import RunOptions
 from convnet.app.run.log import CSV_NAME, RunLog, read_log
 from convnet.app.run.log_plot import PNG_NAME as LOG_PNG
 from convnet.app.run.log_plot import write_log_png
-from convnet.app.run.summary import (closing_summary, oversubscription_warning, start_banner,
-                                     where_text)
+from convnet.app.run.summary import (closing_summary, data_wait_line, oversubscription_warning,
+                                     start_banner, where_text)
 from convnet.optional import PLOT_INSTALL, has_matplotlib
 from convnet.plan.ops import Plan
 from convnet.runtime.devices.backends import choose_backend
@@ -51,6 +51,17 @@ def print_opening(log: RunLog, opts: RunOptions, plan: Plan, provider, batch_cas
                  f"{opts.color_noise:g} standard deviations of the pixels wide")
     if save_dir is not None and not has_matplotlib():
         log.note(f"(no {LOG_PNG}: drawing it needs matplotlib; {PLOT_INSTALL})")
+
+
+def print_data_notes(log: RunLog, provider, data_wait: float, train_seconds: float) -> None:
+    """How long training waited for data (for providers that decode as they serve), and
+    the images left out as unreadable."""
+    if provider.reports_data_wait:
+        log.note(data_wait_line(data_wait, train_seconds))
+    if provider.skipped:
+        first, why = next(iter(provider.skipped.items()))
+        log.warn(f"left out {len(provider.skipped)} image(s) that cannot be decoded "
+                 f"(--skip-bad-images); the first: {first}: {why}")
 
 
 def interrupt_status(checkpoint: Path, saved_at: tuple[int, int] | None, saved_now: bool,

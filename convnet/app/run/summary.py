@@ -66,6 +66,13 @@ def start_banner(layer_def: Path, plan: Plan, backend: str, provider, batch_case
     return lines
 
 
+def data_wait_line(data_wait: float, train_seconds: float) -> str:
+    """The time the training loop waited for its next batch, and its share of the loop."""
+    share = data_wait / max(data_wait + train_seconds, 1e-9)
+    return (f"waited {data_wait:.2f} s for training data: {100 * share:.1f}% of "
+            f"{data_wait + train_seconds:.1f} s of training")
+
+
 def where_text(epoch: int, batch_index: int, batches_per_epoch: int) -> str:
     """Where a saved run stands, e.g. 'end of epoch 3' or 'epoch 4, 2 of 5 batches done'."""
     if batch_index >= batches_per_epoch:

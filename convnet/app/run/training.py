@@ -30,6 +30,7 @@ Ctrl-C and at its end is :mod:`convnet.app.run.reporting`'s, and
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -44,7 +45,8 @@ from convnet.app.run.assembly import (TrainingExecutor, build_net_and_plan, make
 from convnet.app.run.features import check_feature_layer, write_features
 from convnet.app.run.folder import check_run_folder, claim_run_folder
 from convnet.app.run.log import RunLog, TestResult, progress_bar
-from convnet.app.run.reporting import interrupt_status, print_closing_summary, print_opening
+from convnet.app.run.reporting import (interrupt_status, print_closing_summary, print_data_notes,
+                                       print_opening)
 from convnet.app.run.resume_state import read_counters, read_state, unused_layers
 from convnet.app.run.signals import deferred_interrupt, interrupt_requested, raise_if_stopped
 from convnet.config import parse_net
@@ -84,6 +86,7 @@ def run(opts: RunOptions) -> int:
         return code
     finally:
         executor.close()
+        provider.close()
 
 
 class StopAtBatchEnd(KeyboardInterrupt):
@@ -129,6 +132,8 @@ class Trainer:
         self._saved_step: int | None = None  # executor step of the last save of this run
         self._saved_at: tuple[int, int] | None = None  # its (epoch, batch_index)
         self._per_batch = 1  # minibatches per data batch, for the progress bar
+        self.data_wait = 0.0  # seconds the loop waited for a training batch
+        self.train_seconds = 0.0  # seconds it spent training batches
         self.log = RunLog(save_dir, self.cost_layer, plan, quiet=opts.no_progress)
         if opts.profile:
             executor.timings = []  # the executor records op timings from now on
@@ -219,6 +224,7 @@ class Trainer:
         self._finish()
         self.log.close()
         if self.announce:
+            print_data_notes(self.log, self.provider, self.data_wait, self.train_seconds)
             print_closing_summary(self.log, opts, self.save_dir,
                                   self.checkpoint if self._saved_at is not None else None)
         return 0
@@ -230,7 +236,9 @@ class Trainer:
                 for batch_id, batch in loader:
                     done = (self.epoch - 1) * len(batches) + self.batch_index
                     progress = done / total_batches
+                    started = time.perf_counter()
                     self._guarded(self._train_batch, batch, progress, bar, batch_id=batch_id)
+                    self.train_seconds += time.perf_counter() - started
                     self.batch_index += 1
                     if (done + 1) % test_freq == 0 or self.batch_index == len(batches):
                         self._guarded(self._settle, batch_id=batch_id)
@@ -240,6 +248,7 @@ class Trainer:
                         self._maybe_save(test_result.error, write=bar.write)
                     if interrupt_requested():
                         raise StopAtBatchEnd()
+            self.data_wait += loader.wait_seconds
             if self.batch_index >= len(batches):
                 self.epoch += 1
                 self.batch_index = 0
@@ -356,11 +365,11 @@ class Trainer:
 
     def _test_views(self, batch):
         """Average the softmax over the views, then score (multiview testing)."""
-        views, labels = batch
+        views, labels, others = batch[0], batch[1], batch[2:]
         probs_layer = self.net[self.cost_layer].inputs[1]
         total = 0
         for v in range(views.shape[0]):
-            total = total + self.features([views[v], labels], probs_layer)
+            total = total + self.features([views[v], labels, *others], probs_layer)
         probs = total / views.shape[0]
         truth = labels.reshape(-1).astype(np.int64)
         picked = np.maximum(probs[np.arange(len(truth)), truth], 1e-30)
