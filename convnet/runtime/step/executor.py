@@ -41,8 +41,8 @@ stay lockstep, but the replicated layers' replicas do not wait for each other:
 each updates from its own shards at once, with the learning rates divided by
 its layer's replica count, and the increments move between the replicas
 beside the steps (:mod:`convnet.runtime.processes.increment_exchange`); a replica adds
-the ones that arrived before its first forward of the layer in a later step,
-never more than S steps late.  Momentum is each replica's own.  In a
+the ones that arrived before each of its forwards of the layer, never more than S
+steps late (with S = 0 where sync's all-reduce would have applied them).  Momentum is each replica's own.  In a
 multi-process run the increments also go to the replicas on other ranks
 (:mod:`convnet.runtime.processes.increment_link`), and each rank's exchange learns
 from :meth:`Executor.step` which steps have ended everywhere.
