@@ -100,11 +100,11 @@ class _ConvLike(_WeightLayer):
         self.modules = int(a.get("modulesX") or kconv.out_size(
             self.img_sizes[0], self.filter_sizes[0], self.paddings[0], self.strides[0]))
         self.filters = int(a["filters"])
-        self.sparse = [i for i, random in enumerate(per_input(a.get("randSparse", False), n))
-                       if random]
-        self.kernel_channels = kernel_channels(dict(a, channels=self.channels,
-                                                    groups=self.groups)) if self.sparse \
-            else self.channels
+        sparse = per_input(a.get("randSparse", False), n)
+        self.sparse = [i for i, random in enumerate(sparse) if random]
+        self.kernel_channels = kernel_channels(
+            {"channels": self.channels, "groups": self.groups, "randSparse": sparse,
+             "filterChannels": per_input(a.get("filterChannels"), n)})
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         params = super().init_params(rng)
