@@ -120,7 +120,7 @@ class IncrementExchange:
         self._got: dict[tuple[str, int], collections.Counter] = \
             collections.defaultdict(collections.Counter)
         # (layer, receiver) -> the first position whose increments have not all arrived
-        # (set from the first step this exchange sees: a resumed run starts past 0)
+        # (set from the first step that posts or ends: a resumed run starts past 0)
         self._complete: dict[tuple[str, int], int] = {}
         self._ended: int | None = None  # 1 + the last step that ended on every rank
         self._failure: str | None = None  # why the exchange failed, once it has
@@ -173,11 +173,11 @@ class IncrementExchange:
         key = (layer, receiver)
         per_step = self._per_step[layer]
         with self._cv:
-            self._begin(step)
             now = self._position(layer, receiver, step)
             due = now - self.staleness * per_step
             waited = False
-            while self._complete[key] < due:
+            # (nothing is due before this exchange's first post or ended step)
+            while self._complete and self._complete[key] < due:
                 self._raise_if_failed()
                 if not waited:
                     self.record.waits += 1
@@ -225,8 +225,9 @@ class IncrementExchange:
         return step * self._per_step[layer] + (made if made_in == step else 0)
 
     def _begin(self, step: int) -> None:
-        """(Holding the lock.)  The first step this exchange sees starts the count of
-        arrived positions (nothing is due before it)."""
+        """(Holding the lock.)  The first step that posts or ends here starts the count
+        of arrived positions: nothing is due before it (a resumed run starts past 0,
+        and its executor drains, and so takes, before its step count is set)."""
         if self._complete:
             return
         for layer, receivers in self.local.items():

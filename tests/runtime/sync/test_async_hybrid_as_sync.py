@@ -70,3 +70,20 @@ def test_an_uneven_tail_on_three_levels():
     batches = small_batches(2, seed=5, n=8)
     batches[1] = [column[:7] for column in batches[1]]
     _assert_as_sync(THREE_LEVELS, (0, 1, 2, 3), 8, batches)
+
+
+def test_a_resumed_run_counts_its_increments_from_its_own_step():
+    """A resume loads the weights (a drain, which takes) before it sets the step count:
+    the positions before the resumed step are never due."""
+    net = with_rates(fc_net(SMALL_HYBRID), 1.0)
+    executor = Executor(net, make_plan(net, (0, 1), 8), make_devices((0, 1), "cpu"), seed=3,
+                        async_staleness=0)
+    try:
+        executor.load_state_arrays(executor.state_arrays())
+        executor.step_count = 50
+        within(HANG_SECONDS, lambda: [executor.step(b) for b in small_batches(3, seed=1)])
+        first, second = executor.store.weights["fc1"]
+        within(HANG_SECONDS, executor.drain)
+        np.testing.assert_allclose(first["W0"], second["W0"], rtol=1e-5, atol=1e-6)
+    finally:
+        executor.close()
