@@ -8,6 +8,7 @@ refused with one line.
 from __future__ import annotations
 
 import io
+import json
 import re
 
 import numpy as np
@@ -163,6 +164,11 @@ def test_print_plan_shows_each_groups_channels(configs):
     assert "drawn from --seed 4" in out
     table = connection_tables(net["conv2"], seed=4)[0]
     assert "    group 3: " + " ".join(map(str, table[24:32])) in out
+    summary = json.loads(ok(run_cli("--layer-def", configs / "single.cfg", "--layer-params",
+                                    configs / "params.cfg", "--gpu", "0", "--print-plan=json",
+                                    *RUN)).stdout)["rand_sparse"]
+    assert summary["tables"]["conv2"]["0"] == table.reshape(4, 8).tolist()
+    assert sorted(summary["tables"]) == ["conv2", "local3"]
 
 
 def test_a_resumed_run_keeps_its_checkpoints_tables(configs, single_run, tmp_path):
