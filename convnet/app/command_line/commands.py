@@ -91,7 +91,8 @@ def print_plan(opts: RunOptions) -> int:
         if sim is not None:
             summary["simulation"] = simulation_summary(sim, costs, plan, net)
         if tables:
-            summary["rand_sparse"] = {"source": tables_source, "tables": tables_summary(tables, net)}
+            summary["rand_sparse"] = {"source": tables_source,
+                                      "tables": tables_summary(tables, net)}
         if cluster.size > 1:
             summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
         print(json.dumps(summary, indent=1))

@@ -42,10 +42,11 @@ each updates from its own shards at once, with the learning rates divided by
 its layer's replica count, and the increments move between the replicas
 beside the steps (:mod:`convnet.runtime.processes.increment_exchange`); a replica adds
 the ones that arrived before each of its forwards of the layer, never more than S
-steps late (with S = 0 where sync's all-reduce would have applied them).  Momentum is each replica's own.  In a
-multi-process run the increments also go to the replicas on other ranks
-(:mod:`convnet.runtime.processes.increment_link`), and each rank's exchange learns
-from :meth:`Executor.step` which steps have ended everywhere.
+steps late (with S = 0 where sync's all-reduce would have applied them).  Momentum
+is each replica's own.  In a multi-process run the increments also go to the
+replicas on other ranks (:mod:`convnet.runtime.processes.increment_link`), and each
+rank's exchange learns from :meth:`Executor.step` which steps have ended everywhere
+(what a drain waits for).
 """
 
 from __future__ import annotations
