@@ -245,7 +245,9 @@ class TaskActions:
         u = placement.update_period
         first = (op.pass_index - u + 1) * self.plan.rmin
         last = (op.pass_index + 1) * self.plan.rmin
-        if op.layer not in self.own_updates:
+        if buffers.update_cases is not None:
+            num_cases = buffers.update_cases
+        elif op.layer not in self.own_updates:
             num_cases = buffers.bounds[last - 1][1] - buffers.bounds[first][0]
         elif self.exchange is not None:
             # The R replicas' updates add up to sync's, whose gradient sums the whole
