@@ -231,6 +231,8 @@ def build(torch, net, weights: dict, device: str = "cpu",
                 continue
             xs = [acts[i] for i in ldef.inputs]
             w = tensors.get(name, {})
+            if any(a.get("randSparse") or ()):
+                raise NotImplementedError("randSparse in the PyTorch model")
             if t == "conv":
                 y = _conv(torch, xs, w, a, n, a["modulesX"])
             elif t == "local":

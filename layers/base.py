@@ -59,7 +59,8 @@ class Layer:
         return self.ldef.name
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """Fresh float32 host weights: ``W0``, ``W1``, ... per input, and ``b``."""
+        """Fresh float32 host weights: ``W0``, ``W1``, ... per input, and ``b`` (and the
+        connectivity tables ``C<i>`` of ``randSparse`` inputs)."""
         return {}
 
     def forward(self, inputs: list, params: dict, ctx: Context) -> tuple[Any, Any]:
@@ -71,7 +72,8 @@ class Layer:
         """Return ``(input_grads, param_grads)``.
 
         ``input_grads[i]`` is ``None`` where ``need_input_grads[i]`` is false.
-        ``param_grads`` has the keys of ``params``.  Cost layers get
+        ``param_grads`` has the keys of ``params`` but the connectivity tables
+        (``C<i>``, never learned).  Cost layers get
         ``grad_output=None``.
         """
         raise NotImplementedError

@@ -4,7 +4,11 @@ Each input has its own weights ``W<i>`` and the results are summed; one bias
 ``b``.  Conv/local inputs are split into ``groups`` channel groups and the
 filters likewise (filter block g sees channel block g); ``attrs['filters']``
 is the total number of filters of the layer (the first axis of ``W<i>``).
-Initial weights are N(0, initW[i]^2), biases ``initB``, all float32.
+Initial weights are N(0, initW[i]^2), biases ``initB``, all float32.  An input
+with cuda-convnet v1's ``randSparse`` has a connectivity table ``C<i>`` instead
+of channel blocks: its filter groups read the channels the table names
+(gathered, :mod:`convnet.kernels.conv.sparse_channels`), drawn by
+:mod:`convnet.layers.connectivity` with the weights and never trained.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ import math
 
 import numpy as np
 
+from convnet.config.layer_types.weight_shapes import connection_key, kernel_channels
 from convnet.kernels import conv as kconv
 from convnet.kernels import nn as knn
+from convnet.kernels.conv.sparse_channels import gather_channels, scatter_channels
 
+from .connectivity import draw_tables
 from .core import ComputeLayer, per_input
 from .dropout import keep_mask
 
@@ -70,7 +77,8 @@ class _WeightLayer(ComputeLayer):
 
 
 class _ConvLike(_WeightLayer):
-    """Geometry shared by conv and local."""
+    """Geometry shared by conv and local, and ``randSparse``'s gather and scatter: the
+    kernels see each sparse input as the image of the channels its groups read."""
 
     def __init__(self, ldef):
         super().__init__(ldef)
@@ -92,11 +100,37 @@ class _ConvLike(_WeightLayer):
         self.modules = int(a.get("modulesX") or kconv.out_size(
             self.img_sizes[0], self.filter_sizes[0], self.paddings[0], self.strides[0]))
         self.filters = int(a["filters"])
+        sparse = per_input(a.get("randSparse", False), n)
+        self.sparse = [i for i, random in enumerate(sparse) if random]
+        self.kernel_channels = kernel_channels(
+            {"channels": self.channels, "groups": self.groups, "randSparse": sparse,
+             "filterChannels": per_input(a.get("filterChannels"), n)})
+
+    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        params = super().init_params(rng)
+        params.update({connection_key(i): table
+                       for i, table in draw_tables(self.ldef.attrs, rng).items()})
+        return params
 
     def _geom(self):
         return dict(filter_sizes=self.filter_sizes, paddings=self.paddings, strides=self.strides,
-                    channels=self.channels, groups=self.groups, img_sizes=self.img_sizes,
+                    channels=self.kernel_channels, groups=self.groups, img_sizes=self.img_sizes,
                     modules=self.modules)
+
+    def _kernel_inputs(self, inputs, params):
+        """The inputs as the kernels read them: each sparse one's gathered channels."""
+        if not self.sparse:
+            return inputs
+        return [gather_channels(x, params[connection_key(i)], self.channels[i])
+                if i in self.sparse else x for i, x in enumerate(inputs)]
+
+    def _input_grads(self, dxs, inputs, params):
+        """The gradients of the layer's inputs from those of the kernels' inputs."""
+        if not self.sparse:
+            return dxs
+        return [scatter_channels(dx, params[connection_key(i)], self.channels[i], x.shape)
+                if i in self.sparse and dx is not None else dx
+                for i, (dx, x) in enumerate(zip(dxs, inputs))]
 
 
 class ConvLayer(_DropsOutputs, _ConvLike):
@@ -108,8 +142,8 @@ class ConvLayer(_DropsOutputs, _ConvLike):
         self.shared_biases = bool(self.attr("sharedBiases", True))
 
     def _forward(self, inputs, params, ctx):
-        y, cache = kconv.conv_forward(inputs, self._weights(params), params["b"],
-                                      keep_cache=ctx.train, **self._geom())
+        y, cache = kconv.conv_forward(self._kernel_inputs(inputs, params), self._weights(params),
+                                      params["b"], keep_cache=ctx.train, **self._geom())
         y, mask = self._drop(y, ctx)
         return y, (cache, mask)
 
@@ -117,11 +151,12 @@ class ConvLayer(_DropsOutputs, _ConvLike):
         cache, mask = state
         grad = self._undrop(grad, mask)
         ws = self._weights(params)
-        dxs, dws, db = kconv.conv_backward(grad, inputs, ws, cache, need,
-                                           shared_biases=params["b"].ndim == 1, **self._geom())
+        dxs, dws, db = kconv.conv_backward(grad, self._kernel_inputs(inputs, params), ws, cache,
+                                           need, shared_biases=params["b"].ndim == 1,
+                                           **self._geom())
         grads = {f"W{i}": dw for i, dw in enumerate(dws)}
         grads["b"] = db.reshape(params["b"].shape)
-        return dxs, grads
+        return self._input_grads(dxs, inputs, params), grads
 
 
 class LocalLayer(_ConvLike):
@@ -129,16 +164,16 @@ class LocalLayer(_ConvLike):
 
 
     def _forward(self, inputs, params, ctx):
-        y, cache = kconv.local_forward(inputs, self._weights(params), params["b"],
-                                       keep_cache=ctx.train, **self._geom())
+        y, cache = kconv.local_forward(self._kernel_inputs(inputs, params), self._weights(params),
+                                       params["b"], keep_cache=ctx.train, **self._geom())
         return y, cache
 
     def _backward(self, grad, inputs, params, state, ctx, need):
-        dxs, dws, db = kconv.local_backward(grad, inputs, self._weights(params), state, need,
-                                            **self._geom())
+        dxs, dws, db = kconv.local_backward(grad, self._kernel_inputs(inputs, params),
+                                            self._weights(params), state, need, **self._geom())
         grads = {f"W{i}": dw for i, dw in enumerate(dws)}
         grads["b"] = db.reshape(params["b"].shape)
-        return dxs, grads
+        return self._input_grads(dxs, inputs, params), grads
 
 
 class FCLayer(_DropsOutputs, _WeightLayer):

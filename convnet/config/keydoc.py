@@ -29,10 +29,19 @@ Files written for these projects load as those projects read them:
 - **cuda-convnet2** (2014): every key and type below.
 - **cuda-convnet** (v1, 2011): the *v1 spellings* listed per type
   (`numFilters`, `numOutputs`, `sizeX` of `rnorm`/`cnorm`), `partialSum` as a
-  hint, neuron `abstanh[a,b]`, and `filterChannels` when it equals
-  `channels / groups`.  v1's `randSparse` (filters reading a random subset of
-  their group's channels) is not implemented: `randSparse=1`, or a
-  `filterChannels` below `channels / groups`, is an error saying so.
+  hint, neuron `abstanh[a,b]`, and `filterChannels` (without `randSparse` it
+  must equal `channels / groups`).  v1's `randSparse=1` on a conv or local
+  input (per input): each of its `groups` filter groups reads `filterChannels`
+  channels drawn at random (default `channels / groups`), with v1's rules:
+  `groups` above 1, `filterChannels` dividing `channels`, and `groups x
+  filterChannels` a multiple of `channels`. The table is that many random
+  permutations of the channels cut into the groups' subsets (each group reads
+  distinct channels, every channel is read by as many groups), drawn from the
+  run's `--seed` and the layer's name, saved in checkpoints (a resumed run
+  keeps its checkpoint's) and shown by `--print-plan`. v1's limits of its CUDA
+  kernels (`filterChannels` a multiple of 4, filters per group a multiple of
+  16) do not apply here, and its `initCFunc` (a table from a Python function)
+  is not a key here.
 - **the dropout fork** (`dnouri/cuda-convnet`): `dropout=p` in an `fc` or
   `conv` layer's params (drop each output with probability p at train time,
   unscaled, and multiply by 1 - p at test time).

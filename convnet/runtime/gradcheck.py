@@ -42,6 +42,7 @@ from typing import Callable
 
 import numpy as np
 
+from convnet.config.layer_types.weight_shapes import is_connection_key
 from convnet.config.model import NetConfig
 from convnet.layers import build_layer
 from convnet.layers.base import Context
@@ -291,7 +292,7 @@ def check_net_gradients(net: NetConfig, batch_size: int = 4, seed: int = 0,
                                        ctx, need)
             f0, switches0 = objective()
             targets = [(f"W{k[1:]}" if k.startswith("W") else k, p[k], p_g.get(k))
-                       for k in sorted(p)]
+                       for k in sorted(p) if not is_connection_key(k)]  # tables: not learned
             targets += [(f"in{k}", inputs[k], in_g[k]) for k in range(len(inputs)) if need[k]]
             for label, arr, an in targets:
                 if an is None:
@@ -308,7 +309,7 @@ def check_net_gradients(net: NetConfig, batch_size: int = 4, seed: int = 0,
                 worst = max(worst, err)
                 parts.append(f"{label} {err:.1e}" if n_ok else f"{label} -")
             if l.has_weights and l.name in wgrads:
-                for k in sorted(params[l.name]):
+                for k in sorted(wgrads[l.name]):
                     arr = params[l.name][k]
                     idx = _sample(rng, wgrads[l.name][k], net_samples)
                     err, n_ok, n_kink = checker.compare(

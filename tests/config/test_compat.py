@@ -210,11 +210,42 @@ def test_the_dummy_provider_serves_every_column(tmp_path):
 
 # -- randSparse, wball, the dropout fork, cost.ce ----------------------------
 
-def test_rand_sparse_is_refused_with_its_own_error(tmp_path):
-    err = config_error(tmp_path, DATA_LAYERS + CONV + "randSparse=1\n" + LOGREG_HEAD,
-                       CONV_PARAMS + HEAD_PARAMS)
-    assert (err.section, err.key) == ("conv", "randSparse")
-    assert "random sparse connectivity" in err.message and "not supported" in err.message
+SPARSE_DIMS = {0: (4, 8, 8), 1: (1,)}
+SPARSE = CONV.replace("channels=3", "channels=4\ngroups=2\nfilterChannels=4\nrandSparse=1")
+
+
+def test_rand_sparse_loads_with_v1s_shapes(tmp_path):
+    """cuda-convnet v1's randSparse: 2 groups each reading 4 of the 4 channels (two
+    permutations); the weights are (filters x groups, filterChannels, fs, fs) and the
+    connectivity table C0 has groups x filterChannels entries."""
+    net = load_text(tmp_path, DATA_LAYERS + SPARSE + LOGREG_HEAD, CONV_PARAMS + HEAD_PARAMS,
+                    data_dims=SPARSE_DIMS)
+    conv = net["conv"]
+    assert conv.attrs["randSparse"] == [True] and conv.attrs["filterChannels"] == [4]
+    assert conv.param_shapes() == {"W0": (8, 4, 3, 3), "b": (8,), "C0": (8,)}
+    local = load_text(tmp_path, DATA_LAYERS + SPARSE.replace("type=conv", "type=local")
+                      + LOGREG_HEAD, CONV_PARAMS + HEAD_PARAMS, data_dims=SPARSE_DIMS)["conv"]
+    assert local.param_shapes()["W0"] == (64, 8, 4, 3, 3) and local.param_shapes()["C0"] == (8,)
+
+
+@pytest.mark.parametrize("change, key, words", [
+    ("groups=2", "groups", "more than one filter group"),  # groups=1 below
+    ("filterChannels=3", "filterChannels", "must divide channels=4"),
+    ("filterChannels=1", "filterChannels", "multiple of channels=4"),
+])
+def test_rand_sparse_follows_v1s_rules(tmp_path, change, key, words):
+    body = SPARSE.replace(change, "groups=1") if key == "groups" else \
+        SPARSE.replace("filterChannels=4", change)
+    err = config_error(tmp_path, DATA_LAYERS + body + LOGREG_HEAD, CONV_PARAMS + HEAD_PARAMS,
+                       data_dims=SPARSE_DIMS)
+    assert (err.section, err.key) == ("conv", key) and words in err.message
+
+
+def test_rand_sparse_without_filter_channels_reads_channels_over_groups(tmp_path):
+    body = SPARSE.replace("filterChannels=4\n", "")
+    net = load_text(tmp_path, DATA_LAYERS + body + LOGREG_HEAD, CONV_PARAMS + HEAD_PARAMS,
+                    data_dims=SPARSE_DIMS)
+    assert net["conv"].attrs["filterChannels"] == [2] and net["conv"].param_shapes()["C0"] == (4,)
 
 
 def test_filter_channels_is_accepted_when_it_is_channels_over_groups(tmp_path):

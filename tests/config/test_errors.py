@@ -158,8 +158,8 @@ CASES = {
                             ("filterSize=3", "filterSize=3,3,3")),
     "empty_list_item": _def("conv1", "inputs", "empty items", ("inputs=data", "inputs=data,")),
     "negative_gpu": _def("conv1", "gpu", ">= 0", ("filters=16", "filters=16\ngpu=-1")),
-    "rand_sparse": _def("conv1", "randSparse", "not supported",
-                        ("filters=16", "filters=16\nrandSparse=1")),
+    "rand_sparse_one_group": _def("conv1", "groups", "more than one filter group",
+                                  ("filters=16", "filters=16\nrandSparse=1")),
     "bad_hint": _def("conv1", "sumWidth", "expected an integer",
                      ("filters=16", "filters=16\nsumWidth=x")),
     # Layer-params file.

@@ -69,6 +69,10 @@ def layer_cases() -> dict[str, LayerCase]:
                             stride=[1, 1], filters=4),
         "multi_input_groups": dict(in_shapes=((4, 6, 6), (2, 3, 3)), fs=[3, 1], padding=[0, 0],
                                    stride=[2, 1], groups=[2, 1], filters=4, neuron_="relu"),
+        # cuda-convnet v1's randSparse: 4 groups reading 2 of 4 channels each (gathered
+        # with array operations, then the grouped kernels)
+        "rand_sparse": dict(in_shapes=((4, 5, 5),), filters=8, groups=4, rand_sparse=True,
+                            filter_channels=2),
     }
     for name, kw in conv.items():
         add(f"conv-{name}", conv_def(**kw), batch=2)

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from convnet.config.layer_types.weight_shapes import is_connection_key
 from convnet.config.model import LayerDef
 from convnet.config.values.neurons import NeuronSpec
 from convnet.kernels.conv import out_size as conv_out_size
@@ -26,13 +27,16 @@ def neuron(spec: str | None) -> NeuronSpec | None:
 
 
 def conv_def(name="conv", in_shapes=((3, 7, 7),), filters=4, fs=3, padding=1, stride=1,
-             groups=1, shared_biases=True, type_="conv", neuron_=None, init_w=0.3, init_b=0.1):
+             groups=1, shared_biases=True, type_="conv", neuron_=None, init_w=0.3, init_b=0.1,
+             rand_sparse=False, filter_channels=None):
     """A conv or local LayerDef with per-input lists expanded and shapes inferred.
 
-    ``filters`` is the layer total (attrs['filters'] after parsing)."""
+    ``filters`` is the layer total (attrs['filters'] after parsing); ``filter_channels``
+    (per input, with ``rand_sparse``) defaults to channels/groups."""
     n = len(in_shapes)
     lst = lambda v: list(v) if isinstance(v, (list, tuple)) else [v] * n  # noqa: E731
     fs, padding, stride, groups = lst(fs), lst(padding), lst(stride), lst(groups)
+    rand_sparse = lst(rand_sparse)
     channels = [s[0] for s in in_shapes]
     imgs = [s[1] for s in in_shapes]
     mods = {conv_out_size(imgs[i], fs[i], padding[i], stride[i]) for i in range(n)}
@@ -40,7 +44,9 @@ def conv_def(name="conv", in_shapes=((3, 7, 7),), filters=4, fs=3, padding=1, st
     m = mods.pop()
     attrs = dict(filters=filters, filterSize=fs, padding=padding, stride=stride,
                  channels=channels, groups=groups, initW=lst(init_w), initB=init_b,
-                 imgSize=imgs, modulesX=m, filterChannels=[c // g for c, g in zip(channels, groups)])
+                 imgSize=imgs, modulesX=m, randSparse=rand_sparse,
+                 filterChannels=lst(filter_channels) if filter_channels is not None
+                 else [c // g for c, g in zip(channels, groups)])
     if type_ == "conv":
         attrs["sharedBiases"] = shared_biases
     return LayerDef(name=name, type=type_, inputs=tuple(f"in{i}" for i in range(n)),
@@ -123,8 +129,9 @@ def fd_check(ldef, inputs, params=None, ctx=None, samples=10, eps=1e-5, tol=1e-5
         check_inputs = [layer.input_differentiable(i) for i in range(len(inputs))]
     in_g, p_g = layer.backward(None if gout is None else gout.copy(), inputs, y, params, state,
                                ctx, list(check_inputs))
-    assert set(p_g) == set(params), (sorted(p_g), sorted(params))
-    targets = [(k, params[k], p_g[k]) for k in sorted(params)]
+    learned = {k for k in params if not is_connection_key(k)}  # tables have no gradient
+    assert set(p_g) == learned, (sorted(p_g), sorted(learned))
+    targets = [(k, params[k], p_g[k]) for k in sorted(learned)]
     targets += [(f"in{i}", inputs[i], in_g[i]) for i in range(len(inputs)) if check_inputs[i]]
     errors = {}
     for name, arr, an in targets:

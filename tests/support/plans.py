@@ -234,6 +234,23 @@ SMALL_HYBRID = [("fc1", "fc", ["data"], [0, 1], 0),
                 ("cost", "cost.logreg", ["labels", "probs"], [0], 0)]
 
 
+#: A three-level hybrid on four devices: fc1 on 4 replicas, fc2 on 2 (two passes a step,
+#: so it updates twice per minibatch), fc3 on 1.
+THREE_LEVELS = [("fc1", "fc", ["data"], [0, 1, 2, 3], 0), ("fc2", "fc", ["fc1"], [0, 1], 0),
+                ("fc3", "fc", ["fc2"], [0], 0), ("probs", "softmax", ["fc3"], None, 0),
+                ("cost", "cost.logreg", ["labels", "probs"], [0], 0)]
+
+
+def with_rates(net: NetConfig, eps: float) -> NetConfig:
+    """``net`` with every fc layer's epsW and epsB set to ``eps`` (large steps make a
+    missed or mis-weighted update show far above float rounding)."""
+    for ldef in net:
+        if ldef.type == "fc":
+            ldef.params["epsW"] = [Schedule("const", eps)] * len(ldef.inputs)
+            ldef.params["epsB"] = Schedule("const", eps)
+    return net
+
+
 def small_batch(n=8):
     """A minibatch for SMALL_HYBRID: 4 features and a label in 0..2 per case."""
     return small_batches(1, seed=0, n=n)[0]

@@ -15,6 +15,7 @@ import warnings
 from convnet.app import launch, using
 from convnet.app.prediction import auto_place
 from convnet.app.run import assembly, training
+from convnet.app.run.connectivity import run_tables, tables_summary, tables_text
 from convnet.app.comparison.compare import run_compare
 from convnet.app.run.memory_fit import memory_pools, weight_sharing
 from convnet.app.option_values import async_staleness
@@ -79,6 +80,7 @@ def print_plan(opts: RunOptions) -> int:
     winograd = winograd_conv_layers(net) if backend == "cpu" else []
     costs = measure_costs(opts, net) if opts.simulate else None
     sim = costs.predict(plan) if costs is not None else None
+    tables, tables_source = run_tables(opts, net, plan)
     if opts.print_plan == "json":
         summary = plan_summary(plan, net, shared)
         summary["sync"] = opts.sync
@@ -90,6 +92,9 @@ def print_plan(opts: RunOptions) -> int:
         summary["winograd_layers"] = winograd
         if sim is not None:
             summary["simulation"] = simulation_summary(sim, costs, plan, net)
+        if tables:
+            summary["rand_sparse"] = {"source": tables_source,
+                                      "tables": tables_summary(tables, net)}
         if cluster.size > 1:
             summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
         print(json.dumps(summary, indent=1))
@@ -104,6 +109,8 @@ def print_plan(opts: RunOptions) -> int:
     if opts.print_plan != "json" and winograd:
         print(f"\nConvolutions by Winograd's algorithm (CPU devices; --no-winograd computes "
               f"them directly): {', '.join(winograd)}.")
+    if opts.print_plan != "json" and tables:
+        print("\n" + tables_text(tables, net, tables_source))
     if sim is not None and opts.print_plan != "json":
         print("\n" + simulation_text(sim, costs, plan, net))
     for pool in pools:

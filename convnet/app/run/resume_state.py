@@ -20,9 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from convnet.app.checkpoint import CheckpointReader
+from convnet.config.layer_types.weight_shapes import is_connection_key
 from convnet.config.model import NetConfig
 from convnet.data.ranges import MAX_BATCHES
 from convnet.errors import CheckpointError
+from convnet.layers.connectivity import table_error
 from convnet.plan.ops import Plan
 
 STATE_GROUPS = ("weights", "momentum")
@@ -53,7 +55,40 @@ def read_state(checkpoint: Path, net: NetConfig, plan: Plan) -> dict[str, np.nda
             raise CheckpointError(f"{checkpoint}: does not fit this net "
                                   f"({net.layer_def_file}): the checkpoint has no "
                                   f"'{missing[0]}': it was saved from another net")
-        return {key: reader.read(key, shape, np.float32) for key, shape in layout.items()}
+        state = {key: reader.read(key, shape, np.float32) for key, shape in layout.items()}
+    for key, array in state.items():
+        group, name, array_key = key.split("/", 2)
+        if is_connection_key(array_key):
+            _check_table(checkpoint, key, group, array, net[name].attrs, int(array_key[1:]))
+    return state
+
+
+def saved_tables(checkpoint: Path, net: NetConfig, plan: Plan) -> dict[str, dict[int, np.ndarray]]:
+    """Layer -> input -> the randSparse connectivity table ``checkpoint`` holds (what a
+    run resumed from it uses, whatever its seed), checked."""
+    tables: dict[str, dict[int, np.ndarray]] = {}
+    with CheckpointReader(checkpoint) as reader:
+        for key, shape in state_layout(net, plan).items():
+            group, name, array_key = key.split("/", 2)
+            if group == "weights" and is_connection_key(array_key) and key in reader.keys:
+                index = int(array_key[1:])
+                table = reader.read(key, shape, np.float32)
+                _check_table(checkpoint, key, group, table, net[name].attrs, index)
+                tables.setdefault(name, {})[index] = table.astype(np.int64)
+    return tables
+
+
+def _check_table(checkpoint: Path, key: str, group: str, array: np.ndarray, attrs: dict,
+                 index: int) -> None:
+    """A saved connectivity table must be whole permutations of the input's channels,
+    and its momentum zero (it never learns; the async exchange adds momentum as
+    increments)."""
+    if group == "momentum":
+        why = None if not np.any(array) else "is not zero (a connectivity table never learns)"
+    else:
+        why = table_error(array, attrs["channels"][index], attrs["filterChannels"][index])
+    if why is not None:
+        raise CheckpointError(f"{checkpoint}: damaged checkpoint: '{key}' {why}")
 
 
 def unused_layers(keys, net: NetConfig, plan: Plan) -> list[str]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from convnet.kernels.conv import conv_layout
 from convnet.kernels.conv.winograd import output_tile, tiles
 from convnet.kernels.neurons import NEURONS
+from convnet.config.layer_types.weight_shapes import kernel_channels
 
 FLOAT = 4
 MASK = 1  # a bool array
@@ -57,7 +58,7 @@ def conv_kernel_layout(layer) -> str:
     ``chwn`` or ``nchw``; :mod:`convnet.kernels.conv.choice`)."""
     a = layer.attrs
     return conv_layout(a["filters"], a["modulesX"], a["filterSize"], a["padding"], a["stride"],
-                       a["channels"], a["groups"])
+                       kernel_channels(a), a["groups"])
 
 
 def winograd_conv_layers(net) -> list[str]:
@@ -72,13 +73,15 @@ def conv_memory(layer) -> LayerMemory:
     columns; ``winograd`` each input's transformed tiles (a^2 C T^2, with T^2 tiles
     of a x a for the layer's F(m, r)); ``chwn`` each input's zero-padded copy
     (C, T, T) with T = (modulesX - 1) * stride + filterSize; ``nchw`` each input's
-    columns (C * fs^2, modulesX^2); and the dropout fork's mask, as for fc."""
+    columns (C * fs^2, modulesX^2); and the dropout fork's mask, as for fc.  C is the
+    channels the kernel reads: under ``randSparse`` the groups' gathered ones (the
+    gather itself is redone in the backward pass, not kept)."""
     a = layer.attrs
-    m, n = a["modulesX"], len(layer.inputs)
+    m = a["modulesX"]
     layout = conv_kernel_layout(layer)
     kept = 0
-    for i in range(n):
-        c, fs = a["channels"][i], a["filterSize"][i]
+    for i, c in enumerate(kernel_channels(a)):
+        fs = a["filterSize"][i]
         if layout == "winograd":
             tile = output_tile(m, fs)
             kept += c * ((tile + fs - 1) * tiles(m, tile)) ** 2
@@ -93,7 +96,7 @@ def local_memory(layer) -> LayerMemory:
     """Locally-connected: each input's columns (modulesX^2, C * fs^2)."""
     a = layer.attrs
     m = a["modulesX"]
-    kept = sum(a["channels"][i] * a["filterSize"][i] ** 2 * m * m for i in range(len(layer.inputs)))
+    kept = sum(c * a["filterSize"][i] ** 2 * m * m for i, c in enumerate(kernel_channels(a)))
     return _with_neuron(layer, LayerMemory(True, FLOAT * kept))
 
 

@@ -108,27 +108,53 @@ class LayerType:
 def _grouped_filters(attrs: dict, where: Callable[[str], Where]) -> None:
     """cuda-convnet2 reads ``filters`` per group: the layer has filters x groups of them.
 
-    Every input must give the same total; each filter sees channels/groups channels.
-    A ``filterChannels`` written in the file (cuda-convnet v1 wrote it) must
-    be that number: a filter reading fewer channels than its group has is v1's
-    ``randSparse`` connectivity, which this engine does not implement.
+    Every input must give the same total; each filter sees channels/groups channels,
+    unless the input has cuda-convnet v1's ``randSparse``: then each filter group
+    reads ``filterChannels`` channels drawn at random (``layers/connectivity.py``),
+    with v1's rules: more than one group, ``filterChannels`` dividing ``channels``
+    and ``groups x filterChannels`` a multiple of ``channels`` (the draw is that
+    many permutations of the channels, cut into the groups' subsets).  Without
+    ``randSparse`` a ``filterChannels`` written in the file (v1 wrote it) must be
+    channels/groups, and v1 read the key only under ``randSparse``.
     """
     totals = [f * g for f, g in zip(attrs["filters"], attrs["groups"])]
-    for channels, groups, given in zip(attrs["channels"], attrs["groups"],
-                                       attrs["filterChannels"]):
+    sparse = attrs["randSparse"]
+    for channels, groups, given, random in zip(attrs["channels"], attrs["groups"],
+                                               attrs["filterChannels"], sparse):
+        if random:
+            _check_rand_sparse(channels, groups, given, where)
+            continue
         if channels % groups:
             raise where("groups").error(f"groups={groups} does not divide channels={channels}")
         if given is not None and given != channels // groups:
             raise where("filterChannels").error(
                 f"each filter reads channels/groups = {channels // groups} channels here, got "
-                f"{given}; filters reading a random subset of their group's channels are "
-                f"cuda-convnet v1's {_RAND_SPARSE}, which this engine does not implement")
+                f"{given}; filters reading a random subset of the channels need randSparse=1")
     if len(set(totals)) > 1:
         raise where("filters").error(
             "every input must give the same number of filters (filters x groups), got "
             + ", ".join(map(str, totals)))
     attrs["filters"] = totals[0]
-    attrs["filterChannels"] = [c // g for c, g in zip(attrs["channels"], attrs["groups"])]
+    attrs["filterChannels"] = [
+        (given or c // g) if random else c // g
+        for c, g, given, random in zip(attrs["channels"], attrs["groups"],
+                                       attrs["filterChannels"], sparse)]
+
+
+def _check_rand_sparse(channels: int, groups: int, given: int | None,
+                       where: Callable[[str], Where]) -> None:
+    """cuda-convnet v1's checks of a ``randSparse`` input (its ``LocalLayerParser``)."""
+    if groups < 2:
+        raise where("groups").error("randSparse needs more than one filter group "
+                                    f"(each reads its own random channels), got groups={groups}")
+    filter_channels = given or channels // groups
+    if channels % filter_channels:
+        raise where("filterChannels").error(
+            f"filterChannels={filter_channels} must divide channels={channels} under randSparse")
+    if groups * filter_channels % channels:
+        raise where("filterChannels").error(
+            f"groups x filterChannels = {groups} x {filter_channels} must be a multiple of "
+            f"channels={channels} under randSparse (every channel read by as many groups)")
 
 
 def _pool_stride(attrs: dict, where: Callable[[str], Where]) -> None:
@@ -139,7 +165,6 @@ def _pool_stride(attrs: dict, where: Callable[[str], Where]) -> None:
 
 
 _POSITIVE = Int(lo=1)
-_RAND_SPARSE = "randSparse (random sparse connectivity between channels and filter groups)"
 _NONNEGATIVE = Float(lo=0)
 #: A momentum above 1 makes every update grow the velocity: it can only diverge.
 _MOMENTUM = Float(lo=0, hi=1)
@@ -173,11 +198,12 @@ _FILTER_ATTRS = (
     Key("channels", _POSITIVE, per_input=True),
     Key("groups", _POSITIVE, default=1, per_input=True),
     Key("filterChannels", _POSITIVE, default=None, per_input=True),
+    # cuda-convnet v1: each filter group reads a random subset of the channels
+    Key("randSparse", Bool(), default=False, per_input=True),
 ) + _INIT
 _FILTER_HINTS = (
     Key("sumWidth", _POSITIVE, default=None),
     Key("partialSum", Int(lo=0), default=None),
-    Key("randSparse", Unsupported(Bool(), False, _RAND_SPARSE), default=False),
 )
 _V1_FILTERS = {"numFilters": "filters"}
 _COST_PARAMS = (

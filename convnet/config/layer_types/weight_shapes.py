@@ -1,6 +1,9 @@
 """Each weighted layer type's weight-shape rule: ``rule(layer) -> {name: shape}``.
 
-The arrays are ``W0``, ``W1``, ... (one per input) and ``b``.  These rules are
+The arrays are ``W0``, ``W1``, ... (one per input) and ``b``, and ``C<i>`` for
+an input with ``randSparse``: its connectivity table (the channel each filter
+group reads, groups x filterChannels of them), which is drawn once, never
+trained, and saved and restored with the weights.  These rules are
 the one place that knows the shapes: the layer library allocates from them and
 the planner counts parameters with them, both through
 :meth:`convnet.config.model.LayerDef.param_shapes`.  They need the attrs that
@@ -31,7 +34,7 @@ def conv_weights(layer) -> WeightShapes:
     a = layer.attrs
     shapes = {f"W{i}": (a["filters"], fch, fs, fs) for i, (fch, fs) in enumerate(_filters(layer))}
     shapes["b"] = _biases(layer, shared=a.get("sharedBiases", True))
-    return shapes
+    return shapes | connection_shapes(layer)
 
 
 def local_weights(layer) -> WeightShapes:
@@ -42,7 +45,34 @@ def local_weights(layer) -> WeightShapes:
     shapes = {f"W{i}": (positions, a["filters"], fch, fs, fs)
               for i, (fch, fs) in enumerate(_filters(layer))}
     shapes["b"] = _biases(layer, shared=False)
-    return shapes
+    return shapes | connection_shapes(layer)
+
+
+def connection_key(input_index: int) -> str:
+    """The name of input ``input_index``'s connectivity table."""
+    return f"C{input_index}"
+
+
+def is_connection_key(key: str) -> bool:
+    """Whether ``key`` names a connectivity table (not a trained array)."""
+    return key.startswith("C")
+
+
+def connection_shapes(layer) -> WeightShapes:
+    """C<i>: (groups x filterChannels,) for each input with ``randSparse``: group g reads
+    the channels at entries g x filterChannels ... (g + 1) x filterChannels - 1."""
+    a = layer.attrs
+    return {connection_key(i): (a["groups"][i] * a["filterChannels"][i],)
+            for i, random in enumerate(a.get("randSparse") or ()) if random}
+
+
+def kernel_channels(attrs: dict) -> list[int]:
+    """The channels the convolution of each input reads: all of the input's, or under
+    ``randSparse`` the groups x filterChannels gathered for the groups."""
+    sparse = attrs.get("randSparse") or [False] * len(attrs["channels"])
+    return [g * fc if random else c for c, g, fc, random in
+            zip(attrs["channels"], attrs["groups"], attrs.get("filterChannels") or
+                [None] * len(sparse), sparse)]
 
 
 def _filters(layer) -> list[tuple[int, int]]:

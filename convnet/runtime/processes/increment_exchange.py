@@ -8,14 +8,22 @@ by the replica count R, so that the R updates of a step add up to
 synchronous SGD's) and *posts* the increment its update added (the
 optimizer's ``inc``).  A courier thread copies each posted increment onto the
 other replicas' devices, off the step's critical path; a replica adds what
-has arrived before its first forward of that layer in a later step.
+has arrived before each of its forwards of that layer.
 
-Staleness is bounded: an increment posted in step s is *on time* when it is
-added before step s + 1's forward (when synchronous SGD would have it), and
-*k steps late* when added before step s + 1 + k's.  Before its forward in
-step t a replica waits only for increments of steps up to t - 1 - S still
-in transit, so none is ever more than S steps late.  An increment is never
-added in the step that posted it.
+*Positions.*  A replica of a layer that updates U times a step (a layer
+with fewer replicas than the widest one runs several passes a step) makes its
+k-th update of step s at position ``s * U + k``; every replica of the layer
+updates at the same positions, so each position brings R - 1 increments to
+each replica.  A forward that follows n updates of its replica reads the
+weights synchronous SGD has after n updates, so an increment at position i
+is *on time* when it is added before the first forward that follows the
+receiver's own update i (in the same step when the layer updates twice in
+it), and *k steps late* when k * U positions later.  Before a forward after
+n updates a replica waits until every increment at a position below
+n - S * U has arrived, so none is ever more than S steps late, and adds
+every one that has arrived at a position below n.  With S = 0 that is
+synchronous SGD's order: every other replica's update is added exactly
+where the all-reduce would have applied it.
 
 The courier delivers in posting order; the replicas add what they received
 in arrival order, so with S > 0 (and in general, float addition order) runs
@@ -28,18 +36,18 @@ waits without watching for it.
 devices: the courier copies a posted increment onto the other replicas of
 the same rank, as above, and sends it to the ranks that hold the layer's
 other replicas (:class:`~convnet.runtime.processes.increment_link.IncrementLink`),
-whose couriers copy it onto theirs.  A receiver counts a local increment as
-in transit from its post on; one from another rank it cannot see posted,
-but the steps are lockstep and the plan says how many updates each replica
-posts in a step, so once a step has ended (its costs were gathered from
-every rank, so every rank has posted in it) the receiver counts that many
-increments of the step as in transit until they arrive
-(:meth:`IncrementExchange.step_ended`).  The bound then holds across
-processes as in one, and every rank drains at the same point (a test, a
-checkpoint, features), so a drain leaves every increment posted anywhere
-arrived everywhere.  A step that failed on some rank never ended, so
-nothing waits for its increments; a failing exchange tells the other ranks'
-exchanges, so that none of them waits for what it will never send.
+whose couriers copy it onto theirs.  A receiver need not see a post to
+wait for it: the plan says how many updates each replica makes in a step,
+so it counts the increments that have arrived at each position against the
+R - 1 due there, wherever the senders are.  The bound then holds across
+processes as in one.  A drain waits for the positions of the steps that
+ended (:meth:`IncrementExchange.step_ended`: their costs were gathered from
+every rank, so every rank has posted in them), and every rank drains at the
+same point (a test, a checkpoint, features), so a drain leaves every
+increment posted anywhere arrived everywhere.  A step that failed on some
+rank never ended, so no drain waits for its increments; a failing exchange
+tells the other ranks' exchanges, so that none of them waits for what it
+will never send.
 """
 
 from __future__ import annotations
@@ -74,20 +82,21 @@ class LatenessRecord:
 class IncrementExchange:
     """Moves increments between the replicas of the layers in ``replicas`` (layer ->
     the device index of each replica) on ``devices``, with staleness bound
-    ``staleness``.  ``delay``, if given, is called by the courier before each
-    delivery (tests use it to make deliveries slow or fail).
+    ``staleness``.  ``posts`` gives how many increments each replica posts in a step
+    ((layer, replica) -> count, from the plan; the same for every replica of a layer).
+    ``delay``, if given, is called by the courier before each delivery (tests use it
+    to make deliveries slow or fail).
 
     In a multi-process run ``cluster`` is this rank's place in it: only the replicas
-    on its devices post and take here; ``shapes`` gives the increments' shapes of every
-    layer with a replica here (layer -> array name -> shape) and ``posts`` how many
-    increments each replica posts in a step ((layer, replica) -> count, from the
-    plan).  Every rank must make its exchange at the same point: it duplicates the
-    run's communicator (see :mod:`convnet.runtime.processes.increment_link`).
+    on its devices post and take here, and ``shapes`` gives the increments' shapes of
+    every layer with a replica here (layer -> array name -> shape).  Every rank must
+    make its exchange at the same point: it duplicates the run's communicator (see
+    :mod:`convnet.runtime.processes.increment_link`).
     """
 
     def __init__(self, replicas: dict[str, tuple[int, ...]], devices: list, staleness: int,
-                 delay=None, cluster: Cluster | None = None, shapes: dict | None = None,
-                 posts: dict[tuple[str, int], int] | None = None):
+                 posts: dict[tuple[str, int], int], delay=None, cluster: Cluster | None = None,
+                 shapes: dict | None = None):
         if staleness < 0:
             raise ValueError(f"the staleness bound is a number of steps >= 0, not {staleness}")
         self.replicas, self.devices, self.staleness = replicas, devices, staleness
@@ -97,28 +106,28 @@ class IncrementExchange:
         # layer -> the replicas on this rank's devices (all of them in one process)
         self.local = {layer: [q for q, d in enumerate(devs) if here(d)]
                       for layer, devs in replicas.items()}
+        # layer -> U, the updates each replica makes (and positions it posts at) per step
+        self._per_step = {layer: max(1, posts.get((layer, 0), 1)) for layer in replicas}
         self._cv = threading.Condition()
-        # (layer, receiver, step, arrays) to copy onto a replica here, or
-        # (layer, None, step, (sender, arrays)) to send to the other ranks
+        # (layer, receiver, position, arrays) to copy onto a replica here, or
+        # (layer, None, position, (sender, arrays)) to send to the other ranks
         self._outbox: collections.deque = collections.deque()
-        # (layer, receiver) -> [(step, arrays on the receiver's device)] in arrival order
+        # (layer, receiver) -> [(position, arrays on the receiver's device)] in arrival order
         self._inbox: dict[tuple[str, int], list] = collections.defaultdict(list)
-        # (layer, receiver) -> steps of the increments posted to it and not yet arrived
-        # (below 0 for a step that has not ended here but whose increments from another
-        # rank arrived already: none of them is in transit)
-        self._transit: dict[tuple[str, int], collections.Counter] = \
+        # (layer, replica here) -> [step, updates it made in that step]
+        self._own: dict[tuple[str, int], list[int]] = {}
+        # (layer, receiver) -> position -> increments arrived there (of the R - 1 due)
+        self._got: dict[tuple[str, int], collections.Counter] = \
             collections.defaultdict(collections.Counter)
+        # (layer, receiver) -> the first position whose increments have not all arrived
+        # (set from the first step that posts or ends: a resumed run starts past 0)
+        self._complete: dict[tuple[str, int], int] = {}
+        self._ended: int | None = None  # 1 + the last step that ended on every rank
         self._failure: str | None = None  # why the exchange failed, once it has
         self._error: BaseException | None = None  # what raised here, if it failed here
         self._closing = False
-        # (layer, receiver here) -> increments the replicas on other ranks post to it per step
-        self._remote_posts: dict[tuple[str, int], int] = {}
         self._link = None
         if cluster is not None and cluster.size > 1:
-            for layer, devs in replicas.items():
-                remote = sum(posts.get((layer, r), 0) for r, d in enumerate(devs) if not here(d))
-                if remote:
-                    self._remote_posts.update({(layer, q): remote for q in self.local[layer]})
             self._link = IncrementLink(cluster.comm.duplicate(),
                                        {layer: tuple(cluster.rank_of(d) for d in devs)
                                         for layer, devs in replicas.items()},
@@ -129,7 +138,7 @@ class IncrementExchange:
 
     def post(self, layer: str, sender: int, step: int, increments: dict) -> None:
         """Send a copy of replica ``sender``'s ``increments`` (array name -> array, on its
-        device) of ``step`` to the layer's other replicas."""
+        device), its next update of ``step``, to the layer's other replicas."""
         devices = self.replicas[layer]
         if len(devices) < 2:
             return
@@ -138,34 +147,37 @@ class IncrementExchange:
         source.synchronize()
         with self._cv:
             self._raise_if_failed()
+            self._begin(step)
+            position = self._position(layer, sender, step)
+            self._own[(layer, sender)] = [step, position - step * self._per_step[layer] + 1]
             for receiver in self.local[layer]:
                 if receiver != sender:
-                    self._transit[(layer, receiver)][step] += 1
-                    self._outbox.append((layer, receiver, step, snapshot))
+                    self._outbox.append((layer, receiver, position, snapshot))
             if self._link is not None and layer in self._link.peers:
-                self._outbox.append((layer, None, step, (sender, snapshot)))
+                self._outbox.append((layer, None, position, (sender, snapshot)))
             self._cv.notify_all()
 
     def step_ended(self, step: int) -> None:
-        """Step ``step`` ended on every rank (see the module docstring): the increments
-        the replicas on other ranks posted in it are in transit to the replicas here
-        until they arrive.  Nothing to count in one process."""
-        if not self._remote_posts:
-            return
+        """Step ``step`` ended on every rank (see the module docstring): a drain waits
+        for the increments posted in it."""
         with self._cv:
-            for key, count in self._remote_posts.items():
-                self._transit[key][step] += count
+            self._begin(step)
+            self._ended = step + 1
             self._cv.notify_all()
 
     def take(self, layer: str, receiver: int, step: int) -> list[dict]:
-        """The increments that replica ``receiver`` of ``layer`` adds before its forward in
-        ``step``: every one arrived from an earlier step, after waiting for those in
-        transit that would otherwise be more than S steps late."""
-        oldest_allowed = step - 1 - self.staleness
+        """The increments that replica ``receiver`` of ``layer`` adds before a forward in
+        ``step`` after the updates it made so far: every one arrived at an earlier
+        position, after waiting for those that would otherwise be more than S steps
+        late."""
         key = (layer, receiver)
+        per_step = self._per_step[layer]
         with self._cv:
+            now = self._position(layer, receiver, step)
+            due = now - self.staleness * per_step
             waited = False
-            while any(s <= oldest_allowed for s, n in self._transit[key].items() if n > 0):
+            # (nothing is due before this exchange's first post or ended step)
+            while self._complete and self._complete[key] < due:
                 self._raise_if_failed()
                 if not waited:
                     self.record.waits += 1
@@ -173,10 +185,10 @@ class IncrementExchange:
                 self._cv.wait(_POLL_SECONDS)
             self._raise_if_failed()
             inbox = self._inbox[key]
-            ready = [(s, arrays) for s, arrays in inbox if s < step]
-            self._inbox[key] = [(s, arrays) for s, arrays in inbox if s >= step]
-            for s, _ in ready:
-                late = step - 1 - s
+            ready = [(i, arrays) for i, arrays in inbox if i < now]
+            self._inbox[key] = [(i, arrays) for i, arrays in inbox if i >= now]
+            for i, _ in ready:
+                late = (now - 1 - i) // per_step
                 self.record.max_late = max(self.record.max_late, late)
                 self.record.late_counts[late] += 1
                 self.record.added += 1
@@ -206,10 +218,41 @@ class IncrementExchange:
             self._cv.notify_all()
         self._courier.join(timeout=5)
 
+    def _position(self, layer: str, replica: int, step: int) -> int:
+        """(Holding the lock.)  The position of replica ``replica``'s next update of
+        ``layer`` in ``step`` (see the module docstring)."""
+        made_in, made = self._own.get((layer, replica), (step, 0))
+        return step * self._per_step[layer] + (made if made_in == step else 0)
+
+    def _begin(self, step: int) -> None:
+        """(Holding the lock.)  The first step that posts or ends here starts the count
+        of arrived positions: nothing is due before it (a resumed run starts past 0,
+        and its executor drains, and so takes, before its step count is set)."""
+        if self._complete:
+            return
+        for layer, receivers in self.local.items():
+            for receiver in receivers:
+                self._complete[(layer, receiver)] = step * self._per_step[layer]
+                self._advance((layer, receiver))
+
+    def _advance(self, key: tuple[str, int]) -> None:
+        """(Holding the lock.)  Move past the positions whose R - 1 increments arrived."""
+        if key not in self._complete:
+            return
+        got, due = self._got[key], len(self.replicas[key[0]]) - 1
+        while got[self._complete[key]] >= due:
+            del got[self._complete[key]]
+            self._complete[key] += 1
+
     def _settled(self) -> bool:
-        """(Holding the lock.)  Nothing to send or deliver, nothing in transit."""
-        return not self._outbox and not any(n > 0 for c in self._transit.values()
-                                            for n in c.values())
+        """(Holding the lock.)  Nothing to send or deliver, and every increment of the
+        steps that ended here arrived."""
+        if self._outbox:
+            return False
+        if self._ended is None:
+            return True
+        return all(self._complete[(layer, q)] >= self._ended * self._per_step[layer]
+                   for layer, receivers in self.local.items() for q in receivers)
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
@@ -235,12 +278,12 @@ class IncrementExchange:
                 self._failure = f" on rank {rank}: {why}"
             self._cv.notify_all()
 
-    def _arrived(self, layer: str, step: int, arrays: dict) -> None:
-        """(On the link's thread.)  An increment of ``step`` from another rank, as host
-        arrays: for the courier to copy onto every replica of ``layer`` here."""
+    def _arrived(self, layer: str, position: int, arrays: dict) -> None:
+        """(On the link's thread.)  An increment at ``position`` from another rank, as
+        host arrays: for the courier to copy onto every replica of ``layer`` here."""
         with self._cv:
             for receiver in self.local[layer]:
-                self._outbox.append((layer, receiver, step, arrays))
+                self._outbox.append((layer, receiver, position, arrays))
             self._cv.notify_all()
 
     def _serve(self) -> None:
@@ -251,21 +294,21 @@ class IncrementExchange:
                         self._cv.wait(_POLL_SECONDS)
                     if self._closing:
                         return
-                    layer, receiver, step, arrays = self._outbox.popleft()
+                    layer, receiver, position, arrays = self._outbox.popleft()
                 if receiver is None:
-                    self._send_out(layer, step, *arrays)
+                    self._send_out(layer, position, *arrays)
                 else:
-                    self._deliver(layer, receiver, step, arrays)
+                    self._deliver(layer, receiver, position, arrays)
         except BaseException as error:  # noqa: BLE001 - handed to every caller
             self._fail(error)
 
-    def _send_out(self, layer: str, step: int, sender: int, snapshot: dict) -> None:
+    def _send_out(self, layer: str, position: int, sender: int, snapshot: dict) -> None:
         source = self.devices[self.replicas[layer][sender]]
         source.activate()
-        self._link.send_increments(layer, step, {k: source.to_host(v)
+        self._link.send_increments(layer, position, {k: source.to_host(v)
                                                  for k, v in snapshot.items()})
 
-    def _deliver(self, layer: str, receiver: int, step: int, arrays: dict) -> None:
+    def _deliver(self, layer: str, receiver: int, position: int, arrays: dict) -> None:
         """Copy ``arrays`` (of any device, or the host) onto replica ``receiver``."""
         if self._delay is not None:
             self._delay()
@@ -274,8 +317,10 @@ class IncrementExchange:
         arrived = {k: target.copy_from(v) for k, v in arrays.items()}
         target.synchronize()
         with self._cv:
-            self._inbox[(layer, receiver)].append((step, arrived))
-            self._transit[(layer, receiver)][step] -= 1
+            key = (layer, receiver)
+            self._inbox[key].append((position, arrived))
+            self._got[key][position] += 1
+            self._advance(key)
             self._cv.notify_all()
 
 

@@ -41,11 +41,12 @@ stay lockstep, but the replicated layers' replicas do not wait for each other:
 each updates from its own shards at once, with the learning rates divided by
 its layer's replica count, and the increments move between the replicas
 beside the steps (:mod:`convnet.runtime.processes.increment_exchange`); a replica adds
-the ones that arrived before its first forward of the layer in a later step,
-never more than S steps late.  Momentum is each replica's own.  In a
-multi-process run the increments also go to the replicas on other ranks
-(:mod:`convnet.runtime.processes.increment_link`), and each rank's exchange learns
-from :meth:`Executor.step` which steps have ended everywhere.
+the ones that arrived before each of its forwards of the layer, never more than S
+steps late (with S = 0 where sync's all-reduce would have applied them).  Momentum
+is each replica's own.  In a multi-process run the increments also go to the
+replicas on other ranks (:mod:`convnet.runtime.processes.increment_link`), and each
+rank's exchange learns from :meth:`Executor.step` which steps have ended everywhere
+(what a drain waits for).
 """
 
 from __future__ import annotations
@@ -101,12 +102,15 @@ class Executor(ExecutorSetup, TaskActions):
 
     # ------------------------------------------------------------------- steps
     def step(self, batch: list[np.ndarray], progress: float = 0.0,
-             case_offset: int = 0) -> StepResult:
+             case_offset: int = 0, update_cases: float | None = None) -> StepResult:
         """One training step on a minibatch: forward, backward and the updates due.
         ``case_offset`` is the index of the batch's first case in a larger minibatch
-        that it is a shard of (what the dropout masks of its cases are drawn by)."""
+        that it is a shard of (what the dropout masks of its cases are drawn by);
+        ``update_cases``, if given, what the updates divide their gradient sums by
+        instead of the cases they cover (a shard whose update is its part of a larger
+        minibatch's: M / R, so that every case weighs 1/M however the shards fell)."""
         result = self._execute(batch, self.train_tasks(), train=True, progress=progress,
-                               case_offset=case_offset)
+                               case_offset=case_offset, update_cases=update_cases)
         if self.exchange is not None:
             self.exchange.step_ended(self.step_count)
         self.step_count += 1
@@ -169,9 +173,9 @@ class Executor(ExecutorSetup, TaskActions):
         self.collectives.clear()
 
     def _execute(self, batch, tasks, train: bool, progress: float,
-                 case_offset: int = 0) -> StepResult:
+                 case_offset: int = 0, update_cases: float | None = None) -> StepResult:
         start = time.perf_counter()
-        buffers = self._run_tasks(batch, tasks, train, progress, case_offset)
+        buffers = self._run_tasks(batch, tasks, train, progress, case_offset, update_cases)
         num_cases = buffers.bounds[-1][1]
         metrics = buffers.metrics
         if self.cluster.size > 1:  # each rank has the shards of its own cost layer replicas
@@ -187,12 +191,13 @@ class Executor(ExecutorSetup, TaskActions):
         return StepResult(num_cases, costs, time.perf_counter() - start)
 
     def _run_tasks(self, batch, tasks: list[Task], train: bool, progress: float,
-                   case_offset: int = 0) -> StepBuffers:
+                   case_offset: int = 0, update_cases: float | None = None) -> StepBuffers:
         num_cases = check_batch(self.net, self.plan, batch)
         buffers = StepBuffers(batch=batch, bounds=shard_bounds(num_cases, self.plan.num_shards),
                               ctx_base={"train": train, "seed": self.seed,
                                         "step": self.step_count},
-                              progress=progress, case_offset=case_offset)
+                              progress=progress, case_offset=case_offset,
+                              update_cases=update_cases)
         actions, slowdown, step = self._actions, self.slowdown, self.step_count
         t0 = time.perf_counter()
         timings = [] if self.timings is not None else None

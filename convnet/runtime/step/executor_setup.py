@@ -106,7 +106,6 @@ class ExecutorSetup:
                         for layer, momentum in local_replica.items()},
                 posts=collections.Counter((op.layer, op.replica) for op in plan.ops
                                           if isinstance(op, Update)))
-            self._added: dict[tuple[str, int], int] = {}  # (layer, replica) -> step added
         self.optimizer = MomentumSGD()
         self.transfers = Transfers(self.cluster.comm, net, devices, self.store, self._collective)
         # Training steps' task lists by what they do with each replicated layer (made

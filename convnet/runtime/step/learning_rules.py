@@ -4,7 +4,9 @@ A weight layer holds one weight array per input, named by :func:`weight_key`,
 and one bias, :data:`BIAS_KEY` (the names the layer library and
 :meth:`convnet.config.model.LayerDef.param_shapes` use).  Input i's weights
 learn with ``epsW[i]``, ``momW[i]`` and ``wc[i]`` of the layer-params file;
-the bias with ``epsB`` and ``momB`` and no weight decay.  This module is the
+the bias with ``epsB`` and ``momB`` and no weight decay; a ``randSparse``
+input's connectivity table (``C<i>``) with :data:`FIXED` (it gets no gradient,
+so no update ever reads the rule).  This module is the
 one place that pairs the arrays with those values: the weight store checks
 that a layer's arrays are exactly the ones named here, and the optimizer
 reads the rule of each array from it.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from convnet.config.layer_types.weight_shapes import connection_shapes
 from convnet.config.model import LayerDef
 from convnet.config.values.schedules import Schedule
 from convnet.kernels.constraints import UNIT_AXIS
@@ -51,6 +54,10 @@ class LearningRule:
     unit_axis: int = 0
 
 
+#: The rule of an array that never learns (a connectivity table): no rate, no momentum.
+FIXED = LearningRule(Schedule("const", 0.0), 0.0, 0.0)
+
+
 def learning_rules(ldef: LayerDef) -> dict[str, LearningRule]:
     """The rule of each of ``ldef``'s weight arrays, by array name (empty without weights)."""
     if not ldef.has_weights:
@@ -60,6 +67,7 @@ def learning_rules(ldef: LayerDef) -> dict[str, LearningRule]:
                                          *_ball(ldef, i))
              for i in range(len(ldef.inputs))}
     rules[BIAS_KEY] = LearningRule(params["epsB"], params["momB"], 0.0)
+    rules.update(dict.fromkeys(connection_shapes(ldef), FIXED))
     return rules
 
 

@@ -43,6 +43,7 @@ class StepBuffers:
     ctx_base: dict
     progress: float  # of training, in [0, 1]: what the learning-rate schedules read
     case_offset: int = 0  # of the first case, where the batch is a shard of a larger one
+    update_cases: float | None = None  # what updates divide by, if not their own cases
     acts: dict = field(default_factory=dict)
     states: dict = field(default_factory=dict)
     grads: dict = field(default_factory=dict)

@@ -89,8 +89,7 @@ class TaskActions:
         op = task.op
         ldef = self.net[op.layer]
         layer = self.layers[op.layer]
-        if self.exchange is not None and buffers.ctx_base["train"] and \
-                self._added.get((op.layer, op.replica)) != self.step_count:
+        if self.exchange is not None and buffers.ctx_base["train"]:
             self._add_increments(op.layer, op.replica, self.step_count)
         inputs = [buffers.acts[(i, op.shard, op.device)] for i in ldef.inputs]
         ctx = self._ctx(buffers, op.shard)
@@ -159,8 +158,9 @@ class TaskActions:
 
     def _add_increments(self, layer: str, replica: int, step: int) -> None:
         """Add the other replicas' increments that replica ``replica`` of ``layer`` takes
-        before its forward in ``step`` (then redo ``wball``); once per step."""
-        self._added[(layer, replica)] = step
+        before a forward in ``step`` (then redo ``wball``): before every forward, since
+        a layer that updates twice in a step reads the other replicas' first update in
+        its second pass, as synchronous SGD does."""
         if layer not in self.exchange.replicas:
             return
         received = self.exchange.take(layer, replica, step)
@@ -239,13 +239,22 @@ class TaskActions:
                       grads: dict) -> None:
         """Update ``weights`` and ``momentum`` (arrays or slices of them) of ``op``'s
         layer from ``grads``, summed over the cases of the passes since the last update
-        (under local SGD: of the shards of ``op``'s replica in those passes)."""
+        (under local SGD: of the shards of ``op``'s replica in those passes; under the
+        asynchronous exchange each replica's part of the minibatch's update)."""
         placement = self.plan.layers[op.layer]
         u = placement.update_period
         first = (op.pass_index - u + 1) * self.plan.rmin
         last = (op.pass_index + 1) * self.plan.rmin
-        if op.layer not in self.own_updates:
+        if buffers.update_cases is not None:
+            num_cases = buffers.update_cases
+        elif op.layer not in self.own_updates:
             num_cases = buffers.bounds[last - 1][1] - buffers.bounds[first][0]
+        elif self.exchange is not None:
+            # The R replicas' updates add up to sync's, whose gradient sums the whole
+            # window: with rates divided by R, each divides its own sum by 1/R of the
+            # window's cases (not by its own shards', which differ in an uneven tail).
+            num_cases = ((buffers.bounds[last - 1][1] - buffers.bounds[first][0])
+                         / len(placement.devices))
         else:
             num_cases = sum(buffers.bounds[s][1] - buffers.bounds[s][0]
                             for s in range(first, last)

@@ -22,7 +22,6 @@ copies; the memory of the layer's weights and momentum is that of one replica.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Collection
 
 import numpy as np
@@ -31,6 +30,7 @@ from convnet.config.model import NetConfig
 from convnet.errors import DataError
 from convnet.plan.ops import AllReduce, Plan
 from convnet.runtime.step.learning_rules import LearningRule, learning_rules
+from convnet.layers.connectivity import layer_rng
 
 
 def shared_weight_layers(plan: Plan, net: NetConfig, *, sliced_in_one_memory,
@@ -94,8 +94,7 @@ class WeightStore:
         self.grads: dict[str, list[dict]] = {}
         self.rules: dict[str, dict[str, LearningRule]] = {}
         for name, layer in layers.items():
-            rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-            host = layer.init_params(rng)
+            host = layer.init_params(layer_rng(seed, name))
             self.rules[name] = learning_rules(net[name])
             if host.keys() != self.rules[name].keys():
                 raise ValueError(f"layer '{name}' has weight arrays {sorted(host)}, but "

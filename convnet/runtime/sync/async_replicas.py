@@ -7,16 +7,15 @@ whole net driven by its own thread, and takes shards from one shared queue
 fed by the training loop (a minibatch of step t is cut into R shards, as in a
 synchronous step).  A faster replica therefore takes more shards.
 
-* **Own update at once.** A replica trains on its shard and updates its own
-  weights and momentum with its shard's gradient, the learning rates divided
-  by R: the R shard updates of a minibatch then add up to synchronous SGD's
-  one update (gradient and weight-decay terms alike).
+* **Own update at once.** A replica updates its own weights and momentum with
+  its shard's gradient sum over M / R (M: the minibatch's cases, also for an
+  uneven cut), the learning rates divided by R: the R shard updates of a
+  minibatch add up to synchronous SGD's one (gradient and weight decay alike).
 * **The others' updates when they arrive.** The increment a replica's update
-  added to its weights (the optimizer's ``inc``) is sent to every other
-  replica, which adds it to its own weights before its next shard (and
-  rescales ``wball`` layers).  A replica's weights are thus the initial
-  weights plus every update it has received; momentum stays each replica's
-  own, as under local SGD.
+  added (the optimizer's ``inc``) is sent to every other replica, which adds it
+  to its own weights before its next shard (and rescales ``wball`` layers): its
+  weights are the initial ones plus every update it has received; momentum
+  stays each replica's own, as under local SGD.
 * **Bounded staleness S.** A replica may start a shard of step t only when
   every shard of the steps before ``t - S`` is finished, and it adds every
   finished update before starting.  So no replica runs more than S steps
@@ -89,6 +88,7 @@ class _Shard:
     index: int  # its position in that minibatch
     batch: list
     progress: float
+    minibatch_cases: int  # M, the cases of its whole minibatch
 
 
 @dataclass
@@ -184,7 +184,7 @@ class AsyncReplicas(ReplicaThreads):
                 if not self._is_finished(self._queued):  # (another rank may be ahead)
                     self._shards[self._queued] = _Shard(self._queued, self.step_count, i,
                                                         [np.array(c[lo:hi]) for c in batch],
-                                                        progress)
+                                                        progress, num_cases)
                 self._queued += 1
             self.step_count += 1
             self._cv.notify_all()
@@ -337,12 +337,13 @@ class AsyncReplicas(ReplicaThreads):
         self._cv.notify_all()
 
     def _train(self, r: int, shard: _Shard) -> None:
-        """Add the updates received so far, train on ``shard`` and update at once, then
-        send the update's increments to the other replicas (and ranks)."""
+        """Add the updates received so far, train on ``shard`` and update at once (every
+        case weighs 1/M), then send the increments to the other replicas (and ranks)."""
         self._add_received(r)
         replica = self.replicas[r]
         replica.step_count = shard.step * self.count + shard.index  # the dropout masks' step
-        result = replica.step(shard.batch, shard.progress)
+        result = replica.step(shard.batch, shard.progress,
+                              update_cases=shard.minibatch_cases / self.count)
         device = replica.devices[0]
         momentum = replica.store.momentum
         increments = message = None
@@ -396,5 +397,4 @@ class AsyncReplicas(ReplicaThreads):
                 replica.constrain(name, 0)  # the executor's own wball step
 
 
-__all__ = ["AsyncReplicas", "ScaledRate",
-           "StalenessRecord", "async_replica_devices"]
+__all__ = ["AsyncReplicas", "ScaledRate", "StalenessRecord", "async_replica_devices"]

@@ -25,7 +25,6 @@ from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
 from tests.support.mpi import needs_mpi, run_failing, run_ranks
 from tests.support.mpi_programs import hybrid_async_steps as program
-from tests.support.plans import SMALL_HYBRID, fc_net
 
 PROGRAM = program.__file__
 RANKS = 2
@@ -39,30 +38,31 @@ def _run(folder, mode: str, staleness: int, steps: int) -> list[dict]:
     return run_ranks(RANKS, PROGRAM, [mode, str(staleness), str(steps)], folder, mode)
 
 
-def _sync(spec, devices: int, steps: int):
-    """Synchronous SGD over the same logical devices in this process: (its plan, state,
-    costs of the evaluation)."""
-    net = fc_net(spec)
+def _sync(mode: str, devices: int, steps: int):
+    """Synchronous SGD of mode ``mode``'s net and minibatches over the same logical
+    devices in this process: (its plan, state, costs of the evaluation)."""
+    net = program.net_of(mode)
     plan = make_plan(net, (0,) * devices, program.MINI)
     sync = Executor(net, plan, make_devices((0,) * devices, "cpu"), seed=3)
     try:
-        data = program.batches(steps + 1)
-        for batch in data[:steps]:
+        for batch in program.training_batches(mode, steps):
             sync.step(batch)
-        return plan, sync.state_arrays(), sync.evaluate(data[-1]).costs["cost"]
+        evaluation = sync.evaluate(program.batches(steps + 1)[-1]).costs["cost"]
+        return plan, sync.state_arrays(), evaluation
     finally:
         sync.close()
 
 
-@pytest.mark.parametrize("mode, spec, devices", [("train", SMALL_HYBRID, 2),
-                                                 ("train-wide", program.WIDE, 4)])
-def test_with_s_0_every_rank_holds_syncs_weights(tmp_path, mode, spec, devices):
+@pytest.mark.parametrize("mode, devices", [("train", 2), ("train-wide", 4),
+                                           ("train-three", 4)])
+def test_with_s_0_every_rank_holds_syncs_weights(tmp_path, mode, devices):
     """Each replica's update with 1/R of the rate, plus the other replicas' increments of
     the same step before the next forward: sync's weights, on every replica of every
-    rank (in the wide net two replicas per rank)."""
+    rank (in the wide net two replicas per rank; in the three-level net with a layer
+    that updates twice per step and an uneven last minibatch)."""
     steps = 6
     ranks = _run(tmp_path, mode, 0, steps)
-    plan, want, evaluation = _sync(spec, devices, steps)
+    plan, want, evaluation = _sync(mode, devices, steps)
     compared = set()
     for got in ranks:
         for key in (k for k in got if k.startswith("weights/")):

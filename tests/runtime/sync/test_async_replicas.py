@@ -26,7 +26,7 @@ from convnet.runtime.sync.replica_threads import ReplicaFailed
 from convnet.runtime.devices.slowdown import Slowdown
 from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
-from tests.support.plans import SMALL_HYBRID, fc_net
+from tests.support.plans import SMALL_HYBRID, fc_net, with_rates
 from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 from tests.support.threads import within
 
@@ -77,18 +77,22 @@ def test_one_replica_is_synchronous_sgd_bit_for_bit(tmp_path):
         lone.close()
 
 
-def test_a_minibatchs_shard_updates_add_up_to_the_synchronous_update():
+@pytest.mark.parametrize("cases", [MINI, MINI - 1])
+def test_a_minibatchs_shard_updates_add_up_to_the_synchronous_update(cases):
     """The first step (momentum still zero), each replica on one shard of it from the
     initial weights: the learning rates are divided by R, so after a drain every replica
-    holds w0 + inc0 + inc1 = sync's update, up to float rounding."""
-    net = fc_net(DATA_PARALLEL)
-    batch = _fc_batches(1)[0]
+    holds w0 + inc0 + inc1 = sync's update, up to float rounding; also for a short
+    minibatch cut unevenly (4 and 3 cases), where each shard's update must weigh its
+    cases by 1/M, not by 1/(R n_r)."""
+    net = with_rates(fc_net(DATA_PARALLEL), 1.0)
+    batch = [column[:cases] for column in _fc_batches(1)[0]]
     plan = make_plan(net, GPUS, MINI)
     sync = Executor(net, plan, make_devices(GPUS, "cpu"), seed=3)
     apart = _async(net)
     both_started = threading.Barrier(2, timeout=HANG_SECONDS)
     for replica in apart.replicas:  # neither may take both shards
-        replica.step = lambda b, p=0.0, inner=replica.step: (both_started.wait(), inner(b, p))[1]
+        replica.step = lambda b, p=0.0, inner=replica.step, **kw: (both_started.wait(),
+                                                                   inner(b, p, **kw))[1]
     try:
         sync.step(batch)
         apart.step(batch)
@@ -142,13 +146,13 @@ class _StartLog:
         for r, replica in enumerate(apart.replicas):
             inner = replica.step
 
-            def step(batch, progress=0.0, inner=inner, replica=replica, r=r):
+            def step(batch, progress=0.0, inner=inner, replica=replica, r=r, **kw):
                 t = replica.step_count // count
                 with self.lock:
                     self.events.append(("start", r, t))
                 try:
                     time.sleep((delays or {}).get(r, 0.0))
-                    return inner(batch, progress)
+                    return inner(batch, progress, **kw)
                 finally:
                     with self.lock:
                         self.events.append(("end", r, t))
@@ -206,10 +210,10 @@ def _fail_on(apart: AsyncReplicas, step: int, error: BaseException) -> None:
     """Make whichever replica trains shard 1 of minibatch ``step`` raise ``error``."""
     count = len(apart.replicas)
     for replica in apart.replicas:
-        def train(batch, progress=0.0, inner=replica.step, replica=replica):
+        def train(batch, progress=0.0, inner=replica.step, replica=replica, **kw):
             if replica.step_count == step * count + 1:
                 raise error
-            return inner(batch, progress)
+            return inner(batch, progress, **kw)
 
         replica.step = train
 

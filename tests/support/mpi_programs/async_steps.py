@@ -65,12 +65,12 @@ def wrap_step(apart: AsyncReplicas, before=None, after=None) -> None:
     replica = apart.replicas[0]
     inner = replica.step
 
-    def step(batch, progress=0.0):
+    def step(batch, progress=0.0, **kw):
         shard = replica.step_count
         if before is not None:
             before(shard)
         try:
-            return inner(batch, progress)
+            return inner(batch, progress, **kw)
         finally:
             if after is not None:
                 after(shard)

@@ -12,6 +12,10 @@ staleness bound S, and writes what the test checks to ``OUT.RANK.npz``:
 * ``train-wide``: the same with :data:`WIDE` on two logical devices per
   rank, so that each rank also copies increments between its own replicas,
   and hands each one from the other rank to both of them.
+* ``train-three``: the same with :data:`~tests.support.plans.THREE_LEVELS` on two
+  logical devices per rank (``fc2``, on one device of each rank, updates twice
+  per step), large learning rates (:data:`THREE_LEVEL_RATE`) and the last
+  minibatch cut to :data:`TAIL` cases (shards of 2 and 1).
 * ``slow``: every delivery of an increment sleeps first, so they fall
   behind the steps.  Writes, kept outside the exchange, every post
   ``(sender, step)`` and every take ``(receiver, step, increments taken)``
@@ -40,7 +44,7 @@ from convnet.runtime.processes.cluster import Cluster, cluster_devices, connect
 from convnet.runtime.step.executor import Executor
 from convnet.runtime.step.tasks import TaskAction
 from tests.support.mpi_programs import as_command_line
-from tests.support.plans import SMALL_HYBRID, fc_net, small_batches
+from tests.support.plans import SMALL_HYBRID, THREE_LEVELS, fc_net, small_batches, with_rates
 
 MINI = 8
 SLOW_SECONDS = 0.02  # each delivery in mode slow
@@ -52,7 +56,24 @@ WIDE = [("fc1", "fc", ["data"], [0, 1, 2, 3], 0),
         ("fca", "fc", ["fc1"], [0], 0), ("fcb", "fc", ["fc1"], [3], 0),
         ("top", "fc", ["fca", "fcb"], [0], 0), ("probs", "softmax", ["top"], None, 0),
         ("cost", "cost.logreg", ["labels", "probs"], [0], 0)]
-NETS = {"train-wide": (WIDE, 2)}  # mode -> (net, logical devices per rank); else SMALL_HYBRID
+#: mode -> (net, logical devices per rank); else SMALL_HYBRID on one
+NETS = {"train-wide": (WIDE, 2), "train-three": (THREE_LEVELS, 2)}
+THREE_LEVEL_RATE = 1.0
+TAIL = 7  # the cases of the last training minibatch of train-three
+
+
+def net_of(mode: str):
+    """The net mode ``mode`` trains."""
+    spec = NETS.get(mode, (SMALL_HYBRID, 1))[0]
+    return with_rates(fc_net(spec), THREE_LEVEL_RATE) if mode == "train-three" else fc_net(spec)
+
+
+def training_batches(mode: str, steps: int):
+    """The ``steps`` minibatches mode ``mode`` trains on."""
+    data = batches(steps)
+    if mode == "train-three":
+        data[-1] = [column[:TAIL] for column in data[-1]]
+    return data
 
 
 def batches(count: int):
@@ -60,8 +81,7 @@ def batches(count: int):
     return small_batches(count, seed=7, n=MINI)
 
 
-def make(spec, staleness: int, cluster: Cluster, delay=None) -> Executor:
-    net = fc_net(spec)
+def make(net, staleness: int, cluster: Cluster, delay=None) -> Executor:
     plan = make_plan(net, (0,) * cluster.num_devices, MINI)
     return Executor(net, plan, cluster_devices(cluster, (0,) * cluster.devices_per_rank, "cpu"),
                     seed=3, cluster=cluster, async_staleness=staleness, exchange_delay=delay)
@@ -117,11 +137,11 @@ def fail_send_of_step(executor: Executor, rank: int, step: int) -> None:
     link = executor.exchange._link
     send = link.send_increments
 
-    def failing(layer, posted_in, arrays):
-        if executor.cluster.rank == rank and posted_in == step:
+    def failing(layer, position, arrays):
+        if executor.cluster.rank == rank and position == step:  # fc1 updates once a step
             time.sleep(LATE_FAILURE_SECONDS)
             raise OSError("link down")
-        send(layer, posted_in, arrays)
+        send(layer, position, arrays)
 
     link.send_increments = failing
 
@@ -139,7 +159,7 @@ def local_weights(executor: Executor) -> dict:
 
 def train(argv: list[str]) -> int:
     mode, staleness, steps, out = argv[0], int(argv[1]), int(argv[2]), argv[3]
-    spec, per_rank = NETS.get(mode, (SMALL_HYBRID, 1))
+    per_rank = NETS.get(mode, (SMALL_HYBRID, 1))[1]
     comm, hosts = connect()
     cluster = Cluster(comm, per_rank, hosts)
     delay = None
@@ -153,7 +173,7 @@ def train(argv: list[str]) -> int:
             deliveries.append(1)
             if comm.rank == 1 and len(deliveries) > 3:
                 raise OSError("link down")
-    executor = make(spec, staleness, cluster, delay)
+    executor = make(net_of(mode), staleness, cluster, delay)
     posts: list = []
     takes: list = []
     results: dict = {}
@@ -164,7 +184,7 @@ def train(argv: list[str]) -> int:
             fail_update_in_step(executor, 1, 3)
         if mode == "fail-link":
             fail_send_of_step(executor, 1, 3)
-        data = batches(steps + 1)
+        data = training_batches(mode, steps) + batches(steps + 1)[steps:]
         for batch in data[:steps]:
             executor.step(batch)
         executor.drain()
