@@ -20,8 +20,10 @@ from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, G
                           LayerPlacement, Load, Op, Plan, Update)
 
 
-def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int) -> Plan:
-    """Plan ``net`` on the logical devices ``0..len(gpus)-1`` for minibatches of ``minibatch``."""
+def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int,
+              micro_batches: int = 1) -> Plan:
+    """Plan ``net`` on the logical devices ``0..len(gpus)-1`` for minibatches of ``minibatch``,
+    each shard cut into ``micro_batches`` pieces (docs/PIPELINE.md)."""
     gpus = tuple(int(g) for g in gpus)
     if not gpus:
         raise PlanError("--gpu lists no device")
@@ -35,6 +37,10 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int)
         raise PlanError(f"--mini {minibatch} must be a positive multiple of the largest replica "
                         f"count {rmax} (layer "
                         f"'{_first_with(_named_counts(net, devices), rmax)}')")
+    if micro_batches < 1 or micro_batches > minibatch // rmax:
+        raise PlanError(f"--micro-batches {micro_batches} must be between 1 and the "
+                        f"{minibatch // rmax} case(s) of a shard (--mini {minibatch} cut into "
+                        f"{rmax} shard(s)), so that every micro-batch has a case")
     num_passes = rmax // rmin
     periods = {name: r // rmin for name, r in counts.items()}
     trainable = _trainable_upstream(net)
@@ -55,7 +61,7 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int)
     plan = Plan(layers=placements, ops=[], num_devices=len(gpus), physical_devices=gpus,
                 num_shards=rmax, num_passes=num_passes, rmin=rmin,
                 scheme=_net_scheme(schemes, devices, num_passes), minibatch=minibatch,
-                notes=_notes(net, sources, gpus))
+                notes=_notes(net, sources, gpus), micro_batches=micro_batches)
     plan.ops = _Scheduler(net, plan).build()
     return plan
 
@@ -271,7 +277,15 @@ def _notes(net: NetConfig, sources: dict[str, str], gpus: tuple[int, ...]) -> li
 
 
 class _Scheduler:
-    """Emits the operations of one minibatch and the dependencies between them."""
+    """Emits the operations of one minibatch and the dependencies between them.
+
+    Within each pass it is the fill-drain (GPipe) schedule: the forward passes of
+    every micro-batch in order, then their backward passes in the same order, a
+    layer's update after its last micro-batch's backward.  A device's worker runs
+    its operations in this order, so a stage forwards micro-batch m + 1 while the
+    next stage forwards m (docs/PIPELINE.md); with one micro-batch it is the
+    plain forward-then-backward walk.
+    """
 
     def __init__(self, net: NetConfig, plan: Plan):
         self.net = net
@@ -282,18 +296,22 @@ class _Scheduler:
 
     def build(self) -> list[Op]:
         order = [l for l in self.net if not l.is_data and l.name in self.plan.layers]
+        micros = range(self.plan.micro_batches)
         for p in range(self.plan.num_passes):
-            for ldef in order:
-                if p % self.plan.layers[ldef.name].period == 0:
-                    self._forward(ldef, p)
-            for ldef in reversed(order):
-                placement = self.plan.layers[ldef.name]
-                if placement.needs_backward and (p + 1) % placement.period == 0:
-                    self._backward(ldef, p)
+            for m in micros:
+                for ldef in order:
+                    if p % self.plan.layers[ldef.name].period == 0:
+                        self._forward(ldef, p, m)
+            for m in micros:
+                for ldef in reversed(order):
+                    placement = self.plan.layers[ldef.name]
+                    if placement.needs_backward and (p + 1) % placement.period == 0:
+                        self._backward(ldef, p, m)
         return self.ops
 
     def _shard_bytes(self, layer: str) -> int:
-        return self.net[layer].outputs * self.plan.shard_size * FLOAT_BYTES
+        """The bytes of one piece of ``layer``'s output (the largest, if they differ)."""
+        return self.net[layer].outputs * self.plan.piece_size * FLOAT_BYTES
 
     def _emit(self, cls, reads, writes, **fields) -> int:
         deps = sorted({w for key in reads for w in self.writers.get(key, ())})
@@ -318,10 +336,10 @@ class _Scheduler:
                                nbytes=self._shard_bytes(layer))
         self.present[(layer, shard, device)] = index
 
-    def _forward(self, ldef: LayerDef, p: int) -> None:
+    def _forward(self, ldef: LayerDef, p: int, micro: int) -> None:
         placement = self.plan.layers[ldef.name]
         for replica, device in enumerate(placement.devices):
-            shard = placement.shard(p, replica, self.plan.rmin)
+            shard = self.plan.piece(placement.shard(p, replica, self.plan.rmin), micro)
             for inp in ldef.inputs:
                 self._bring(inp, shard, device, p)
             reads = [("act", i, shard, device) for i in ldef.inputs]
@@ -330,11 +348,11 @@ class _Scheduler:
                        layer=ldef.name, replica=replica, shard=shard, device=device)
             self.present[(ldef.name, shard, device)] = len(self.ops) - 1
 
-    def _backward(self, ldef: LayerDef, p: int) -> None:
+    def _backward(self, ldef: LayerDef, p: int, micro: int) -> None:
         placement = self.plan.layers[ldef.name]
         start = p - placement.period + 1
         for replica, device in enumerate(placement.devices):
-            shard = placement.shard(start, replica, self.plan.rmin)
+            shard = self.plan.piece(placement.shard(start, replica, self.plan.rmin), micro)
             reads = [("grad", ldef.name, shard, device), ("act", ldef.name, shard, device),
                      ("w", ldef.name, replica)]
             reads += [("act", i, shard, device) for i in ldef.inputs]
@@ -356,7 +374,8 @@ class _Scheduler:
                            [("grad", inp, shard, dst)], pass_index=p, layer=inp,
                            consumer=ldef.name, shard=shard, src=device, dst=dst,
                            nbytes=self._shard_bytes(inp))
-        if ldef.has_weights and (p + 1) % placement.update_period == 0:
+        last_micro = micro == self.plan.micro_batches - 1
+        if ldef.has_weights and last_micro and (p + 1) % placement.update_period == 0:
             self._update(ldef, placement, p)
 
     def _update(self, ldef: LayerDef, placement: LayerPlacement, p: int) -> None:
