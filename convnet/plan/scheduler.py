@@ -17,6 +17,19 @@ from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, G
                               LayerPlacement, Load, Op, Plan, Update)
 
 
+def layer_stages(net: NetConfig, plan: Plan) -> dict[str, int]:
+    """Each placed non-data layer's pipeline stage: the most device changes (a layer
+    on another device list than its input) on a path from the data to it."""
+    devices = {name: placement.devices for name, placement in plan.layers.items()}
+    stages: dict[str, int] = {}
+    for ldef in net:
+        if ldef.is_data or ldef.name not in plan.layers:
+            continue
+        stages[ldef.name] = max((stages[i] + (devices[i] != devices[ldef.name])
+                                 for i in ldef.inputs if i in stages), default=0)
+    return stages
+
+
 class Scheduler:
     """Emits the operations of one minibatch and the dependencies between them.
 
@@ -42,7 +55,7 @@ class Scheduler:
 
     def build(self) -> list[Op]:
         order = [l for l in self.net if not l.is_data and l.name in self.plan.layers]
-        stages = self._stages(order) if self.plan.micro_batches > 1 else \
+        stages = layer_stages(self.net, self.plan) if self.plan.micro_batches > 1 else \
             {l.name: 0 for l in order}
         last = max(stages.values(), default=0)
         position = {l.name: i for i, l in enumerate(order)}
@@ -58,15 +71,6 @@ class Scheduler:
             for _, _, m, ldef in sorted(backwards, key=lambda b: b[:2]):
                 self._backward(ldef, p, m)
         return self.ops
-
-    def _stages(self, order: list[LayerDef]) -> dict[str, int]:
-        """Each layer's pipeline stage: the most device changes on a path from the data."""
-        devices = {name: placement.devices for name, placement in self.plan.layers.items()}
-        stages: dict[str, int] = {}
-        for ldef in order:
-            stages[ldef.name] = max((stages[i] + (devices[i] != devices[ldef.name])
-                                     for i in ldef.inputs if i in stages), default=0)
-        return stages
 
     def _shard_bytes(self, layer: str) -> int:
         """The bytes of one piece of ``layer``'s output (the largest, if they differ)."""
