@@ -14,6 +14,10 @@ from __future__ import annotations
 import math
 
 from convnet.config.model import LayerDef, NetConfig
+from convnet.plan.placements import Candidate
+
+#: The micro-batch counts ``--auto-place`` tries a layer-wise split with.
+PIPELINE_MICRO_BATCHES = (1, 2, 4, 8)
 
 
 def layer_work(ldef: LayerDef) -> int:
@@ -76,3 +80,16 @@ def stage_shares(net: NetConfig, cuts: list[str]) -> list[float]:
         work[device] += layer_work(net[name])
     total = sum(work) or 1
     return [w / total for w in work]
+
+
+def pipeline_candidates(net: NetConfig, devices: int) -> list[Candidate]:
+    """``--auto-place``'s layer-wise splits: the balanced cut into ``devices`` stages
+    (a stage per device), with each of :data:`PIPELINE_MICRO_BATCHES`."""
+    if devices < 2 or devices > len(placed_order(net)):
+        return []
+    cuts = balanced_cuts(net, devices)
+    gpus = layer_wise_gpus(net, cuts)
+    weights = {name: 1 for name in gpus if net[name].has_weights}
+    where = ", ".join(cuts)
+    return [Candidate(f"layer-wise split at {where}, --micro-batches {m}", gpus, weights, m)
+            for m in PIPELINE_MICRO_BATCHES]
