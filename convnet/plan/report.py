@@ -163,6 +163,14 @@ def schedule_text(plan: Plan) -> list[str]:
     return lines
 
 
+def _piece_legend(plan: Plan) -> str:
+    if plan.micro_batches == 1:
+        return "sN = shard N"
+    if plan.num_shards == 1:
+        return "sN = micro-batch N"
+    return f"sN = micro-batch N // {plan.num_shards} of shard N % {plan.num_shards}"
+
+
 def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) -> str:
     """A readable report: layers, the pass schedule per device, per-device totals
     (``shared``: as for :func:`device_totals`)."""
@@ -185,8 +193,7 @@ def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) 
                                         "replicas", "runs", "scheme", "update", "placement"])
     lines += ["", "Schedule (per pass, in execution order): a row is one step, a cell what that "
                   "device does;",
-              ("sN = shard N" if plan.micro_batches == 1 else
-               f"sN = micro-batch N // {plan.num_shards} of shard N % {plan.num_shards}") +
+              _piece_legend(plan) +
               ", 'from D' = pulled from device D, d(L) = the gradient that layer L computed,",
               "* = every replica, moved = bytes copied or all-reduced"]
     lines += schedule_text(plan)
