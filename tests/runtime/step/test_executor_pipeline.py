@@ -195,3 +195,23 @@ def test_one_micro_batch_trains_bitwise_what_was_trained_before(name):
         digest.update(key.encode())
         digest.update(np.ascontiguousarray(state[key]).tobytes())
     assert digest.hexdigest()[:16] == want
+
+
+def test_features_and_evaluation_come_back_in_case_order(tmp_path):
+    """A layer's features are put together from the pieces in the order of the cases,
+    also with several shards and uneven pieces."""
+    net = _digits(tmp_path, name="digits-data")
+    batch = _batches(DIGITS_DIMS, 10, steps=1)[0]
+    results = []
+    for micro_batches in (1, 3):
+        plan = make_plan(net, (0, 1), 12, micro_batches)
+        executor = Executor(net, plan, make_devices((0, 1), "cpu"), seed=3)
+        try:
+            results.append((executor.features(batch, "probs"),
+                            executor.evaluate(batch).costs["logprob"]["cost"]))
+        finally:
+            executor.close()
+    (plain, plain_cost), (piecewise, piecewise_cost) = results
+    assert piecewise.shape == plain.shape == (10, 10)
+    np.testing.assert_allclose(piecewise, plain, rtol=1e-5, atol=1e-7)
+    assert piecewise_cost == pytest.approx(plain_cost, rel=1e-5)
