@@ -215,3 +215,27 @@ def test_features_and_evaluation_come_back_in_case_order(tmp_path):
     assert piecewise.shape == plain.shape == (10, 10)
     np.testing.assert_allclose(piecewise, plain, rtol=1e-5, atol=1e-7)
     assert piecewise_cost == pytest.approx(plain_cost, rel=1e-5)
+
+
+def test_local_sgd_with_micro_batches_is_local_sgd_without(tmp_path):
+    """--sync local:2: each replica's update still comes after its shard's last
+    micro-batch, and the average every second step, so the weights are those of
+    local SGD without micro-batches up to summation order (and bitwise the walk's)."""
+    net = _digits(tmp_path, name="digits-data")
+    batches = _batches(DIGITS_DIMS, 12, steps=2)
+    states = []
+    for micro_batches, parallel in ((1, True), (3, True), (3, False)):
+        plan = make_plan(net, (0, 1), 12, micro_batches)
+        executor = Executor(net, plan, make_devices((0, 1), "cpu"), seed=3, parallel=parallel,
+                            local_sgd=2)
+        try:
+            for i, b in enumerate(batches):
+                executor.step(b, progress=i / 10)
+            states.append(executor.state_arrays())
+        finally:
+            executor.close()
+    plain, piecewise, walked = states
+    for key in plain:
+        assert np.array_equal(piecewise[key], walked[key]), key
+        np.testing.assert_allclose(piecewise[key], plain[key], rtol=2e-4, atol=2e-6,
+                                   err_msg=key)
