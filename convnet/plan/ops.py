@@ -212,9 +212,6 @@ class Plan:
         """The index of micro-batch ``micro`` of ``shard`` (an operation's ``shard``)."""
         return micro * self.num_shards + shard
 
-    def shard_of(self, piece: int) -> int:
-        return piece % self.num_shards
-
     def micro_of(self, piece: int) -> int:
         return piece // self.num_shards
 
