@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from convnet.config.model import NetConfig
 from convnet.plan.memory import memory_peaks
-from convnet.plan.ops import Plan, shard_bounds
+from convnet.plan.ops import GradCopy, Plan, shard_bounds
 from convnet.plan.scheduler import layer_stages
 
 SCHEDULE = "fill-drain"
@@ -59,9 +59,26 @@ def bubble_share(plan: Plan, net: NetConfig, device: int) -> float:
     return 1 - busy / ticks if rows else 1.0
 
 
+def gradient_backlog(plan: Plan, net: NetConfig) -> list[int]:
+    """Per device, the bytes of gradients for other devices' layers it may hold beyond
+    the estimate of :mod:`convnet.plan.memory`: that estimate follows the plan's order,
+    in which each such gradient is pulled right after it is made, but a later stage
+    runs ahead of the stage before it, so in the worst case every micro-batch's
+    gradients of a pass wait for their pulls (all but one more than the estimate has)."""
+    per_pass: dict[tuple[int, int], int] = {}
+    for op in plan.ops:
+        if isinstance(op, GradCopy):
+            key = (op.src, op.pass_index)
+            per_pass[key] = per_pass.get(key, 0) + op.nbytes
+    worst = [0] * plan.num_devices
+    for (device, _), nbytes in per_pass.items():
+        worst[device] = max(worst[device], nbytes)
+    return [w * (plan.micro_batches - 1) // plan.micro_batches for w in worst]
+
+
 def pipeline_summary(plan: Plan, net: NetConfig) -> dict:
     """The pipeline as JSON-able data: the schedule, each device's grid and bubble."""
-    peaks = memory_peaks(plan, net)
+    peaks, backlog = memory_peaks(plan, net), gradient_backlog(plan, net)
     return {
         "micro_batches": plan.micro_batches,
         "schedule": SCHEDULE,
@@ -69,7 +86,8 @@ def pipeline_summary(plan: Plan, net: NetConfig) -> dict:
         "stages": layer_stages(net, plan),
         "devices": [{"device": d, "grid": {str(s): cells for s, cells in grid(plan, net, d).items()},
                      "bubble_share": bubble_share(plan, net, d),
-                     "activation_bytes_at_peak": peaks[d].activation_bytes}
+                     "activation_bytes_at_peak": peaks[d].activation_bytes,
+                     "gradient_backlog_bytes": backlog[d]}
                     for d in range(plan.num_devices)],
     }
 
@@ -77,7 +95,7 @@ def pipeline_summary(plan: Plan, net: NetConfig) -> dict:
 def pipeline_text(plan: Plan, net: NetConfig, byte_text) -> list[str]:
     """The ``--print-plan`` section: each device's grid, its bubble and the activation
     memory it holds at its peak (``byte_text`` formats bytes)."""
-    peaks = memory_peaks(plan, net)
+    peaks, backlog = memory_peaks(plan, net), gradient_backlog(plan, net)
     lines = [f"Pipeline: {plan.micro_batches} micro-batch(es) per shard "
              f"({', '.join(str(b - a) for a, b in _piece_sizes(plan))} cases), "
              f"{SCHEDULE} schedule, {tick_count(plan, net)} ticks per pass",
@@ -85,8 +103,11 @@ def pipeline_text(plan: Plan, net: NetConfig, byte_text) -> list[str]:
              "every stage took as long (--simulate predicts the real step)"]
     for d in range(plan.num_devices):
         rows = grid(plan, net, d)
+        waiting = (f", up to {byte_text(peaks[d].activation_bytes + backlog[d])} with its "
+                   "gradients waiting to be pulled" if backlog[d] else "")
         lines.append(f"  device {d}: bubble {bubble_share(plan, net, d):.0%}, activation "
-                     f"memory at the peak (est.) {byte_text(peaks[d].activation_bytes)}")
+                     f"memory at the peak (est.) {byte_text(peaks[d].activation_bytes)}"
+                     f"{waiting}")
         width = max((len(c) for row in rows.values() for c in row), default=1)
         for stage, cells in rows.items():
             lines.append((f"    stage {stage}: " + " ".join(c.ljust(width) for c in cells)).rstrip())

@@ -63,3 +63,44 @@ def test_print_plan_shows_the_pipeline_and_json_has_it():
     assert data["pipeline"] == json.loads(json.dumps(pipeline_summary(make_plan(net, (0, 0), 8, 4),
                                                                       net)))
     assert data["pipeline"]["devices"][1]["grid"]["1"][1] == "F0"
+
+
+@pytest.mark.parametrize("layer_def, micro_batches", [("digits-pipeline.cfg", 4),
+                                                      ("digits-data.cfg", 3)])
+def test_the_activation_estimate_holds_for_micro_batches(layer_def, micro_batches):
+    """What the executor's accounting holds at each device's measured peak is at least
+    80% of the activation memory --print-plan estimates (the bound without
+    micro-batches, tests/plan/test_memory_estimate.py) and at most the estimate plus
+    the gradients that may wait for their pulls; without such gradients (data
+    parallelism) it is within 20% of the estimate."""
+    import numpy as np
+
+    from convnet.config import load_net
+    from convnet.plan.memory import memory_peaks
+    from convnet.plan.pipeline import gradient_backlog
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
+    from convnet.runtime.step.memory import MemoryMeter
+    from tests.support import ROOT
+
+    examples = ROOT / "examples"
+    net = load_net(examples / layer_def, examples / "digits-params.cfg",
+                   data_dims={0: (1, 8, 8), 1: (1,)}, num_classes=10)
+    plan = make_plan(net, (0, 1), 96, micro_batches)
+    rng = np.random.default_rng(0)
+    batch = [rng.standard_normal((96, 1, 8, 8)).astype(np.float32),
+             rng.integers(0, 10, (96, 1)).astype(np.float32)]
+    executor = Executor(net, plan, make_devices((0, 1), "cpu"), seed=0)
+    try:
+        executor.step(batch)
+        executor.memory = meter = MemoryMeter(executor)
+        executor.step(batch)
+    finally:
+        executor.close()
+    estimates = memory_peaks(plan, net, executor.store.shared)
+    backlog = gradient_backlog(plan, net)
+    assert any(backlog) == (layer_def == "digits-pipeline.cfg")
+    for measured, estimate, waiting in zip(meter.peaks, estimates, backlog):
+        assert measured.peak_bytes
+        low, high = 0.8 * estimate.activation_bytes, 1.2 * estimate.activation_bytes + waiting
+        assert low <= measured.activation_bytes <= high, (measured, estimate, waiting)
