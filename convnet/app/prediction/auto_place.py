@@ -7,8 +7,9 @@ The per-layer costs are profiled once (every layer on one device, see
 :mod:`convnet.app.prediction.simulation`), and every candidate is simulated from that
 profile (shard times scaled by cases, see :mod:`convnet.simulate.costs`), so
 the search costs one short profile however many candidates there are.  The
-candidates are those of :mod:`convnet.plan.placements`; any the planner refuses
-is listed with its reason and left out of the ranking.
+candidates are those of :mod:`convnet.plan.placements` and the layer-wise
+splits with micro-batches of :mod:`convnet.plan.layer_cuts`; any the planner
+refuses is listed with its reason and left out of the ranking.
 """
 
 from __future__ import annotations
