@@ -2,7 +2,7 @@
 
     python bench/bench_pipeline.py [--nets cifar imagenet] [--micro 1 2 4 8]
                                    [--rounds 2] [--steps 3] [--cifar-mini 128]
-                                   [--imagenet-mini 32] [--no-bound]
+                                   [--imagenet-mini 32] [--cut LAYER] [--no-bound]
 
 For each net (cuda-convnet2's ``layers-cifar10-11pct.cfg`` on 3x24x24 dummy
 images, and ``layers-imagenet-1gpu.cfg`` on 3x224x224), on the two CPU devices:
@@ -11,7 +11,8 @@ images, and ``layers-imagenet-1gpu.cfg`` on 3x224x224), on the two CPU devices:
 * ``data-parallel``: every layer replicated on devices 0 and 1;
 * ``split, M=m``: a layer-wise 2-device split, cut where the config's work
   balances (:func:`convnet.plan.layer_cuts.balanced_cuts`: the CIFAR-10 net at
-  conv2, the ImageNet net at conv4), each minibatch's shard cut into m
+  conv2, the ImageNet net at conv4; ``--cut LAYER`` starts the second stage at
+  LAYER instead), each minibatch's shard cut into m
   micro-batches (``--micro-batches m``; m = 1 is the split without a pipeline);
 * ``2 halves, no sync``: the machine's bound for two devices, as
   ``bench/bench_training.py`` measures it: two one-device executors each training
@@ -53,14 +54,21 @@ def load(net_key: str):
                     data_dims={0: (3, size, size), 1: (1,)}, num_classes=classes)
 
 
-def placed(net, placement: str):
+def cut_of(net, cut: str | None) -> list[str]:
+    """The first layer of the second stage: ``cut``, else where the work balances."""
+    from convnet.plan.layer_cuts import balanced_cuts
+
+    return [cut] if cut else balanced_cuts(net, 2)
+
+
+def placed(net, placement: str, cut: str | None = None):
     """(the net with every layer's gpu= list for ``placement``, its --gpu list)."""
-    from convnet.plan.layer_cuts import balanced_cuts, layer_wise_gpus, placed_order
+    from convnet.plan.layer_cuts import layer_wise_gpus, placed_order
     from convnet.plan.placements import Candidate
 
     names = placed_order(net)
     gpus = {"one": dict.fromkeys(names, (0,)), "data": dict.fromkeys(names, (0, 1)),
-            "split": layer_wise_gpus(net, balanced_cuts(net, 2))}[placement]
+            "split": layer_wise_gpus(net, cut_of(net, cut))}[placement]
     return Candidate(placement, gpus).apply(net), ((0,) if placement == "one" else (0, 1))
 
 
@@ -79,7 +87,7 @@ def engine_worker(args) -> None:
     from convnet.runtime.devices.backends import make_devices
     from convnet.runtime.step.executor import Executor
 
-    net, gpus = placed(load(args.net), args.placement)
+    net, gpus = placed(load(args.net), args.placement, args.cut)
     plan = make_plan(net, gpus, args.mini, args.micro)
     weights = max(t.param_bytes for t in device_totals(plan, net))
     ex = Executor(net, plan, make_devices(gpus, "cpu"), seed=0, parallel=True)
@@ -122,16 +130,18 @@ def halves_worker(args) -> None:
 
 
 def bench_net(args, net_key: str) -> None:
-    from convnet.plan.layer_cuts import balanced_cuts, stage_shares
+    from convnet.plan.layer_cuts import stage_shares
 
     mini = args.cifar_mini if net_key == "cifar" else args.imagenet_mini
     net = load(net_key)
-    cuts = balanced_cuts(net, 2)
+    if args.cut and args.cut not in net.layers:
+        raise SystemExit(f"--cut {args.cut}: the {net_key} net has no such layer")
+    cuts = cut_of(net, args.cut)
     shares = ", ".join(f"{s:.0%}" for s in stage_shares(net, cuts))
     name, size, _ = NETS[net_key]
     print(f"\n{name}: 3x{size}x{size} dummy images, minibatch {mini}; split at "
           f"{cuts[0]} (stages with {shares} of the multiply-adds)")
-    common = ["--net", net_key, "--mini", str(mini)]
+    common = ["--net", net_key, "--mini", str(mini)] + (["--cut", args.cut] if args.cut else [])
 
     def worker(label, extra):
         return harness.Worker(label, __file__, ["--worker"] + extra + common, str(ROOT))
@@ -168,6 +178,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="steps per configuration and round")
     ap.add_argument("--cifar-mini", type=int, default=128)
     ap.add_argument("--imagenet-mini", type=int, default=32)
+    ap.add_argument("--cut", help="the first layer of the second stage (default: where the "
+                                  "config's multiply-adds balance best)")
     ap.add_argument("--no-bound", action="store_true", help="skip the two-halves bound")
     ap.add_argument("--worker", choices=["engine", "halves"], help=argparse.SUPPRESS)
     ap.add_argument("--net", choices=sorted(NETS), help=argparse.SUPPRESS)
