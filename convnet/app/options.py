@@ -104,15 +104,15 @@ class RunOptions:
 PROVIDER_OPTIONS = {"data_path": ("cifar", "convnet-batches"), "dummy_cases": ("dummy",)}
 
 #: Options a checkpoint remembers; on resume a command-line value wins.
-RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "micro_batches", "seed", "data_provider", "data_path",
-             "data_dims", "num_classes", "dummy_cases", "train_range", "test_range", "inner_size",
-             "color_noise", "scalar_mean", "epochs", "test_freq", "logreg_name",
+RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "micro_batches", "seed", "data_provider",
+             "data_path", "data_dims", "num_classes", "dummy_cases", "train_range", "test_range",
+             "inner_size", "color_noise", "scalar_mean", "epochs", "test_freq", "logreg_name",
              "backend", "sync")
 
 #: Built-in values of resumable options.  epochs, gpu and data_provider depend on
 #: other options and are filled in by :func:`resolve_options`.
-DEFAULTS = {"mini": 128, "micro_batches": 1, "seed": 0, "backend": "auto", "inner_size": 0, "color_noise": 0.0,
-            "sync": "sync"}
+DEFAULTS = {"mini": 128, "micro_batches": 1, "seed": 0, "backend": "auto", "inner_size": 0,
+            "color_noise": 0.0, "sync": "sync"}
 
 
 def _saved_int(check):

@@ -84,7 +84,8 @@ def pipeline_summary(plan: Plan, net: NetConfig) -> dict:
         "schedule": SCHEDULE,
         "ticks_per_pass": tick_count(plan, net),
         "stages": layer_stages(net, plan),
-        "devices": [{"device": d, "grid": {str(s): cells for s, cells in grid(plan, net, d).items()},
+        "devices": [{"device": d,
+                     "grid": {str(s): cells for s, cells in grid(plan, net, d).items()},
                      "bubble_share": bubble_share(plan, net, d),
                      "activation_bytes_at_peak": peaks[d].activation_bytes,
                      "gradient_backlog_bytes": backlog[d]}
@@ -110,7 +111,8 @@ def pipeline_text(plan: Plan, net: NetConfig, byte_text) -> list[str]:
                      f"{waiting}")
         width = max((len(c) for row in rows.values() for c in row), default=1)
         for stage, cells in rows.items():
-            lines.append((f"    stage {stage}: " + " ".join(c.ljust(width) for c in cells)).rstrip())
+            row = " ".join(c.ljust(width) for c in cells)
+            lines.append(f"    stage {stage}: {row}".rstrip())
     return lines
 
 

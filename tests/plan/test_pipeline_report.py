@@ -15,7 +15,8 @@ from convnet.plan.scheduler import layer_stages
 from tests.support.plans import fc_net
 
 CHAIN = [("fc0", "fc", ["data"], [0], 0), ("fc1", "fc", ["fc0"], [1], 0),
-         ("probs", "softmax", ["fc1"], None, 0), ("cost", "cost.logreg", ["labels", "probs"], [1], 0)]
+         ("probs", "softmax", ["fc1"], None, 0),
+         ("cost", "cost.logreg", ["labels", "probs"], [1], 0)]
 BACK_AND_FORTH = [("fc0", "fc", ["data"], [0], 0), ("fc1", "fc", ["fc0"], [1], 0),
                   ("fc2", "fc", ["fc1"], [0], 0), ("probs", "softmax", ["fc2"], None, 0),
                   ("cost", "cost.logreg", ["labels", "probs"], [0], 0)]
