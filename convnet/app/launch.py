@@ -49,15 +49,15 @@ def logical_gpus(gpus) -> tuple[int, ...]:
     return tuple(gpus) * process_count()
 
 
-def plan_across_ranks(net, gpus, minibatch: int):
+def plan_across_ranks(net, gpus, minibatch: int, micro_batches: int = 1):
     """The plan over every rank's devices; an error if a rank would have nothing to do."""
     cluster = cluster_for(gpus)
     if cluster.size == 1:
-        return make_plan(net, gpus, minibatch)
+        return make_plan(net, gpus, minibatch, micro_batches)
     layout = (f"{cluster.size} processes x --gpu {','.join(map(str, gpus))} give "
               f"{cluster.num_devices} logical devices")
     try:
-        plan = make_plan(net, logical_gpus(gpus), minibatch)
+        plan = make_plan(net, logical_gpus(gpus), minibatch, micro_batches)
     except PlanError as error:
         error.message = f"{error.message} ({layout})"
         raise

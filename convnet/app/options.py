@@ -56,6 +56,7 @@ class RunOptions:
     gpu: tuple[int, ...]
     backend: str
     mini: int
+    micro_batches: int  # pieces per shard (docs/PIPELINE.md)
     seed: int
     sync: str  # "sync", "local:K" or "async:S" (see option_values.sync_mode)
     # data
@@ -112,15 +113,15 @@ class RunOptions:
 PROVIDER_OPTIONS = {"data_path": ("cifar", "convnet-batches", "image"), "dummy_cases": ("dummy",)}
 
 #: Options a checkpoint remembers; on resume a command-line value wins.
-RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "seed", "data_provider", "data_path",
-             "data_dims", "num_classes", "dummy_cases", "train_range", "test_range", "inner_size",
-             "color_noise", "scalar_mean", "epochs", "test_freq", "logreg_name",
+RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "micro_batches", "seed", "data_provider",
+             "data_path", "data_dims", "num_classes", "dummy_cases", "train_range", "test_range",
+             "inner_size", "color_noise", "scalar_mean", "epochs", "test_freq", "logreg_name",
              "backend", "sync")
 
 #: Built-in values of resumable options.  epochs, gpu and data_provider depend on
 #: other options and are filled in by :func:`resolve_options`.
-DEFAULTS = {"mini": 128, "seed": 0, "backend": "auto", "inner_size": 0, "color_noise": 0.0,
-            "sync": "sync"}
+DEFAULTS = {"mini": 128, "micro_batches": 1, "seed": 0, "backend": "auto", "inner_size": 0,
+            "color_noise": 0.0, "sync": "sync"}
 
 
 def _saved_int(check):
@@ -168,6 +169,7 @@ _DECODE_SAVED = {
     "layer_def": _saved_text(Path), "layer_params": _saved_text(Path),
     "data_path": _saved_text(Path), "gpu": _saved_gpu,
     "mini": _saved_int(positive_int),
+    "micro_batches": _saved_int(positive_int),
     "seed": _saved_int(non_negative_int),
     "data_provider": _saved_text(provider_name),
     "data_dims": _saved_text(data_dims),
@@ -313,6 +315,10 @@ def check_options(opts: RunOptions) -> None:
     if opts.dummy_cases is not None and opts.data_provider != "dummy":
         raise UsageError(f"--dummy-cases sets the size of dummy batches; the "
                          f"'{opts.data_provider}' data has its own")
+    if opts.micro_batches > 1 and opts.sync.startswith("async:"):
+        raise UsageError(f"--micro-batches {opts.micro_batches} pipelines lockstep steps, and "
+                         f"--sync {opts.sync} takes the replicas' updates out of step; give "
+                         "--sync sync or local:K, or --micro-batches 1")
     if opts.profile and opts.sync.startswith("async:"):
         raise UsageError(f"--profile times the operations of lockstep steps; under --sync "
                          f"{opts.sync} a data-parallel net has none, and a hybrid net's would "

@@ -86,7 +86,7 @@ def memory_peaks(plan: Plan, net: NetConfig,
     the CPU devices of one process, see :class:`convnet.runtime.step.weights.WeightStore`)."""
     devices = [_Device() for _ in range(plan.num_devices)]
     peaks = [MemoryPeak(d) for d in range(plan.num_devices)]
-    shard_bytes = {name: net[name].outputs * plan.shard_size * FLOAT_BYTES for name in plan.layers}
+    shard_bytes = {name: net[name].outputs * plan.piece_size * FLOAT_BYTES for name in plan.layers}
     param_bytes = {name: p.param_count * FLOAT_BYTES for name, p in plan.layers.items()}
     memory = {name: net[name].layer_type.memory(net[name]) for name in plan.layers}
     for name, placement in plan.layers.items():
@@ -112,7 +112,7 @@ def memory_peaks(plan: Plan, net: NetConfig,
                 dev.add("activations", (op.layer, op.shard), shard_bytes[op.layer])
             if mem.kept_per_case:
                 dev.add("kept_for_backward", (op.layer, op.shard),
-                        mem.kept_per_case * plan.shard_size)
+                        mem.kept_per_case * plan.piece_size)
         elif isinstance(op, Backward):
             dev = devices[op.device]
             ldef, placement = net[op.layer], plan.layers[op.layer]

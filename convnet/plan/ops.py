@@ -27,6 +27,14 @@ the same whenever Rmin = 1, as in every reference config; ``p * Rmin + i``
 keeps "every shard exactly once" true when Rmin > 1; see docs/DESIGN.md).  Forward runs in the first pass of
 an activation, backward in its last, so consumers that run more often have
 sent back every shard's gradient by then.
+
+Micro-batches (``--micro-batches M``, docs/PIPELINE.md) cut every shard into M
+contiguous *pieces* (:func:`piece_bounds`), and the operations work on pieces:
+the ``shard`` field of an operation is the piece's index, ``m * num_shards + s``
+for micro-batch m of shard s (:meth:`Plan.piece`).  With M = 1 a piece is its
+shard, and since a layer's replica count divides ``num_shards``, the replica
+that computes a piece is the one that computes its shard
+(:meth:`Plan.producer_of` reads either).
 """
 
 from __future__ import annotations
@@ -184,10 +192,28 @@ class Plan:
     scheme: str  # 'single', 'data', 'model' or 'hybrid'
     minibatch: int
     notes: list[str] = field(default_factory=list)
+    micro_batches: int = 1  # M: pieces per shard (docs/PIPELINE.md)
 
     @property
     def shard_size(self) -> int:
         return self.minibatch // self.num_shards
+
+    @property
+    def num_pieces(self) -> int:
+        """How many pieces a minibatch is cut into: every shard's micro-batches."""
+        return self.num_shards * self.micro_batches
+
+    @property
+    def piece_size(self) -> int:
+        """Cases in the largest piece of a full minibatch (what a copy of one moves)."""
+        return -(-self.shard_size // self.micro_batches)
+
+    def piece(self, shard: int, micro: int) -> int:
+        """The index of micro-batch ``micro`` of ``shard`` (an operation's ``shard``)."""
+        return micro * self.num_shards + shard
+
+    def micro_of(self, piece: int) -> int:
+        return piece // self.num_shards
 
     def ops_for_device(self, device: int) -> list[Op]:
         """The operations that run on ``device``, in plan order."""
@@ -211,3 +237,14 @@ def shard_bounds(num_cases: int, num_shards: int) -> list[tuple[int, int]]:
         bounds.append((start, stop))
         start = stop
     return bounds
+
+
+def piece_bounds(num_cases: int, num_shards: int, micro_batches: int) -> list[tuple[int, int]]:
+    """Contiguous [start, stop) of every piece, indexed like :meth:`Plan.piece`: each
+    shard of :func:`shard_bounds` cut into ``micro_batches`` pieces the same way
+    (equal when M divides the shard, else the larger pieces first, as
+    ``numpy.array_split`` cuts)."""
+    shards = shard_bounds(num_cases, num_shards)
+    cuts = [[(start + a, start + b) for a, b in shard_bounds(stop - start, micro_batches)]
+            for start, stop in shards]
+    return [cuts[s][m] for m in range(micro_batches) for s in range(num_shards)]

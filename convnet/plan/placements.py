@@ -44,6 +44,7 @@ class Candidate:
     name: str
     gpus: dict[str, tuple[int, ...]]  # layer name -> gpu= list, for every placed layer
     update_periods: dict[str, int] = field(default_factory=dict)  # weight layer -> U
+    micro_batches: int = 1  # --micro-batches the placement trains with (docs/PIPELINE.md)
 
     def apply(self, net: NetConfig) -> NetConfig:
         """A copy of ``net`` with this candidate's gpu= lists and update periods."""

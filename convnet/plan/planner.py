@@ -1,13 +1,14 @@
-"""Place every layer replica on a logical device and schedule one minibatch.
+"""Place every layer replica on a logical device; the scheduler orders one minibatch.
 
 ``make_plan(net, gpus, minibatch)`` applies the multi-GPU rules of the config
 language (``gpu=`` and ``updatePeriod``; the choices cuda-convnet2 leaves open
 are in docs/DESIGN.md): it resolves each layer's device list (explicit
 ``gpu=``, inherited from the first input, or device 0 next to a data layer),
 checks every placement rule, derives shards, passes and activation periods
-and each layer's update period, and emits the operation list of
-:mod:`convnet.plan.ops` with a copy wherever an activation or a gradient crosses
-devices.  Every broken rule raises :class:`PlanError` naming the layers.
+and each layer's update period, and has :mod:`convnet.plan.scheduler` emit the
+operation list of :mod:`convnet.plan.ops` (with micro-batches, the pipelined
+order of docs/PIPELINE.md).  Every broken rule raises :class:`PlanError` naming
+the layers.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from collections import defaultdict
 
 from convnet.config.model import LayerDef, NetConfig
 from convnet.errors import PlanError
-from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy,
-                          LayerPlacement, Load, Op, Plan, Update)
+from convnet.plan.ops import LayerPlacement, Plan
+from convnet.plan.scheduler import Scheduler
 
 
-def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int) -> Plan:
-    """Plan ``net`` on the logical devices ``0..len(gpus)-1`` for minibatches of ``minibatch``."""
+def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int,
+              micro_batches: int = 1) -> Plan:
+    """Plan ``net`` on the logical devices ``0..len(gpus)-1`` for minibatches of ``minibatch``,
+    each shard cut into ``micro_batches`` pieces (docs/PIPELINE.md)."""
     gpus = tuple(int(g) for g in gpus)
     if not gpus:
         raise PlanError("--gpu lists no device")
@@ -35,6 +38,10 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int)
         raise PlanError(f"--mini {minibatch} must be a positive multiple of the largest replica "
                         f"count {rmax} (layer "
                         f"'{_first_with(_named_counts(net, devices), rmax)}')")
+    if micro_batches < 1 or micro_batches > minibatch // rmax:
+        raise PlanError(f"--micro-batches {micro_batches} must be between 1 and the "
+                        f"{minibatch // rmax} case(s) of a shard (--mini {minibatch} cut into "
+                        f"{rmax} shard(s)), so that every micro-batch has a case")
     num_passes = rmax // rmin
     periods = {name: r // rmin for name, r in counts.items()}
     trainable = _trainable_upstream(net)
@@ -55,8 +62,8 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int)
     plan = Plan(layers=placements, ops=[], num_devices=len(gpus), physical_devices=gpus,
                 num_shards=rmax, num_passes=num_passes, rmin=rmin,
                 scheme=_net_scheme(schemes, devices, num_passes), minibatch=minibatch,
-                notes=_notes(net, sources, gpus))
-    plan.ops = _Scheduler(net, plan).build()
+                notes=_notes(net, sources, gpus), micro_batches=micro_batches)
+    plan.ops = Scheduler(net, plan).build()
     return plan
 
 
@@ -268,106 +275,3 @@ def _notes(net: NetConfig, sources: dict[str, str], gpus: tuple[int, ...]) -> li
             notes.append(f"logical devices {', '.join(map(str, logicals))} share physical "
                          f"device {physical}")
     return notes
-
-
-class _Scheduler:
-    """Emits the operations of one minibatch and the dependencies between them."""
-
-    def __init__(self, net: NetConfig, plan: Plan):
-        self.net = net
-        self.plan = plan
-        self.ops: list[Op] = []
-        self.writers: dict[tuple, list[int]] = defaultdict(list)
-        self.present: dict[tuple, int] = {}  # (layer, shard, device) -> op that put it there
-
-    def build(self) -> list[Op]:
-        order = [l for l in self.net if not l.is_data and l.name in self.plan.layers]
-        for p in range(self.plan.num_passes):
-            for ldef in order:
-                if p % self.plan.layers[ldef.name].period == 0:
-                    self._forward(ldef, p)
-            for ldef in reversed(order):
-                placement = self.plan.layers[ldef.name]
-                if placement.needs_backward and (p + 1) % placement.period == 0:
-                    self._backward(ldef, p)
-        return self.ops
-
-    def _shard_bytes(self, layer: str) -> int:
-        return self.net[layer].outputs * self.plan.shard_size * FLOAT_BYTES
-
-    def _emit(self, cls, reads, writes, **fields) -> int:
-        deps = sorted({w for key in reads for w in self.writers.get(key, ())})
-        index = len(self.ops)
-        self.ops.append(cls(index=index, deps=tuple(deps), **fields))
-        for key in writes:
-            self.writers[key].append(index)
-        return index
-
-    def _bring(self, layer: str, shard: int, device: int, p: int) -> None:
-        """Make ``layer``'s activation of ``shard`` present on ``device``."""
-        if (layer, shard, device) in self.present:
-            return
-        key = ("act", layer, shard, device)
-        if self.net[layer].is_data:
-            index = self._emit(Load, (), (key,), pass_index=p, layer=layer, shard=shard,
-                               device=device, nbytes=self._shard_bytes(layer))
-        else:
-            _, src = self.plan.producer_of(layer, shard)
-            index = self._emit(Copy, (("act", layer, shard, src),), (key,), pass_index=p,
-                               layer=layer, shard=shard, src=src, dst=device,
-                               nbytes=self._shard_bytes(layer))
-        self.present[(layer, shard, device)] = index
-
-    def _forward(self, ldef: LayerDef, p: int) -> None:
-        placement = self.plan.layers[ldef.name]
-        for replica, device in enumerate(placement.devices):
-            shard = placement.shard(p, replica, self.plan.rmin)
-            for inp in ldef.inputs:
-                self._bring(inp, shard, device, p)
-            reads = [("act", i, shard, device) for i in ldef.inputs]
-            reads.append(("w", ldef.name, replica))
-            self._emit(Forward, reads, [("act", ldef.name, shard, device)], pass_index=p,
-                       layer=ldef.name, replica=replica, shard=shard, device=device)
-            self.present[(ldef.name, shard, device)] = len(self.ops) - 1
-
-    def _backward(self, ldef: LayerDef, p: int) -> None:
-        placement = self.plan.layers[ldef.name]
-        start = p - placement.period + 1
-        for replica, device in enumerate(placement.devices):
-            shard = placement.shard(start, replica, self.plan.rmin)
-            reads = [("grad", ldef.name, shard, device), ("act", ldef.name, shard, device),
-                     ("w", ldef.name, replica)]
-            reads += [("act", i, shard, device) for i in ldef.inputs]
-            writes = [("wgrad", ldef.name, replica)]
-            pulls = []
-            for inp, wanted in zip(ldef.inputs, placement.input_grads):
-                if not wanted or any(inp == pulled for pulled, _ in pulls):
-                    continue  # an input listed twice still gets one pulled gradient
-                _, src_device = self.plan.producer_of(inp, shard)
-                if src_device == device:
-                    writes.append(("grad", inp, shard, device))
-                else:
-                    writes.append(("gout", ldef.name, inp, shard, device))
-                    pulls.append((inp, src_device))
-            self._emit(Backward, reads, writes, pass_index=p, layer=ldef.name, replica=replica,
-                       shard=shard, device=device)
-            for inp, dst in pulls:
-                self._emit(GradCopy, [("gout", ldef.name, inp, shard, device)],
-                           [("grad", inp, shard, dst)], pass_index=p, layer=inp,
-                           consumer=ldef.name, shard=shard, src=device, dst=dst,
-                           nbytes=self._shard_bytes(inp))
-        if ldef.has_weights and (p + 1) % placement.update_period == 0:
-            self._update(ldef, placement, p)
-
-    def _update(self, ldef: LayerDef, placement: LayerPlacement, p: int) -> None:
-        wgrads = [("wgrad", ldef.name, r) for r in range(placement.replicas)]
-        if placement.replicas > 1:
-            self._emit(AllReduce, wgrads, wgrads, pass_index=p, layer=ldef.name,
-                       replica_devices=placement.devices,
-                       nbytes=placement.param_count * FLOAT_BYTES)
-        scale = placement.update_period / self.plan.num_passes
-        for replica, device in enumerate(placement.devices):
-            self._emit(Update, [("wgrad", ldef.name, replica)],
-                       [("w", ldef.name, replica), ("wgrad", ldef.name, replica)],
-                       pass_index=p, layer=ldef.name, replica=replica, device=device,
-                       num_cases_scale=scale)

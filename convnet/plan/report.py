@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from convnet.config.model import NetConfig
 from convnet.plan.memory import memory_peaks
 from convnet.plan.ops import FLOAT_BYTES, AllReduce, Copy, GradCopy, Load, Plan
+from convnet.plan.pipeline import pipeline_summary, pipeline_text
 
 PARAM_COPIES = 3  # weights, gradient accumulator, momentum
 
@@ -67,6 +68,8 @@ def plan_summary(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(
         "num_shards": plan.num_shards,
         "shard_size": plan.shard_size,
         "num_passes": plan.num_passes,
+        "micro_batches": plan.micro_batches,
+        "pipeline": pipeline_summary(plan, net),
         "devices": [{"logical": d, "physical": p} for d, p in enumerate(plan.physical_devices)],
         "notes": plan.notes,
         "layers": [dict(asdict(p), replicas=p.replicas) for p in plan.layers.values()],
@@ -115,7 +118,7 @@ def byte_unit(values) -> tuple[str, int]:
 
 def _cell(op) -> str:
     """What one op does on the device whose column it is in (its layer is in the row)."""
-    shard = f"s{op.shard}" if hasattr(op, "shard") else ""
+    shard = f"s{op.shard}" if hasattr(op, "shard") else ""  # with micro-batches: the piece
     if isinstance(op, GradCopy):
         return f"{shard} d({op.consumer}) from {op.src}"
     if isinstance(op, Copy):
@@ -160,6 +163,14 @@ def schedule_text(plan: Plan) -> list[str]:
     return lines
 
 
+def _piece_legend(plan: Plan) -> str:
+    if plan.micro_batches == 1:
+        return "sN = shard N"
+    if plan.num_shards == 1:
+        return "sN = micro-batch N"
+    return f"sN = micro-batch N // {plan.num_shards} of shard N % {plan.num_shards}"
+
+
 def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) -> str:
     """A readable report: layers, the pass schedule per device, per-device totals
     (``shared``: as for :func:`device_totals`)."""
@@ -182,10 +193,12 @@ def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) 
                                         "replicas", "runs", "scheme", "update", "placement"])
     lines += ["", "Schedule (per pass, in execution order): a row is one step, a cell what that "
                   "device does;",
-              "sN = shard N, 'from D' = pulled from device D, d(L) = the gradient that layer "
-              "L computed,",
+              _piece_legend(plan) +
+              ", 'from D' = pulled from device D, d(L) = the gradient that layer L computed,",
               "* = every replica, moved = bytes copied or all-reduced"]
     lines += schedule_text(plan)
+    if plan.micro_batches > 1:
+        lines += [""] + pipeline_text(plan, net, human_bytes)
     lines += ["", "Totals per device (per minibatch)"]
     totals = device_totals(plan, net, shared)
     fields = ("param_bytes", "activation_bytes", "peak_bytes", "sent_bytes", "received_bytes",

@@ -239,7 +239,7 @@ class CostModel:
             return (overhead + share) / self.speed
         if action is TaskAction.UPDATE:
             return cost.fixed / self.speed
-        return cost.at(plan.shard_size) / self.speed
+        return cost.at(plan.piece_size) / self.speed  # an operation works on one piece
 
     @staticmethod
     def _weight_bytes(plan: Plan, layer: str) -> int:

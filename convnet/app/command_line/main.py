@@ -128,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--mini", type=positive_int, default=None, metavar="N",
                      help="minibatch size in cases; a multiple of the largest replica count "
                           "[resumable] (default: 128)")
+    net.add_argument("--micro-batches", type=positive_int, default=None, metavar="M",
+                     help="cut every shard of a minibatch into M micro-batches that flow "
+                          "through the devices as a pipeline (fill-drain); the weights update "
+                          "where they would without; see docs/PIPELINE.md [resumable, another "
+                          "M may be given on resume] (default: 1)")
     net.add_argument("--seed", type=non_negative_int, default=None, metavar="N",
                      help="seed of the initial weights, dropout masks and data augmentation "
                           "[resumable] (default: 0)")

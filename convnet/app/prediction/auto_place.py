@@ -7,8 +7,9 @@ The per-layer costs are profiled once (every layer on one device, see
 :mod:`convnet.app.prediction.simulation`), and every candidate is simulated from that
 profile (shard times scaled by cases, see :mod:`convnet.simulate.costs`), so
 the search costs one short profile however many candidates there are.  The
-candidates are those of :mod:`convnet.plan.placements`; any the planner refuses
-is listed with its reason and left out of the ranking.
+candidates are those of :mod:`convnet.plan.placements` and the layer-wise
+splits with micro-batches of :mod:`convnet.plan.layer_cuts`; any the planner
+refuses is listed with its reason and left out of the ranking.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from convnet.config.ini import read_text
 from convnet.config.model import NetConfig
 from convnet.errors import ConvnetError, PlanError
 from convnet.outputs import refuse_existing, write_outputs
+from convnet.plan.layer_cuts import pipeline_candidates
 from convnet.plan.ops import Plan
 from convnet.plan.placements import Candidate, candidates
 from convnet.plan.planner import make_plan
@@ -46,9 +48,10 @@ class Ranking:
 def rank(opts: RunOptions, net: NetConfig) -> Ranking:
     """Plan and simulate every candidate placement of ``net`` on ``opts.gpu``."""
     plans, refused = [], []
-    for candidate in candidates(net, opts.auto_place):
+    for candidate in candidates(net, opts.auto_place) + pipeline_candidates(net, opts.auto_place):
         try:
-            plans.append((candidate, make_plan(candidate.apply(net), opts.gpu, opts.mini)))
+            plans.append((candidate, make_plan(candidate.apply(net), opts.gpu, opts.mini,
+                                               candidate.micro_batches)))
         except PlanError as error:
             refused.append((candidate.name, str(error)))
     if not plans:
@@ -118,9 +121,12 @@ def run(opts: RunOptions) -> int:
         names = " and ".join(str(path) for path, _ in files)
         raise ConvnetError(f"--auto-place: cannot write {names}: {error.strerror or error} "
                            "(nothing written)") from None
+    micro = (f" --micro-batches {best.candidate.micro_batches}"
+             if best.candidate.micro_batches > 1 else "")
     if periods:
         print(f"best: {best.candidate.name}, written to {out} and {params_out} "
-              f"(train with --layer-params {params_out})")
+              f"(train with --layer-params {params_out}{micro})")
     else:
-        print(f"best: {best.candidate.name}, written to {out}")
+        print(f"best: {best.candidate.name}, written to {out}" +
+              (f" (train with{micro})" if micro else ""))
     return 0

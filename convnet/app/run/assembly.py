@@ -130,7 +130,7 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
     net = load_net_for(opts, provider)
     check_layer_syncs(net, opts.sync)
     try:
-        return net, launch.plan_across_ranks(net, opts.gpu, opts.mini)
+        return net, launch.plan_across_ranks(net, opts.gpu, opts.mini, opts.micro_batches)
     except ConfigError as error:
         saved = opts.resume.saved_options.get("gpu") if opts.resume is not None else None
         needed = devices_needed(net)
@@ -169,7 +169,10 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> TrainingExecu
         return AsyncReplicas(net, plan, devices, staleness, seed=opts.seed, slowdown=slowdown,
                              cluster=cluster)
     periods = apart_periods(plan, net, local_sgd) if staleness is None else None
-    if periods and cluster.size == 1 and not (opts.sequential or opts.profile):
+    # The replicas that run apart are one-device executors: nothing to pipeline, so
+    # micro-batches keep the lockstep walk.
+    if periods and cluster.size == 1 and plan.micro_batches == 1 \
+            and not (opts.sequential or opts.profile):
         return LocalReplicas(net, plan, devices, periods, seed=opts.seed, slowdown=slowdown)
     # Any other plan keeps its lockstep steps; under async:S only the replicated layers'
     # increments move apart (convnet.runtime.processes.increment_exchange).

@@ -49,7 +49,10 @@ def minibatch_line(plan: Plan, batch_cases: int) -> str:
     capped = f" (--mini {plan.minibatch} capped at a data batch)" if mini < plan.minibatch else ""
     shards = (f" = {plan.num_shards} shards of {mini // plan.num_shards}"
               if plan.num_shards > 1 else "")
-    return (f"minibatch {mini} cases{capped}{shards}, {plan.num_passes} pass(es) per "
+    each = "each shard " if plan.num_shards > 1 else ""
+    micro = (f", {each}in {plan.micro_batches} micro-batches (a pipeline)"
+             if plan.micro_batches > 1 else "")
+    return (f"minibatch {mini} cases{capped}{shards}{micro}, {plan.num_passes} pass(es) per "
             f"minibatch")
 
 

@@ -95,7 +95,8 @@ class StopAtBatchEnd(KeyboardInterrupt):
 
 def minibatch_bounds(n: int, mini: int, shards: int) -> list[tuple[int, int]]:
     """(start, stop) of each minibatch of a batch of ``n`` cases: ``mini`` cases each; a
-    tail too short to give every shard a case joins the minibatch before it."""
+    tail too short to give every piece (``shards``: every shard's micro-batches) a case
+    joins the minibatch before it."""
     if n < shards:
         raise DataError(f"a batch of {n} case(s) is too small for {shards} shards")
     starts = list(range(0, n, mini))
@@ -206,7 +207,7 @@ class Trainer:
         if self.announce:
             print_opening(self.log, opts, self.plan, self.provider, batch_cases, self.save_dir,
                           self.epoch, self.batch_index)
-        self._per_batch = len(minibatch_bounds(batch_cases, opts.mini, self.plan.num_shards))
+        self._per_batch = len(minibatch_bounds(batch_cases, opts.mini, self.plan.num_pieces))
         test_freq = opts.test_freq or len(batches)
         self.log.restart_clock()
         try:
@@ -386,6 +387,6 @@ class Trainer:
         """Cut a batch into --mini sized minibatches; a tail too short to be cut into
         one case per shard joins the minibatch before it (cut as evenly as possible)."""
         for start, stop in minibatch_bounds(len(batch[0]), self.opts.mini,
-                                            self.plan.num_shards):
+                                            self.plan.num_pieces):
             yield [column[start:stop] for column in batch]
 

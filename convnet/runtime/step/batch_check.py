@@ -35,7 +35,8 @@ def check_batch(net: NetConfig, plan: Plan, batch: list) -> int:
     if len(sizes) != 1:
         raise DataError(f"data columns have different case counts: {sorted(sizes)}")
     num_cases = sizes.pop()
-    if num_cases < plan.num_shards:
-        raise DataError(f"a minibatch of {num_cases} case(s) cannot be split into "
-                        f"{plan.num_shards} shards")
+    if num_cases < plan.num_pieces:
+        pieces = (f"{plan.num_shards} shards" if plan.micro_batches == 1 else
+                  f"{plan.num_shards} shard(s) of {plan.micro_batches} micro-batches")
+        raise DataError(f"a minibatch of {num_cases} case(s) cannot be split into {pieces}")
     return num_cases

@@ -55,7 +55,7 @@ import time
 
 import numpy as np
 
-from convnet.plan.ops import shard_bounds
+from convnet.plan.ops import piece_bounds, shard_bounds
 from convnet.runtime.step.batch_check import check_batch
 from convnet.runtime.step.executor_setup import ExecutorSetup
 from convnet.runtime.step.records import OpTiming, StepBuffers, StepResult
@@ -142,13 +142,14 @@ class Executor(ExecutorSetup, TaskActions):
         buffers = self._run_tasks(batch, self._eval_tasks, train=False, progress=0.0)
         placement = self.plan.layers[layer]
         parts = {}
-        for shard in range(self.plan.num_shards):
-            _, device = self.plan.producer_of(layer, shard)
+        for piece in range(self.plan.num_pieces):
+            _, device = self.plan.producer_of(layer, piece)
             if self.cluster.is_local(device):
-                parts[shard] = self.devices[device].to_host(buffers.acts[(layer, shard, device)])
+                parts[piece] = self.devices[device].to_host(buffers.acts[(layer, piece, device)])
         if self.cluster.size > 1:
             parts = {s: a for share in self.cluster.comm.allgather(parts) for s, a in share.items()}
-        return (np.concatenate([parts[s] for s in range(self.plan.num_shards)])
+        in_case_order = sorted(range(self.plan.num_pieces), key=lambda i: buffers.pieces[i])
+        return (np.concatenate([parts[i] for i in in_case_order])
                 if placement.devices else np.empty((0,)))
 
     def drain(self) -> None:
@@ -193,7 +194,10 @@ class Executor(ExecutorSetup, TaskActions):
     def _run_tasks(self, batch, tasks: list[Task], train: bool, progress: float,
                    case_offset: int = 0, update_cases: float | None = None) -> StepBuffers:
         num_cases = check_batch(self.net, self.plan, batch)
-        buffers = StepBuffers(batch=batch, bounds=shard_bounds(num_cases, self.plan.num_shards),
+        plan = self.plan
+        buffers = StepBuffers(batch=batch, bounds=shard_bounds(num_cases, plan.num_shards),
+                              pieces=piece_bounds(num_cases, plan.num_shards,
+                                                  plan.micro_batches),
                               ctx_base={"train": train, "seed": self.seed,
                                         "step": self.step_count},
                               progress=progress, case_offset=case_offset,

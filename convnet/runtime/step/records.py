@@ -39,7 +39,8 @@ class StepBuffers:
     """Everything one minibatch creates; dropped when the step ends."""
 
     batch: list
-    bounds: list[tuple[int, int]]
+    bounds: list[tuple[int, int]]  # of each shard: what an update's numCases counts
+    pieces: list[tuple[int, int]]  # of each piece (a shard's micro-batch): what a task reads
     ctx_base: dict
     progress: float  # of training, in [0, 1]: what the learning-rate schedules read
     case_offset: int = 0  # of the first case, where the batch is a shard of a larger one

@@ -69,13 +69,13 @@ class TaskActions:
         ctx = buffers.contexts.get(shard)
         if ctx is None:
             ctx = buffers.contexts[shard] = Context(
-                case_offset=buffers.case_offset + buffers.bounds[shard][0], **buffers.ctx_base)
+                case_offset=buffers.case_offset + buffers.pieces[shard][0], **buffers.ctx_base)
         return ctx
 
     def _load(self, task: Task, buffers: StepBuffers, device: int | None) -> None:
         op = task.op
         ldef = self.net[op.layer]
-        start, stop = buffers.bounds[op.shard]
+        start, stop = buffers.pieces[op.shard]
         column = buffers.batch[ldef.attrs["dataIdx"]][start:stop]
         column = column.reshape((stop - start,) + tuple(ldef.output_shape))
         buffers.acts[(op.layer, op.shard, op.device)] = self.devices[op.device].to_device(column)

@@ -12,7 +12,7 @@ in-process pull it replaces would have put it:
   for it.
 
 Arrays travel through the host as float32.  Receive buffers are made with
-the shape both sides derive from the plan (shard bounds, output shapes,
+the shape both sides derive from the plan (piece bounds, output shapes,
 slice bounds), so no shape is ever sent.  Pending sends are completed when
 the step ends (:meth:`Transfers.finish_sends`): until then each request
 keeps its array alive, and every send carries an array that nothing writes
@@ -69,7 +69,7 @@ class Transfers:
     def recv(self, task, buffers) -> None:
         op, transfer, device = task.op, task.transfer, self.devices[task.device]
         if transfer.what in ("act", "grad"):
-            start, stop = buffers.bounds[op.shard]
+            start, stop = buffers.pieces[op.shard]
             out = np.empty((stop - start,) + tuple(self.net[op.layer].output_shape), np.float32)
             self.comm.recv(out, transfer.peer, transfer.tag)
             key = (op.layer, op.shard, op.dst)
