@@ -88,7 +88,8 @@ def connect() -> tuple[Communicator, tuple[str, ...]]:
                           f"{launched_size()} processes, but mpi4py cannot be imported "
                           f"({error}); install the 'mpi' extra: pip install -e '.[mpi]'") from None
     comm = MpiCommunicator()
-    return comm, tuple(comm.allgather(socket.gethostname()))
+    return comm, tuple(comm.allgather(socket.gethostname(),
+                                        what="starting up: the host names"))
 
 
 class RemoteDevice:

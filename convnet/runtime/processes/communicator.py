@@ -13,6 +13,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, NoReturn
 
+#: Seconds a wait on another rank may last (``--rank-timeout``'s default): longer than
+#: any wait of a healthy run (a slow rank's step of a big net on CPU devices, rank 0
+#: writing a large checkpoint to a slow disk while the others wait in the next step),
+#: short enough that a stopped or hung rank does not hold a run for hours.
+DEFAULT_WAIT_LIMIT = 600.0
+
 
 class Communicator(ABC):
     """What the executor needs from the processes of a run.
@@ -28,6 +34,9 @@ class Communicator(ABC):
     size: int
     tag_limit: int
     """Tags are ``0 .. tag_limit - 1``."""
+    wait_limit: float | None = None
+    """Seconds any wait on another rank may last before the run ends with a
+    :class:`~convnet.errors.RankError` naming that rank (None: no bound)."""
 
     @abstractmethod
     def isend(self, array, dest: int, tag: int) -> Any:
@@ -35,8 +44,9 @@ class Communicator(ABC):
         The array must stay unchanged until then (the request keeps it alive)."""
 
     @abstractmethod
-    def recv(self, out, source: int, tag: int) -> None:
-        """Receive into the contiguous float32 array ``out``, blocking until it arrived."""
+    def recv(self, out, source: int, tag: int, what: str = "a transfer") -> None:
+        """Receive into the contiguous float32 array ``out``, blocking until it arrived
+        (``what`` names it in the error if it does not)."""
 
     @abstractmethod
     def wait_all(self, requests: list) -> None:
@@ -62,11 +72,11 @@ class Communicator(ABC):
         """Give up a pending :meth:`irecv_bytes` (when the courier stops)."""
 
     @abstractmethod
-    def allgather(self, obj) -> list:
+    def allgather(self, obj, what: str = "a collective") -> list:
         """Every rank's ``obj``, in rank order, on every rank."""
 
     @abstractmethod
-    def gather(self, obj, root: int = 0) -> list | None:
+    def gather(self, obj, root: int = 0, what: str = "a collective") -> list | None:
         """Every rank's ``obj`` in rank order on ``root``; None elsewhere."""
 
     @abstractmethod
@@ -90,7 +100,7 @@ class LocalCommunicator(Communicator):
     def isend(self, array, dest, tag):
         raise RuntimeError("a one-process run has no other rank to send to")
 
-    def recv(self, out, source, tag):
+    def recv(self, out, source, tag, what="a transfer"):
         raise RuntimeError("a one-process run has no other rank to receive from")
 
     def wait_all(self, requests):
@@ -109,10 +119,10 @@ class LocalCommunicator(Communicator):
     def cancel(self, request):
         raise RuntimeError("a one-process run has no pending transfers")
 
-    def allgather(self, obj):
+    def allgather(self, obj, what="a collective"):
         return [obj]
 
-    def gather(self, obj, root=0):
+    def gather(self, obj, root=0, what="a collective"):
         return [obj]
 
     def duplicate(self):
@@ -122,4 +132,4 @@ class LocalCommunicator(Communicator):
         raise SystemExit(code)
 
 
-__all__ = ["Communicator", "LocalCommunicator"]
+__all__ = ["DEFAULT_WAIT_LIMIT", "Communicator", "LocalCommunicator"]

@@ -238,7 +238,8 @@ class AsyncReplicas(ReplicaThreads):
         results = [done for per_replica in self._on_every_replica(evaluate_pieces)
                    for done in per_replica]
         if self.cluster.size > 1:
-            results = [done for share in self.cluster.comm.allgather(results) for done in share]
+            results = [done for share in self.cluster.comm.allgather(
+                results, what="gathering a test's results") for done in share]
         return combined([result for _, result in sorted(results, key=lambda d: d[0])])
 
     def _claim_piece(self, stream: int, limit: int) -> int:
