@@ -299,7 +299,18 @@ def main(argv: list[str] | None = None) -> int:
     """The command line; under an MPI launcher, as one process of the run."""
     from convnet.app.launch import run_as_rank
 
-    return run_as_rank(_main, argv)
+    return run_as_rank(_main, argv, _early_rank_timeout(argv))
+
+
+def _early_rank_timeout(argv: list[str] | None) -> float | None:
+    """--rank-timeout, read ahead of the other options: it also bounds MPI's start-up,
+    which comes first (a bad value is reported by the full parse, later)."""
+    early = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    early.add_argument("--rank-timeout", type=rank_timeout, default=DEFAULT_WAIT_LIMIT)
+    try:
+        return early.parse_known_args(argv)[0].rank_timeout
+    except argparse.ArgumentError:
+        return DEFAULT_WAIT_LIMIT
 
 
 def _main(argv: list[str] | None) -> int:

@@ -114,6 +114,7 @@ class IncrementExchange:
         # (layer, receiver here) -> increments the replicas on other ranks post to it per step
         self._remote_posts: dict[tuple[str, int], int] = {}
         self._link = None
+        self._cluster = cluster
         if cluster is not None and cluster.size > 1:
             for layer, devs in replicas.items():
                 remote = sum(posts.get((layer, r), 0) for r, d in enumerate(devs) if not here(d))
@@ -165,8 +166,11 @@ class IncrementExchange:
         key = (layer, receiver)
         with self._cv:
             waited = False
+            bound = self._bound(f"layer {layer}'s increments")
             while any(s <= oldest_allowed for s, n in self._transit[key].items() if n > 0):
                 self._raise_if_failed()
+                if bound is not None:
+                    bound.check()
                 if not waited:
                     self.record.waits += 1
                     waited = True
@@ -186,10 +190,17 @@ class IncrementExchange:
         """Wait until every increment posted to the replicas here has arrived (in a
         multi-process run: of every step that ended)."""
         with self._cv:
+            bound = self._bound("every increment, before a test or a save")
             while not self._settled():
                 self._raise_if_failed()
+                if bound is not None:
+                    bound.check()
                 self._cv.wait(_POLL_SECONDS)
             self._raise_if_failed()
+
+    def _bound(self, what: str):
+        """The bound of a wait for increments from other ranks (none in one process)."""
+        return self._cluster.comm.bound(what) if self._cluster is not None else None
 
     def close(self) -> None:
         """Stop the courier (and the link to the other ranks: first, for at most

@@ -30,7 +30,8 @@ import numpy as np
 from mpi4py import MPI
 
 from convnet.errors import DeviceError, RankError
-from convnet.runtime.processes.communicator import DEFAULT_WAIT_LIMIT, Communicator
+from convnet.runtime.processes.communicator import (DEFAULT_WAIT_LIMIT, Communicator,
+                                                    WaitBound, ranks_text)
 
 
 ABORT_PAUSE_SECONDS = 0.2  # before MPI_Abort, for the launcher to forward the last output
@@ -38,27 +39,17 @@ _SPINS = 100  # tests before the first pause: a transfer in flight often lands i
 _FIRST_PAUSE, _LONGEST_PAUSE = 20e-6, 1e-3  # seconds; the pause grows by half each time
 
 
-def ranks_text(ranks) -> str:
-    ranks = sorted(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else \
-        f"ranks {', '.join(map(str, ranks))}"
-
-
-def await_requests(requests: list, limit: float | None, peers, what: str) -> None:
+def await_requests(requests: list, bound: WaitBound) -> None:
     """Wait until every MPI request of ``requests`` is done, testing them with pauses
     that grow from 20 µs to 1 ms (a late message costs at most half the time already
-    waited, or 1 ms, and a long wait almost no CPU); after ``limit`` seconds raise a
-    :class:`RankError` naming ``peers``, the ranks waited on, and ``what``."""
-    deadline = None if limit is None else time.monotonic() + limit
+    waited, or 1 ms, and a long wait almost no CPU); ``bound`` ends a wait that lasts
+    too long with a :class:`RankError`."""
     tries, pause = 0, _FIRST_PAUSE
     while not MPI.Request.Testall(requests):
         tries += 1
         if tries <= _SPINS:
             continue
-        if deadline is not None and time.monotonic() > deadline:
-            raise RankError(f"waited {limit:g} s for {ranks_text(peers)} ({what}) without an "
-                            f"answer: stopped, hung or far slower than this rank "
-                            f"(--rank-timeout SECONDS sets the bound)")
+        bound.check()
         time.sleep(pause)
         pause = min(pause * 1.5, _LONGEST_PAUSE)
 
@@ -96,7 +87,7 @@ class MpiCommunicator(Communicator):
 
     def _await(self, requests: list, peers, what: str) -> None:
         with peer_failures(peers, what):
-            await_requests(requests, self.wait_limit, peers, what)
+            await_requests(requests, self.bound(what, peers))
 
     def isend(self, array, dest, tag):
         array = np.ascontiguousarray(array, dtype=np.float32)
@@ -188,5 +179,4 @@ def _layout(sizes: np.ndarray) -> tuple[list[int], list[int]]:
     return counts, [int(d) for d in np.concatenate([[0], np.cumsum(sizes)[:-1]])]
 
 
-__all__ = ["MpiCommunicator", "await_requests", "peer_failures",
-           "ranks_text"]
+__all__ = ["MpiCommunicator", "await_requests", "peer_failures"]
