@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from convnet.errors import ConvnetError
 from convnet.runtime.processes.cluster import Cluster
 from convnet.runtime.processes.increment_link import IncrementLink
-from convnet.runtime.processes.polling_courier import CLOSE_SECONDS
+from convnet.runtime.processes.polling_courier import close_seconds
 
 _POLL_SECONDS = 0.05
 
@@ -204,13 +204,13 @@ class IncrementExchange:
 
     def close(self) -> None:
         """Stop the courier (and the link to the other ranks: first, for at most
-        :data:`~convnet.runtime.processes.polling_courier.CLOSE_SECONDS`, wait for what they sent
+        :func:`~convnet.runtime.processes.polling_courier.close_seconds`, wait for what they sent
         in the steps that ended, so that their links see their sends taken and stop at
         once too; not after a failure)."""
         if self._link is not None:
             with self._cv:
                 self._cv.wait_for(lambda: self._failure is not None or self._settled(),
-                                  timeout=CLOSE_SECONDS)
+                                  timeout=close_seconds(self._cluster.comm))
             self._link.close()
         with self._cv:
             self._closing = True
