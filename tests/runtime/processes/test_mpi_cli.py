@@ -53,6 +53,9 @@ def test_two_processes_save_what_one_process_saves(tmp_path, config):
     _assert_same_state(tmp_path / "A", tmp_path / "B")
     assert done.stdout.count("test cost") == alone.stdout.count("test cost") == 1
     assert done.stderr == ""  # one log, from rank 0; nothing from the others
+    # the banner names each logical device's process and host, as --print-plan does
+    assert re.search(r"0 -> rank 0 on \S+: (CPU worker|GPU) 0, 1 -> rank 1 on \S+: (CPU worker|GPU) 0",
+                     done.stdout), done.stdout
 
 
 def test_resume_with_another_process_count(tmp_path):

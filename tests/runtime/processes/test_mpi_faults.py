@@ -75,6 +75,10 @@ def _ends_after_stop(job: subprocess.Popen, pid: int) -> str:
     stopped = time.monotonic()
     try:
         _, err = job.communicate(timeout=BOUND + 30)
+        gone = time.monotonic() + 5  # the launcher's abort ends the stopped rank too
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < gone:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{pid}").exists()
     finally:
         if job.poll() is None:
             job.kill()
