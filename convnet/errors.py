@@ -108,3 +108,7 @@ class DivergedError(TrainingError):
 
 class DeviceError(ConvnetError):
     """A logical device that cannot be used (bad index, missing backend)."""
+
+
+class RankError(ConvnetError):
+    """Another process of a multi-process run is gone, stopped or too slow to answer."""

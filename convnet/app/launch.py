@@ -25,16 +25,18 @@ import traceback
 from convnet.errors import ConvnetError, PlanError, UsageError
 from convnet.plan.planner import make_plan
 from convnet.runtime.processes.cluster import Cluster, connect
-from convnet.runtime.processes.communicator import Communicator
+from convnet.runtime.processes.communicator import DEFAULT_WAIT_LIMIT, Communicator
 
 _processes: tuple[Communicator, tuple[str, ...]] | None = None
 
 
-def processes() -> tuple[Communicator, tuple[str, ...]]:
-    """This run's communicator and host names (connected once per process)."""
+def processes(wait_limit: float | None = DEFAULT_WAIT_LIMIT) -> tuple[Communicator,
+                                                                      tuple[str, ...]]:
+    """This run's communicator and host names (connected once per process, the first
+    call's ``wait_limit`` bounding MPI's start-up)."""
     global _processes
     if _processes is None:
-        _processes = connect()
+        _processes = connect(wait_limit)
     return _processes
 
 
@@ -118,14 +120,15 @@ class _RankStderr(io.TextIOBase):
         return self._target.isatty()
 
 
-def run_as_rank(main, argv) -> int:
+def run_as_rank(main, argv, wait_limit: float | None = DEFAULT_WAIT_LIMIT) -> int:
     """``main(argv)`` as this process's part of the run; returns its exit code.
 
     In a multi-process run a non-zero code (or an unexpected exception) ends
-    every process of the run with that code.
+    every process of the run with that code.  ``wait_limit`` (``--rank-timeout``)
+    bounds MPI's start-up, before the command line is parsed.
     """
     try:
-        comm, _ = processes()
+        comm, _ = processes(wait_limit)
     except ConvnetError as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return error.exit_code

@@ -102,6 +102,12 @@ def max_test_err(text: str) -> float:
     return _finite(text, 0.0, 1.0, hint=" (a fraction: 0.05 means 5%)")
 
 
+def rank_timeout(text: str) -> float | None:
+    """--rank-timeout SECONDS: a positive number, or 0 for no bound (None)."""
+    seconds = _finite(text, low=0.0, hint=" (seconds; 0 waits without a bound)")
+    return seconds or None
+
+
 def batch_range(text: str) -> str:
     # Imported here, not above: the data package loads numpy, which --help does not need.
     from convnet.data.ranges import parse_range

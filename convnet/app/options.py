@@ -88,6 +88,7 @@ class RunOptions:
     slow_device: tuple[int | None, float] | None  # test-only: (logical device or None for
     # one drawn at random each step, slowdown factor)
     no_progress: bool
+    rank_timeout: float | None  # seconds a wait on another rank may last; None: no bound
     # tools
     print_plan: str | None  # "text" or "json"
     plan_graph: Path | None

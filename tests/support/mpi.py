@@ -69,6 +69,22 @@ def run_failing(n: int, program, args: list[str], folder: Path, out: str,
     return done.stderr
 
 
+def rank_pid(marker: str, rank: int) -> int | None:
+    """The pid of rank ``rank`` of the run started with ``env(CONVNET_TEST_RUN=marker)``
+    (read from /proc), or None while it has not started."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"CONVNET_TEST_RUN={marker}".encode() in environ and \
+                f"PMI_RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
 def run_alone(args: list[str], cwd, timeout: float = 120):
     """``python ARGS`` without a launcher."""
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env(), capture_output=True,

@@ -20,6 +20,7 @@ from convnet.app.comparison.compare import run_compare
 from convnet.app.run.memory_fit import memory_pools, weight_sharing
 from convnet.app.option_values import async_staleness
 from convnet.app.options import RunOptions, resolve_options
+from convnet.app.rank_agreement import check_started_alike
 from convnet.app.prediction.simulation import measure_costs
 from convnet.config.layer_types.memory_rules import winograd_conv_layers
 from convnet.config.values.typed import local_sgd_period
@@ -50,6 +51,9 @@ def run_command(args: argparse.Namespace) -> int:
         launch.require_one_process("--compare")
         return run_compare(args)  # several configs side by side
     opts = resolve_options(args)
+    comm, _ = launch.processes()
+    comm.wait_limit = opts.rank_timeout
+    check_started_alike(comm, opts, args.no_winograd)  # before any other collective
     if opts.print_plan or opts.plan_graph is not None:
         return print_plan(opts)
     if opts.check_grads:

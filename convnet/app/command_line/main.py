@@ -28,9 +28,11 @@ from convnet.app.invocation import program_name
 from convnet.app.option_values import (BACKEND_NAMES, DEFAULT_STALENESS, batch_range,
                                        color_noise, data_dims, flag, gpu_list, layer_name,
                                        max_test_err, non_negative_int, positive_int,
-                                       provider_name, scalar_mean, slow_device, sync_mode)
+                                       provider_name, rank_timeout, scalar_mean, slow_device,
+                                       sync_mode)
 from convnet.app.run.signals import Terminated, stop_handlers
 from convnet.errors import ConvnetError, UsageError
+from convnet.runtime.processes.communicator import DEFAULT_WAIT_LIMIT
 from convnet.simulate.hardware import DEVICE_KINDS
 
 #: (arguments, what they do) of the examples at the end of --help.
@@ -261,6 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "of 1e-5)")
     train.add_argument("--no-progress", action="store_true",
                        help="no progress bar (the per-test lines are still printed)")
+    train.add_argument("--rank-timeout", type=rank_timeout, default=DEFAULT_WAIT_LIMIT,
+                       metavar="SECONDS",
+                       help=f"under mpiexec: end the run with an error naming the rank when "
+                            f"a wait on another rank lasts longer than this (a stopped, hung "
+                            f"or lost process; default {DEFAULT_WAIT_LIMIT:g}; 0: no bound)")
     tools = p.add_argument_group("tools (print or check, then exit)")
     tools.add_argument("--print-plan", nargs="?", const="text", choices=("text", "json"),
                        default=None,
@@ -329,7 +336,18 @@ def main(argv: list[str] | None = None) -> int:
     """The command line; under an MPI launcher, as one process of the run."""
     from convnet.app.launch import run_as_rank
 
-    return run_as_rank(_main, argv)
+    return run_as_rank(_main, argv, _early_rank_timeout(argv))
+
+
+def _early_rank_timeout(argv: list[str] | None) -> float | None:
+    """--rank-timeout, read ahead of the other options: it also bounds MPI's start-up,
+    which comes first (a bad value is reported by the full parse, later)."""
+    early = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    early.add_argument("--rank-timeout", type=rank_timeout, default=DEFAULT_WAIT_LIMIT)
+    try:
+        return early.parse_known_args(argv)[0].rank_timeout
+    except argparse.ArgumentError:
+        return DEFAULT_WAIT_LIMIT
 
 
 def _main(argv: list[str] | None) -> int:

@@ -30,8 +30,10 @@ def print_opening(log: RunLog, opts: RunOptions, plan: Plan, provider, batch_cas
     ``batch_index`` say where a resumed run starts."""
     backend = choose_backend(opts.backend)
     files = [CHECKPOINT_NAME, CSV_NAME] + ([LOG_PNG] if has_matplotlib() else [])
+    cluster = launch.cluster_for(opts.gpu)
+    ranks = (cluster.devices_per_rank, cluster.hosts) if cluster.size > 1 else None
     for line in start_banner(opts.layer_def, plan, backend, provider, batch_cases, opts.epochs,
-                             save_dir, files):
+                             save_dir, files, ranks):
         log.note(line)
     if opts.resume is not None:
         log.note(f"resuming {shown_path(opts.resume.checkpoint)} at "

@@ -68,10 +68,16 @@ def _exit_at_once(signum, frame):
 
 def exit_cleanly_on_early_signals() -> None:
     """The launcher's first statement: Ctrl-C and SIGTERM while the program starts up
-    (importing numpy, parsing options) exit 130/143 with one line, like later ones."""
+    (importing numpy, parsing options) exit 130/143 with one line, like later ones.
+
+    ``convnet.py`` blocks both signals before it imports anything; they are let
+    through here, once the handlers are in place, so one that came in between is
+    handled now."""
     for signum in STOP_EXITS:
         if signum != signal.SIGINT or signal.getsignal(signum) is signal.default_int_handler:
             signal.signal(signum, _exit_at_once)
+    if hasattr(signal, "pthread_sigmask"):  # POSIX only
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOP_EXITS))
 
 
 def interrupt_requested() -> bool:

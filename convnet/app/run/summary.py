@@ -35,12 +35,25 @@ def oversubscription_warning(backend: str, num_devices: int) -> str | None:
             f"times and speedups measure that sharing, not the scheme")
 
 
-def device_line(backend: str, plan: Plan) -> str:
-    """``logical -> physical`` for every device, in the backend's words."""
+def device_line(backend: str, plan: Plan, ranks: tuple[int, tuple[str, ...]] | None = None) -> str:
+    """``logical -> physical`` for every device, in the backend's words; under mpiexec
+    (``ranks``: devices per rank and every rank's host) with the rank and host of each,
+    as in the processes table of ``--print-plan`` (physical numbers repeat across ranks)."""
     kind = "GPU" if backend == "cuda" else "CPU worker"
-    pairs = ", ".join(f"{d} -> {kind} {p}" for d, p in enumerate(plan.physical_devices))
-    cores = f" on {cpu_cores()} core(s)" if backend == "cpu" else ""
-    return f"{backend} backend, logical device -> physical: {pairs}{cores}"
+
+    def where(device: int) -> str:
+        if ranks is None:
+            return ""
+        rank = device // ranks[0]
+        return f"rank {rank} on {ranks[1][rank]}: "
+
+    pairs = ", ".join(f"{d} -> {where(d)}{kind} {p}" for d, p in enumerate(plan.physical_devices))
+    if ranks is None:
+        cores = f" on {cpu_cores()} core(s)" if backend == "cpu" else ""
+        return f"{backend} backend, logical device -> physical: {pairs}{cores}"
+    cores = f" ({cpu_cores()} core(s) on rank 0's host)" if backend == "cpu" else ""
+    return (f"{backend} backend on rank 0, logical device -> process and physical device: "
+            f"{pairs}{cores}")
 
 
 def minibatch_line(plan: Plan, batch_cases: int) -> str:
@@ -57,10 +70,11 @@ def minibatch_line(plan: Plan, batch_cases: int) -> str:
 
 
 def start_banner(layer_def: Path, plan: Plan, backend: str, provider, batch_cases: int,
-                 epochs: int, save_dir: Path | None, files: list[str]) -> list[str]:
+                 epochs: int, save_dir: Path | None, files: list[str],
+                 ranks: tuple[int, tuple[str, ...]] | None = None) -> list[str]:
     lines = [f"training {shown_path(layer_def)}: {plan.scheme} scheme; "
              f"{minibatch_line(plan, batch_cases)}",
-             device_line(backend, plan),
+             device_line(backend, plan, ranks),
              f"data: {provider.name}, train batches {format_range(provider.train_batches)} "
              f"({batch_cases} cases in the first), test {format_range(provider.test_batches)};"
              f" {epochs} epoch(s)"]

@@ -22,7 +22,8 @@ import socket
 from dataclasses import dataclass
 
 from convnet.errors import DeviceError
-from convnet.runtime.processes.communicator import Communicator, LocalCommunicator
+from convnet.runtime.processes.communicator import (DEFAULT_WAIT_LIMIT, Communicator,
+                                                    LocalCommunicator)
 from convnet.runtime.devices.backends import make_devices
 
 # Environment variables a launcher sets to the number of processes it started:
@@ -76,19 +77,25 @@ def single_process(devices_per_rank: int) -> Cluster:
     return Cluster(LocalCommunicator(), devices_per_rank, (socket.gethostname(),))
 
 
-def connect() -> tuple[Communicator, tuple[str, ...]]:
+def connect(wait_limit: float | None = DEFAULT_WAIT_LIMIT) -> tuple[Communicator, tuple[str, ...]]:
     """The communicator of the processes this one was started with, and every rank's
-    host name: this process alone, or every rank of an MPI launch."""
+    host name: this process alone, or every rank of an MPI launch.  No wait on another
+    process lasts more than ``wait_limit`` seconds (None: no bound), MPI's start-up
+    included."""
     if launched_size() == 1:
         return LocalCommunicator(), (socket.gethostname(),)
     try:
+        from convnet.runtime.processes.mpi_start import start_mpi
+
+        start_mpi(wait_limit)
         from convnet.runtime.processes.mpi_comm import MpiCommunicator
     except ImportError as error:
         raise DeviceError(f"this process was started by an MPI launcher with "
                           f"{launched_size()} processes, but mpi4py cannot be imported "
                           f"({error}); install the 'mpi' extra: pip install -e '.[mpi]'") from None
-    comm = MpiCommunicator()
-    return comm, tuple(comm.allgather(socket.gethostname()))
+    comm = MpiCommunicator(wait_limit=wait_limit)
+    return comm, tuple(comm.allgather(socket.gethostname(),
+                                        what="starting up: the host names"))
 
 
 class RemoteDevice:

@@ -10,8 +10,39 @@ to); :class:`convnet.runtime.processes.mpi_comm.MpiCommunicator` is MPI through 
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from typing import Any, NoReturn
+
+from convnet.errors import RankError
+
+#: Seconds a wait on another rank may last (``--rank-timeout``'s default): longer than
+#: any wait of a healthy run (a slow rank's step of a big net on CPU devices, rank 0
+#: writing a large checkpoint to a slow disk while the others wait in the next step),
+#: short enough that a stopped or hung rank does not hold a run for hours.
+DEFAULT_WAIT_LIMIT = 600.0
+
+
+def ranks_text(ranks) -> str:
+    """``rank 1`` or ``ranks 1, 2``."""
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+class WaitBound:
+    """The deadline of one wait on other ranks: :meth:`check` raises a
+    :class:`~convnet.errors.RankError` naming ``peers`` (the ranks waited on) and
+    ``what`` once ``limit`` seconds have passed (never with ``limit`` None)."""
+
+    def __init__(self, limit: float | None, peers, what: str):
+        self.limit, self.peers, self.what = limit, peers, what
+        self._deadline = None if limit is None else time.monotonic() + limit
+
+    def check(self) -> None:
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise RankError(f"waited {self.limit:g} s for {ranks_text(self.peers)} "
+                            f"({self.what}) without an answer: stopped, hung or far slower "
+                            f"than this rank (--rank-timeout SECONDS sets the bound)")
 
 
 class Communicator(ABC):
@@ -28,6 +59,16 @@ class Communicator(ABC):
     size: int
     tag_limit: int
     """Tags are ``0 .. tag_limit - 1``."""
+    wait_limit: float | None = None
+    """Seconds any wait on another rank may last before the run ends with a
+    :class:`~convnet.errors.RankError` naming that rank (None: no bound)."""
+
+    def bound(self, what: str, peers=None) -> WaitBound:
+        """The deadline of a wait starting now on ``peers`` (default: every other rank);
+        none in a one-process run, where nothing waits on another rank."""
+        if peers is None:
+            peers = [r for r in range(self.size) if r != self.rank]
+        return WaitBound(self.wait_limit if self.size > 1 else None, peers, what)
 
     @abstractmethod
     def isend(self, array, dest: int, tag: int) -> Any:
@@ -35,8 +76,9 @@ class Communicator(ABC):
         The array must stay unchanged until then (the request keeps it alive)."""
 
     @abstractmethod
-    def recv(self, out, source: int, tag: int) -> None:
-        """Receive into the contiguous float32 array ``out``, blocking until it arrived."""
+    def recv(self, out, source: int, tag: int, what: str = "a transfer") -> None:
+        """Receive into the contiguous float32 array ``out``, blocking until it arrived
+        (``what`` names it in the error if it does not)."""
 
     @abstractmethod
     def wait_all(self, requests: list) -> None:
@@ -62,11 +104,11 @@ class Communicator(ABC):
         """Give up a pending :meth:`irecv_bytes` (when the courier stops)."""
 
     @abstractmethod
-    def allgather(self, obj) -> list:
+    def allgather(self, obj, what: str = "a collective") -> list:
         """Every rank's ``obj``, in rank order, on every rank."""
 
     @abstractmethod
-    def gather(self, obj, root: int = 0) -> list | None:
+    def gather(self, obj, root: int = 0, what: str = "a collective") -> list | None:
         """Every rank's ``obj`` in rank order on ``root``; None elsewhere."""
 
     @abstractmethod
@@ -90,7 +132,7 @@ class LocalCommunicator(Communicator):
     def isend(self, array, dest, tag):
         raise RuntimeError("a one-process run has no other rank to send to")
 
-    def recv(self, out, source, tag):
+    def recv(self, out, source, tag, what="a transfer"):
         raise RuntimeError("a one-process run has no other rank to receive from")
 
     def wait_all(self, requests):
@@ -109,10 +151,10 @@ class LocalCommunicator(Communicator):
     def cancel(self, request):
         raise RuntimeError("a one-process run has no pending transfers")
 
-    def allgather(self, obj):
+    def allgather(self, obj, what="a collective"):
         return [obj]
 
-    def gather(self, obj, root=0):
+    def gather(self, obj, root=0, what="a collective"):
         return [obj]
 
     def duplicate(self):
@@ -122,4 +164,5 @@ class LocalCommunicator(Communicator):
         raise SystemExit(code)
 
 
-__all__ = ["Communicator", "LocalCommunicator"]
+__all__ = ["DEFAULT_WAIT_LIMIT", "Communicator", "LocalCommunicator", "WaitBound",
+           "ranks_text"]

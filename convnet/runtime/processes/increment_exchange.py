@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from convnet.errors import ConvnetError
 from convnet.runtime.processes.cluster import Cluster
 from convnet.runtime.processes.increment_link import IncrementLink
-from convnet.runtime.processes.polling_courier import CLOSE_SECONDS
+from convnet.runtime.processes.polling_courier import close_seconds
 
 _POLL_SECONDS = 0.05
 
@@ -127,6 +127,7 @@ class IncrementExchange:
         self._error: BaseException | None = None  # what raised here, if it failed here
         self._closing = False
         self._link = None
+        self._cluster = cluster
         if cluster is not None and cluster.size > 1:
             self._link = IncrementLink(cluster.comm.duplicate(),
                                        {layer: tuple(cluster.rank_of(d) for d in devs)
@@ -176,9 +177,12 @@ class IncrementExchange:
             now = self._position(layer, receiver, step)
             due = now - self.staleness * per_step
             waited = False
+            bound = self._bound(f"layer {layer}'s increments")
             # (nothing is due before this exchange's first post or ended step)
             while self._complete and self._complete[key] < due:
                 self._raise_if_failed()
+                if bound is not None:
+                    bound.check()
                 if not waited:
                     self.record.waits += 1
                     waited = True
@@ -198,20 +202,27 @@ class IncrementExchange:
         """Wait until every increment posted to the replicas here has arrived (in a
         multi-process run: of every step that ended)."""
         with self._cv:
+            bound = self._bound("every increment, before a test or a save")
             while not self._settled():
                 self._raise_if_failed()
+                if bound is not None:
+                    bound.check()
                 self._cv.wait(_POLL_SECONDS)
             self._raise_if_failed()
 
+    def _bound(self, what: str):
+        """The bound of a wait for increments from other ranks (none in one process)."""
+        return self._cluster.comm.bound(what) if self._cluster is not None else None
+
     def close(self) -> None:
         """Stop the courier (and the link to the other ranks: first, for at most
-        :data:`~convnet.runtime.processes.polling_courier.CLOSE_SECONDS`, wait for what they sent
+        :func:`~convnet.runtime.processes.polling_courier.close_seconds`, wait for what they sent
         in the steps that ended, so that their links see their sends taken and stop at
         once too; not after a failure)."""
         if self._link is not None:
             with self._cv:
                 self._cv.wait_for(lambda: self._failure is not None or self._settled(),
-                                  timeout=CLOSE_SECONDS)
+                                  timeout=close_seconds(self._cluster.comm))
             self._link.close()
         with self._cv:
             self._closing = True

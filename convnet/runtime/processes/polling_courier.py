@@ -32,6 +32,13 @@ _POLL_SECONDS = 0.001
 CLOSE_SECONDS = 30  # how long close waits for its own sends to be taken
 
 
+def close_seconds(comm: Communicator) -> float:
+    """How long closing waits for the peers to take what was sent: :data:`CLOSE_SECONDS`,
+    or the run's bound on waits for other ranks if that is shorter (a stopped peer never
+    takes anything, and the run is ending on an error then)."""
+    return min(CLOSE_SECONDS, comm.wait_limit or CLOSE_SECONDS)
+
+
 class PollingCourier:
     """Polls ``receives`` ((tag, source) -> message bytes) and the sends started by
     :meth:`send` on ``comm``, on a thread named ``name``; ``fail(error)`` is called if
@@ -57,10 +64,10 @@ class PollingCourier:
 
     def close(self) -> None:
         """Stop polling once this rank's own sends are taken (or after
-        :data:`CLOSE_SECONDS`: a peer that is gone ends the run anyway), and give up the
+        :func:`close_seconds`: a peer that is gone ends the run anyway), and give up the
         pending receives."""
         self._closing.set()
-        self._thread.join(timeout=CLOSE_SECONDS + 5)
+        self._thread.join(timeout=close_seconds(self.comm) + 5)
         for request, _ in self._receives.values():
             self.comm.cancel(request)
         self._receives.clear()
@@ -83,7 +90,7 @@ class PollingCourier:
                     self._sends = [s for s in self._sends if not self.comm.test(s[0])]
                     sending = bool(self._sends)
                 if self._closing.is_set():
-                    deadline = deadline or time.monotonic() + CLOSE_SECONDS
+                    deadline = deadline or time.monotonic() + close_seconds(self.comm)
                     if not sending or time.monotonic() > deadline:
                         return
                 if not busy:
@@ -103,4 +110,4 @@ class PollingCourier:
         return arrived
 
 
-__all__ = ["CLOSE_SECONDS", "PollingCourier"]
+__all__ = ["CLOSE_SECONDS", "PollingCourier", "close_seconds"]

@@ -92,7 +92,8 @@ class Executor(ExecutorSetup, TaskActions):
         self.drain()
         if self.cluster.size == 1:
             return self.store.state_arrays()
-        shares = self.cluster.comm.gather(self.store.local_state(), root=0)
+        shares = self.cluster.comm.gather(self.store.local_state(), root=0,
+                                         what="gathering the weights for a checkpoint")
         return assemble_state(shares) if shares is not None else {}
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
@@ -147,7 +148,8 @@ class Executor(ExecutorSetup, TaskActions):
             if self.cluster.is_local(device):
                 parts[piece] = self.devices[device].to_host(buffers.acts[(layer, piece, device)])
         if self.cluster.size > 1:
-            parts = {s: a for share in self.cluster.comm.allgather(parts) for s, a in share.items()}
+            parts = {s: a for share in self.cluster.comm.allgather(
+                parts, what=f"gathering layer {layer}'s features") for s, a in share.items()}
         in_case_order = sorted(range(self.plan.num_pieces), key=lambda i: buffers.pieces[i])
         return (np.concatenate([parts[i] for i in in_case_order])
                 if placement.devices else np.empty((0,)))
@@ -180,7 +182,8 @@ class Executor(ExecutorSetup, TaskActions):
         num_cases = buffers.bounds[-1][1]
         metrics = buffers.metrics
         if self.cluster.size > 1:  # each rank has the shards of its own cost layer replicas
-            metrics = {k: v for share in self.cluster.comm.allgather(metrics)
+            metrics = {k: v for share in self.cluster.comm.allgather(
+                metrics, what="gathering a step's costs")
                        for k, v in share.items()}
         costs: dict[str, dict[str, float]] = {}
         for (layer, _), sums in sorted(metrics.items()):  # fixed order: shard order

@@ -71,7 +71,7 @@ class Transfers:
         if transfer.what in ("act", "grad"):
             start, stop = buffers.pieces[op.shard]
             out = np.empty((stop - start,) + tuple(self.net[op.layer].output_shape), np.float32)
-            self.comm.recv(out, transfer.peer, transfer.tag)
+            self.comm.recv(out, transfer.peer, transfer.tag, _described(task))
             key = (op.layer, op.shard, op.dst)
             if transfer.what == "act":
                 buffers.acts[key] = device.to_device(out)
@@ -80,7 +80,7 @@ class Transfers:
             return
         layout = self._slice_layout(task)
         out = np.empty(sum(hi - lo for _, lo, hi in layout), np.float32)
-        self.comm.recv(out, transfer.peer, transfer.tag)
+        self.comm.recv(out, transfer.peer, transfer.tag, _described(task))
         parts, offset = {}, 0
         for k, lo, hi in layout:
             parts[k] = device.to_device(out[offset:offset + hi - lo])
@@ -97,6 +97,16 @@ class Transfers:
                 else transfer.target_replica)
         bounds = self.collective_of(layer).bounds
         return [(k, *bounds(local[k].size, part)) for k in sorted(local)]
+
+
+_KINDS = {"act": "activation", "grad": "gradient", "grad-slice": "gradient slice",
+          "avg-slice": "weight slice to average", "weight-slice": "updated weight slice"}
+
+
+def _described(task) -> str:
+    """What a receive waits for, in words, for the error if it never comes."""
+    return (f"receiving layer {task.op.layer}'s "
+            f"{_KINDS.get(task.transfer.what, task.transfer.what)}")
 
 
 def received_key(task) -> tuple:

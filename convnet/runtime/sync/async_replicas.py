@@ -188,7 +188,8 @@ class AsyncReplicas(ReplicaThreads):
                 self._queued += 1
             self.step_count += 1
             self._cv.notify_all()
-            self._wait_until(lambda: self._queued - self._seen <= self._queue_limit)
+            self._wait_until(lambda: self._queued - self._seen <= self._queue_limit,
+                             self.cluster.comm.bound("room in the shard queue"))
             finished, self._finished = self._finished, []
         result = combined([r for _, r in sorted(finished, key=lambda f: f[0])])
         result.seconds = time.perf_counter() - start
@@ -199,7 +200,8 @@ class AsyncReplicas(ReplicaThreads):
         every update.  The costs of the shards finished meanwhile are kept for the next
         :meth:`step`."""
         with self._cv:
-            self._wait_until(lambda: self._first_unfinished >= self._queued)
+            self._wait_until(lambda: self._first_unfinished >= self._queued,
+                             self.cluster.comm.bound("every shard's update, to drain"))
         self._on_every_replica(self._add_received)
 
     def settle(self) -> StepResult:
@@ -225,8 +227,7 @@ class AsyncReplicas(ReplicaThreads):
         count = self.count
         # One replica evaluates the minibatch whole: exactly the lockstep evaluation.
         cuts = shard_bounds(num_cases, min(num_cases, count * EVAL_PIECES) if count > 1 else 1)
-        self._tests += 1
-        stream = self._tests
+        stream = self._tests = self._tests + 1
 
         def evaluate_pieces(r: int) -> list[tuple[int, StepResult]]:
             done = []
@@ -237,8 +238,8 @@ class AsyncReplicas(ReplicaThreads):
 
         results = [done for per_replica in self._on_every_replica(evaluate_pieces)
                    for done in per_replica]
-        if self.cluster.size > 1:
-            results = [done for share in self.cluster.comm.allgather(results) for done in share]
+        results = [done for share in self.cluster.comm.allgather(  # every rank's pieces
+            results, what="gathering a test's results") for done in share]
         return combined([result for _, result in sorted(results, key=lambda d: d[0])])
 
     def _claim_piece(self, stream: int, limit: int) -> int:
@@ -252,10 +253,9 @@ class AsyncReplicas(ReplicaThreads):
                 self._cv.notify_all()
 
         with self._cv:
-            number = self._dealer.claim(stream, limit, granted)
-            if number is not None:
+            if (number := self._dealer.claim(stream, limit, granted)) is not None:
                 return number
-            self._wait_until(lambda: answer)
+            self._wait_until(lambda: answer, self.cluster.comm.bound("a test piece", [0]))
         return answer[0]
 
     def features(self, batch: list[np.ndarray], layer: str) -> np.ndarray:

@@ -63,10 +63,14 @@ class ReplicaThreads:
         for replica in self.replicas:
             replica.close()
 
-    def _wait_until(self, ready) -> None:
-        """Wait (holding the lock between checks) until ``ready()`` or a replica fails."""
+    def _wait_until(self, ready, bound=None) -> None:
+        """Wait (holding the lock between checks) until ``ready()`` or a replica fails;
+        ``bound`` (a :class:`~convnet.runtime.processes.communicator.WaitBound`) ends a
+        wait on other ranks that lasts too long."""
         while not ready():
             self._raise_if_failed()
+            if bound is not None:
+                bound.check()
             self._cv.wait(_POLL_SECONDS)
         self._raise_if_failed()
 

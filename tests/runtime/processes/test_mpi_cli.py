@@ -17,7 +17,7 @@ import pytest
 
 from convnet.app.checkpoint import load_checkpoint
 from tests.support import ROOT
-from tests.support.mpi import env, mpiexec, needs_mpi, run_alone, run_mpi
+from tests.support.mpi import env, mpiexec, needs_mpi, rank_pid, run_alone, run_mpi
 
 pytestmark = needs_mpi
 
@@ -53,6 +53,9 @@ def test_two_processes_save_what_one_process_saves(tmp_path, config):
     _assert_same_state(tmp_path / "A", tmp_path / "B")
     assert done.stdout.count("test cost") == alone.stdout.count("test cost") == 1
     assert done.stderr == ""  # one log, from rank 0; nothing from the others
+    # the banner names each logical device's process and host, as --print-plan does
+    assert re.search(r"0 -> rank 0 on \S+: (CPU worker|GPU) 0, 1 -> rank 1 on \S+: (CPU worker|GPU) 0",
+                     done.stdout), done.stdout
 
 
 def test_resume_with_another_process_count(tmp_path):
@@ -177,21 +180,6 @@ def test_the_memory_check_counts_only_each_processs_own_devices(tmp_path):
     assert [pool["devices"] for pool in memory] == [[0]]  # rank 0's; device 1 is rank 1's
 
 
-def _rank_pid(marker: str, rank: int) -> int | None:
-    """The pid of rank ``rank`` of the run whose environment holds ``marker``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"CONVNET_TEST_RUN={marker}".encode() in environ and \
-                f"PMI_RANK={rank}".encode() in environ:
-            return int(entry.name)
-    return None
-
-
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 @pytest.mark.parametrize("training", [[], [*_digits("digits-data.cfg"), "--sync", "async:2"]],
                          ids=["hybrid-sync", "data-async"])
@@ -208,13 +196,18 @@ def test_a_killed_rank_ends_the_run_and_leaves_a_loadable_checkpoint(tmp_path, t
             assert time.monotonic() < deadline, "no checkpoint within 60 s"
             time.sleep(0.05)
         time.sleep(0.3)  # mid-training, between or inside steps
-        pid = _rank_pid(marker, 1)
+        pid = rank_pid(marker, 1)
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
         code = job.wait(timeout=30)
         assert time.monotonic() - killed < 30
         assert code != 0
+        # the launcher ends the others; one that noticed first names the rank it lost
+        errors = job.stderr.read()
+        assert "Traceback" not in errors, errors
+        assert all(" rank 1 " in line for line in errors.splitlines()
+                   if line.startswith("error: ")), errors
     finally:
         if job.poll() is None:
             job.kill()
