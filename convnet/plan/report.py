@@ -4,9 +4,9 @@ The figures are derived from the plan alone: parameter memory (weights, their
 gradients and momentum, float32), the estimated peak memory of a training step
 and the activation memory held at that peak (activations, copies included, the
 state layers keep for their backward pass, gradients in flight, and the temporaries
-of the layer call running then, also shown apart; see :mod:`convnet.plan.memory`), and the bytes each device sends and receives per
-minibatch through copies and all-reduces (a ring-style all-reduce moves 2(R-1)/R
-of the gradient per device).
+of the layer call running then, also shown apart; see :mod:`convnet.plan.memory`), and
+the bytes each device sends and receives per minibatch through copies and
+all-reduces (a ring-style all-reduce moves 2(R-1)/R of the gradient per device).
 """
 
 from __future__ import annotations
