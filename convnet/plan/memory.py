@@ -106,15 +106,16 @@ def memory_peaks(plan: Plan, net: NetConfig,
                 devices[d].add("weights", (name, replica), param_bytes[name])
                 devices[d].add("momentum", (name, replica), param_bytes[name])
 
-    def note(d: int, temporaries: int = 0) -> None:
-        """Take device d's holdings now, with a running call's ``temporaries`` (bytes)."""
+    def note(d: int, temporaries: int | None = None) -> None:
+        """Take device d's holdings now: between operations (``temporaries`` None) or
+        while a call runs that holds ``temporaries`` bytes besides."""
         now = devices[d].totals()
         held = sum(now.values())
-        if not temporaries and held > peaks[d].between_ops_bytes:
+        if temporaries is None and held > peaks[d].between_ops_bytes:
             peaks[d].between_ops_bytes, peaks[d].between_ops_at_peak = held, dict(now)
-        now[TEMPORARIES] = temporaries
-        if held + temporaries > peaks[d].peak_bytes:
-            peaks[d].peak_bytes, peaks[d].at_peak = held + temporaries, now
+        now[TEMPORARIES] = temporaries or 0
+        if held + now[TEMPORARIES] > peaks[d].peak_bytes:
+            peaks[d].peak_bytes, peaks[d].at_peak = held + now[TEMPORARIES], now
 
     for op in plan.ops:
         if isinstance(op, Load):
