@@ -11,6 +11,7 @@ the machine's load, so the figures hold on a busy machine.
 
     python bench/bench_memory.py            # every reference net, two minibatch sizes
     python bench/bench_memory.py --quick    # one size each
+    python bench/bench_memory.py --nets imagenet-1gpu --minis 128
 """
 
 from __future__ import annotations
@@ -46,11 +47,16 @@ def arguments(name: str, gpus: str, mini: int) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the smaller minibatch only")
+    parser.add_argument("--nets", nargs="+", choices=[name for name, *_ in NETS],
+                        help="these configs only")
+    parser.add_argument("--minis", nargs="+", type=int, help="these minibatch sizes")
     args = parser.parse_args()
     print(f"{'config':26} {'--gpu':8} {'mini':>5} {'measured MiB':>13} {'estimate MiB':>13} "
           f"{'measured/estimate':>18}")
     for name, gpus, minis in NETS:
-        for mini in minis[:1] if args.quick else minis:
+        if args.nets and name not in args.nets:
+            continue
+        for mini in args.minis or (minis[:1] if args.quick else minis):
             argv = arguments(name, gpus, mini)
             measured, _ = measured_peak(argv, timeout=900)
             estimate = estimated_peak(argv)
