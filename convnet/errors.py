@@ -112,3 +112,18 @@ class DeviceError(ConvnetError):
 
 class RankError(ConvnetError):
     """Another process of a multi-process run is gone, stopped or too slow to answer."""
+
+
+class OutOfMemoryError(DeviceError):
+    """An allocation failed: the machine, or a limit on this process (``ulimit -v``, a
+    cgroup's ``memory.max``), had less memory than the run needed."""
+
+    @classmethod
+    def from_memory_error(cls, error: MemoryError) -> "OutOfMemoryError":
+        """The one line for a ``MemoryError`` from anywhere in a run (numpy's
+        ``Unable to allocate 1.2 GiB for an array with shape ...``, CuPy's
+        out-of-memory error, a worker or loader thread's, which are re-raised in the
+        main thread)."""
+        detail = " ".join(str(error).split()) or "an allocation failed"
+        return cls(f"out of memory: {detail}; use a smaller --mini or a smaller net "
+                   "(--print-plan shows the plan's memory estimate)")

@@ -245,6 +245,12 @@ class DataProvider:
         return augment.add_colour_noise(images, self._colour_basis(), self.options.color_noise,
                                         rng)
 
+    def resident_bytes(self) -> int:
+        """Bytes of the arrays the provider keeps for the whole run (its per-pixel mean,
+        float32, unless a scalar mean is given), for :mod:`convnet.data.memory`."""
+        return 0 if self.options.scalar_mean is not None else 4 * math.prod(
+            self.image_shape)
+
     def num_cases(self, batch_id: int) -> int:
         if batch_id not in self._counts:
             self._checked_load(batch_id)

@@ -37,16 +37,33 @@ _BATCH_STREAM = 3
 _COLUMN_STREAM = 4
 
 
-def _templates(shape: tuple[int, ...], num_classes: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng([seed, _TEMPLATE_STREAM])
-    if len(shape) != 3:
-        return rng.standard_normal((num_classes,) + shape, dtype=np.float32)
-    channels, height, width = shape
-    coarse = rng.standard_normal((num_classes, channels, max(1, height // 4), max(1, width // 4)),
-                                 dtype=np.float32)
-    rows = np.arange(height) * coarse.shape[2] // height
-    cols = np.arange(width) * coarse.shape[3] // width
-    return coarse[:, :, rows[:, None], cols[None, :]]
+class _Templates:
+    """Each class's template, enlarged only for the cases that ask for it: for images
+    the smooth templates are kept on their coarse grid (a sixteenth of the pixels), so
+    1000 classes of 3x224x224 hold 37 MiB instead of 602 MiB; ``for_labels`` gives the
+    same values as indexing the enlarged templates would."""
+
+    def __init__(self, shape: tuple[int, ...], num_classes: int, seed: int):
+        rng = np.random.default_rng([seed, _TEMPLATE_STREAM])
+        if len(shape) != 3:
+            self.values, self.rows, self.cols = (
+                rng.standard_normal((num_classes,) + shape, dtype=np.float32), None, None)
+            return
+        channels, height, width = shape
+        self.values = rng.standard_normal(
+            (num_classes, channels, max(1, height // 4), max(1, width // 4)), dtype=np.float32)
+        self.rows = (np.arange(height) * self.values.shape[2] // height)[:, None]
+        self.cols = (np.arange(width) * self.values.shape[3] // width)[None, :]
+
+    def for_labels(self, labels: np.ndarray) -> np.ndarray:
+        """The template of each case's class, (cases,) + shape."""
+        if self.rows is None:
+            return self.values[labels]
+        return self.values[labels][:, :, self.rows, self.cols]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.values.nbytes)
 
 
 def _column_values(index: int, shape: tuple[int, ...], num_classes: int,
@@ -81,7 +98,7 @@ class DummyProvider(DataProvider):
         super().__init__(options, where="dummy data", image_shape=shape,
                          label_names=[f"class{k}" for k in range(num_classes)], available=None,
                          default_train=list(range(1, 9)), default_test=[9])
-        self._templates = _templates(shape, num_classes, options.seed)
+        self._templates = _Templates(shape, num_classes, options.seed)
         self._columns = {index: _column_values(index, shape, num_classes, options.seed)
                          for index, shape in extra.items()}
         self.data_dims.update(extra)
@@ -98,6 +115,10 @@ class DummyProvider(DataProvider):
         classes = labels.reshape(-1).astype(np.int64)
         return [self._columns[index][classes] for index in sorted(self._columns)]
 
+    def resident_bytes(self) -> int:
+        """The class templates and further columns' values (the mean is zero)."""
+        return self._templates.nbytes + sum(int(v.nbytes) for v in self._columns.values())
+
     def _batch_source(self, batch_id: int) -> str:
         return f"dummy batch {batch_id}"
 
@@ -111,5 +132,5 @@ class DummyProvider(DataProvider):
         count = self.options.cases_per_batch
         labels = rng.integers(0, self.num_classes, count)
         images = rng.standard_normal((count,) + self.image_shape, dtype=np.float32)
-        images += self._templates[labels]
+        images += self._templates.for_labels(labels)
         return images, labels

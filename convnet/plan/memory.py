@@ -9,7 +9,11 @@ masks, norm denominators) until that backward call; the gradient of each activat
 from the first backward call that adds to it until its layer's backward call
 consumes it (or, for an input on another device, until that device pulls it); and
 during an all-reduce, the replica's summed slice of the weight gradient until its
-update (counted with the weight gradients).
+update (counted with the weight gradients).  While a forward or backward call runs
+it also holds its *temporaries* (the memory rule's ``forward_temp_per_case`` and
+``backward_temp``: Winograd's tile products, column gradients, the neuron's gradient),
+counted on top of what is held once the call has made its outputs and before it frees
+its inputs' kept state.
 A replicated layer's all-reduce and update wait for the other replicas, and the
 device's worker goes on with the backward pass below meanwhile
 (:mod:`convnet.runtime.step.workers`): so its gradient and summed slice are counted
@@ -20,12 +24,13 @@ that layer's gradient).
 :func:`memory_peaks` walks the plan's operations in order, adds and frees those
 buffers as the executor does, and keeps each device's high-water mark with what it
 held then.  It is the estimate ``--print-plan`` reports and ``--simulate`` predicts
-peak memory from; tests/plan/test_memory_estimate.py holds it to the executor's own
-accounting (:mod:`convnet.runtime.step.memory`), which looks between operations: like it,
-the estimate does not count what exists only during one operation (a backward call
-holds its output gradient and kept state while it makes its input gradients; kernel
-temporaries) nor the kernels' reusable scratch buffers.  Those show in the
-process's resident size.
+peak memory from.  Its peak between operations (``between_ops_bytes``, without the
+temporaries) is what the executor's own accounting (:mod:`convnet.runtime.step.memory`)
+measures, and tests/plan/test_memory_estimate.py holds the two together; the whole
+peak, temporaries included, is held to the process's measured peak by
+tests/app/test_memory_measured.py.  What the process holds besides the devices (the
+data batches in flight, the provider's own arrays) is estimated by
+:mod:`convnet.data.memory`.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, G
 #: What the estimate separates, in report order.
 PARAMETERS = ("weights", "momentum", "weight_grads")
 STEP = ("activations", "kept_for_backward", "gradients")
+#: What exists only while one forward or backward call runs (see the module docstring).
+TEMPORARIES = "temporaries"
 
 
 @dataclass
@@ -48,11 +55,15 @@ class MemoryPeak:
     device: int
     peak_bytes: int = 0
     at_peak: dict = field(default_factory=dict)
+    #: the peak between operations (no call running: no temporaries) and what was held then
+    between_ops_bytes: int = 0
+    between_ops_at_peak: dict = field(default_factory=dict)
 
     @property
     def activation_bytes(self) -> int:
-        """What the step itself holds at the peak: activations, kept state, gradients."""
-        return sum(self.at_peak.get(k, 0) for k in STEP)
+        """What the step itself holds at the peak: activations, kept state, gradients,
+        and the temporaries of the call running then."""
+        return sum(self.at_peak.get(k, 0) for k in STEP + (TEMPORARIES,))
 
 
 class _Device:
@@ -95,11 +106,16 @@ def memory_peaks(plan: Plan, net: NetConfig,
                 devices[d].add("weights", (name, replica), param_bytes[name])
                 devices[d].add("momentum", (name, replica), param_bytes[name])
 
-    def note(d: int) -> None:
+    def note(d: int, temporaries: int | None = None) -> None:
+        """Take device d's holdings now: between operations (``temporaries`` None) or
+        while a call runs that holds ``temporaries`` bytes besides."""
         now = devices[d].totals()
-        total = sum(now.values())
-        if total > peaks[d].peak_bytes:
-            peaks[d].peak_bytes, peaks[d].at_peak = total, now
+        held = sum(now.values())
+        if temporaries is None and held > peaks[d].between_ops_bytes:
+            peaks[d].between_ops_bytes, peaks[d].between_ops_at_peak = held, dict(now)
+        now[TEMPORARIES] = temporaries or 0
+        if held + now[TEMPORARIES] > peaks[d].peak_bytes:
+            peaks[d].peak_bytes, peaks[d].at_peak = held + now[TEMPORARIES], now
 
     for op in plan.ops:
         if isinstance(op, Load):
@@ -113,6 +129,7 @@ def memory_peaks(plan: Plan, net: NetConfig,
             if mem.kept_per_case:
                 dev.add("kept_for_backward", (op.layer, op.shard),
                         mem.kept_per_case * plan.piece_size)
+            note(op.device, mem.forward_temp_per_case * plan.piece_size)
         elif isinstance(op, Backward):
             dev = devices[op.device]
             ldef, placement = net[op.layer], plan.layers[op.layer]
@@ -124,6 +141,8 @@ def memory_peaks(plan: Plan, net: NetConfig,
                 dev.add("gradients", key, shard_bytes[inp])
             if param_bytes[op.layer]:
                 dev.add("weight_grads", (op.layer, op.replica), param_bytes[op.layer])
+            note(op.device, memory[op.layer].backward_temp(placement.input_grads)
+                 * plan.piece_size)
             dev.free("kept_for_backward", (op.layer, op.shard))
             dev.free("gradients", (op.layer, op.shard))
             if param_bytes[op.layer]:

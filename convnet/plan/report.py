@@ -3,10 +3,10 @@
 The figures are derived from the plan alone: parameter memory (weights, their
 gradients and momentum, float32), the estimated peak memory of a training step
 and the activation memory held at that peak (activations, copies included, the
-state layers keep for their backward pass, gradients in flight; see
-:mod:`convnet.plan.memory`), and the bytes each device sends and receives per
-minibatch through copies and all-reduces (a ring-style all-reduce moves 2(R-1)/R
-of the gradient per device).
+state layers keep for their backward pass, gradients in flight, and the temporaries
+of the layer call running then, also shown apart; see :mod:`convnet.plan.memory`), and
+the bytes each device sends and receives per minibatch through copies and
+all-reduces (a ring-style all-reduce moves 2(R-1)/R of the gradient per device).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from convnet.config.model import NetConfig
-from convnet.plan.memory import memory_peaks
+from convnet.plan.memory import TEMPORARIES, memory_peaks
 from convnet.plan.ops import FLOAT_BYTES, AllReduce, Copy, GradCopy, Load, Plan
 from convnet.plan.pipeline import pipeline_summary, pipeline_text
 
@@ -28,6 +28,7 @@ class DeviceTotals:
     physical: int
     param_bytes: int = 0
     activation_bytes: int = 0  # held by the step at the device's peak
+    temporaries_bytes: int = 0  # of which the running call's temporaries
     peak_bytes: int = 0  # everything at the peak: weights, momentum, gradients, activations
     sent_bytes: int = 0
     received_bytes: int = 0
@@ -39,6 +40,7 @@ def device_totals(plan: Plan, net: NetConfig,
     """Per-device memory and traffic of one minibatch; ``shared``: the layers whose
     replicas hold one copy of the weight state (see :func:`memory_peaks`)."""
     totals = [DeviceTotals(d, plan.physical_devices[d], activation_bytes=peak.activation_bytes,
+                           temporaries_bytes=peak.at_peak.get(TEMPORARIES, 0),
                            peak_bytes=peak.peak_bytes)
               for d, peak in enumerate(memory_peaks(plan, net, shared))]
     for name, placement in plan.layers.items():
@@ -201,9 +203,10 @@ def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) 
         lines += [""] + pipeline_text(plan, net, human_bytes)
     lines += ["", "Totals per device (per minibatch)"]
     totals = device_totals(plan, net, shared)
-    fields = ("param_bytes", "activation_bytes", "peak_bytes", "sent_bytes", "received_bytes",
-              "loaded_bytes")
-    names = ("param memory", "activation memory (est.)", "peak memory (est.)", "sent", "received",
+    fields = ("param_bytes", "activation_bytes", "temporaries_bytes", "peak_bytes", "sent_bytes",
+              "received_bytes", "loaded_bytes")
+    names = ("param memory", "activation memory (est.)", "of which temporaries (est.)",
+             "peak memory (est.)", "sent", "received",
              "loaded from host")
     units = [byte_unit([getattr(t, f) for t in totals]) for f in fields]
     rows = [[t.device, t.physical] + [f"{getattr(t, f) / size:.1f}" for f, (_, size) in

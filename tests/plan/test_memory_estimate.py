@@ -5,10 +5,12 @@
   its forward call keeps for the backward call, checked on the layers' real state
   for every layer of the all-layers example, the ImageNet nets and the CIFAR-10 net
   (every conv column order, the model-parallel towers).
-* The whole-step estimate is within 15% of the measured per-device peak, and its
-  activation part within 20% of what the step held at the measured peak, on the
-  bundled digits nets (one device, data-, model- and hybrid-parallel) and the
-  all-layers example on two devices.
+* The whole-step estimate between operations is within 15% of the measured per-device
+  peak, and its activation part within 20% of what the step held at the measured
+  peak, on the bundled digits nets (one device, data-, model- and hybrid-parallel) and
+  the all-layers example on two devices; the whole peak adds the temporaries of the
+  call running then (held to the process's measured peak by
+  tests/app/test_memory_measured.py).
 * The accounting itself: weights and momentum at the peak are exactly the replicas'
   parameter bytes, a view counts once, and the process peak covers the devices'.
 """
@@ -21,7 +23,7 @@ import pytest
 
 from convnet.app.run.memory_fit import weight_sharing
 from convnet.config import load_net
-from convnet.plan.memory import memory_peaks
+from convnet.plan.memory import STEP, memory_peaks
 from convnet.plan.ops import FLOAT_BYTES
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import make_devices
@@ -156,12 +158,14 @@ def test_the_plans_peak_estimate_is_close_to_the_measured_peak(name):
     for measured, estimate in zip(meter.peaks, memory_peaks(plan, net, shared)):
         if not measured.peak_bytes:
             continue
-        assert estimate.peak_bytes == pytest.approx(measured.peak_bytes, rel=0.15), measured
-        assert estimate.activation_bytes == pytest.approx(measured.activation_bytes, rel=0.20), \
+        assert estimate.between_ops_bytes == pytest.approx(measured.peak_bytes, rel=0.15), \
             measured
+        held = sum(estimate.between_ops_at_peak[k] for k in STEP)
+        assert held == pytest.approx(measured.activation_bytes, rel=0.20), measured
+        assert estimate.peak_bytes >= estimate.between_ops_bytes
 
 
-def test_simulates_peak_memory_is_the_estimate_and_within_15_percent():
+def test_simulates_peak_memory_is_the_estimate_and_within_15_percent_between_operations():
     from convnet.plan.report import device_totals
     from convnet.simulate.costs import ComputeProfile, CostModel
     from convnet.simulate.hardware import DEVICE_KINDS
@@ -172,8 +176,8 @@ def test_simulates_peak_memory_is_the_estimate_and_within_15_percent():
     plan, meter, shared = _measure(net, gpus, mini)
     predicted = peak_memory(plan, net, CostModel(ComputeProfile(64), DEVICE_KINDS["measured"]))
     assert predicted == [t.peak_bytes for t in device_totals(plan, net, shared)]
-    for measured, peak in zip(meter.peaks, predicted):
-        assert peak == pytest.approx(measured.peak_bytes, rel=0.15)
+    for measured, peak in zip(meter.peaks, memory_peaks(plan, net, shared)):
+        assert peak.between_ops_bytes == pytest.approx(measured.peak_bytes, rel=0.15)
 
 
 def test_only_synchronous_cpu_replicas_of_one_process_share_their_weights():

@@ -16,6 +16,7 @@ from convnet.app.options import resolve_options
 from convnet.app.prediction.simulation import data_parallel, first_minibatch, measure_costs, profiled_plan
 from convnet.config.model import on_one_device
 from convnet.plan.ops import AllReduce, Copy
+from convnet.plan.memory import memory_peaks
 from convnet.plan.planner import make_plan
 from convnet.runtime.step.tasks import Task, TaskAction, make_tasks
 from convnet.runtime.step.records import OpTiming
@@ -422,8 +423,12 @@ def test_the_imagenet_data_parallel_config_scaled_down_is_predicted_within_a_loo
     try:
         executor.memory = MemoryMeter(executor)
         executor.step(first_minibatch(opts), progress=1.0)
-        for peak, estimate in zip(executor.memory.peaks, peak_memory(plan, net, costs)):
-            assert estimate == pytest.approx(peak.peak_bytes, rel=0.15)
+        shared = executor.store.shared
+        for peak, estimate, walk in zip(executor.memory.peaks, peak_memory(plan, net, costs),
+                                        memory_peaks(plan, net, shared)):
+            # the meter looks between operations; the prediction adds a call's temporaries
+            assert walk.between_ops_bytes == pytest.approx(peak.peak_bytes, rel=0.15)
+            assert estimate >= walk.between_ops_bytes
     finally:
         executor.close()
 

@@ -11,12 +11,14 @@ import argparse
 import json
 import sys
 import warnings
+from dataclasses import asdict
 
 from convnet.app import launch, using
 from convnet.app.prediction import auto_place
 from convnet.app.run import assembly, training
 from convnet.app.run.connectivity import run_tables, tables_summary, tables_text
 from convnet.app.comparison.compare import run_compare
+from convnet.data.memory import data_memory
 from convnet.app.run.memory_fit import memory_pools, weight_sharing
 from convnet.app.option_values import async_staleness
 from convnet.app.options import RunOptions, resolve_options
@@ -24,7 +26,7 @@ from convnet.app.rank_agreement import check_started_alike
 from convnet.app.prediction.simulation import measure_costs
 from convnet.config.layer_types.memory_rules import winograd_conv_layers
 from convnet.config.values.typed import local_sgd_period
-from convnet.errors import ConvnetError, DeviceError
+from convnet.errors import ConvnetError, DataError, DeviceError
 from convnet.kernels.conv import choice as conv_choice
 from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
@@ -78,7 +80,8 @@ def print_plan(opts: RunOptions) -> int:
         backend = None
     shared = (weight_sharing(plan, net, backend, opts.sync, cluster.size)
               if backend is not None else frozenset())
-    pools = (memory_pools(plan, net, backend, cluster.is_local, shared)
+    data = _data_memory(opts)
+    pools = (memory_pools(plan, net, backend, cluster.is_local, shared, data)
              if backend is not None else [])
     # the conv layers the CPU kernels compute by Winograd's algorithm (CUDA has its own)
     winograd = winograd_conv_layers(net) if backend == "cpu" else []
@@ -93,6 +96,9 @@ def print_plan(opts: RunOptions) -> int:
         if note is not None:
             summary["sync_note"] = note
         summary["memory"] = [pool.as_json() for pool in pools]
+        if data is not None:
+            summary["data_memory"] = {"training_bytes": data.training_bytes,
+                                      "testing_bytes": data.testing_bytes, **asdict(data)}
         summary["winograd_layers"] = winograd
         if sim is not None:
             summary["simulation"] = simulation_summary(sim, costs, plan, net)
@@ -107,6 +113,10 @@ def print_plan(opts: RunOptions) -> int:
               ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
         print(plan_text(plan, net, shared))
+    if opts.print_plan != "json" and data is not None:
+        print("\n" + data.text(human_bytes))
+    if opts.print_plan != "json" and pools:
+        print("\n" + "\n".join(pool.text() for pool in pools))
     note = sync_text(opts.sync, plan, net, cluster.size)
     if opts.print_plan != "json" and note is not None:
         print("\n" + note)
@@ -129,6 +139,15 @@ def print_plan(opts: RunOptions) -> int:
         write_plan_graph(plan, net, opts.plan_graph,
                          note=lambda text: print(text + after, file=sys.stderr))
     return 0
+
+
+def _data_memory(opts: RunOptions):
+    """The data pipeline's memory (:func:`convnet.data.memory.data_memory`) when the
+    data can be opened; ``--print-plan`` plans without data too, and then has none."""
+    try:
+        return data_memory(assembly.make_data_provider(opts))
+    except DataError:
+        return None
 
 
 def layer_syncs(sync: str, plan, net) -> dict[str, str]:

@@ -31,7 +31,7 @@ from convnet.app.option_values import (BACKEND_NAMES, DEFAULT_STALENESS, batch_r
                                        provider_name, rank_timeout, scalar_mean, slow_device,
                                        sync_mode)
 from convnet.app.run.signals import Terminated, stop_handlers
-from convnet.errors import ConvnetError, UsageError
+from convnet.errors import ConvnetError, OutOfMemoryError, UsageError
 from convnet.runtime.processes.communicator import DEFAULT_WAIT_LIMIT
 from convnet.simulate.hardware import DEVICE_KINDS
 
@@ -361,6 +361,11 @@ def _main(argv: list[str] | None) -> int:
             return run_command(args)
         except ConvnetError as error:
             _flush_stdout()
+            print(f"error: {_one_line(error)}", file=sys.stderr)
+            return error.exit_code
+        except MemoryError as failed:  # past the memory fit check: one line all the same
+            _flush_stdout()
+            error = OutOfMemoryError.from_memory_error(failed)
             print(f"error: {_one_line(error)}", file=sys.stderr)
             return error.exit_code
         except KeyboardInterrupt:

@@ -20,6 +20,7 @@ from convnet.config import infer_shapes, parse_net
 from convnet.config.model import NetConfig
 from convnet.config.values.typed import local_sgd_period, parse_data_columns
 from convnet.data import DataOptions, make_provider, parse_range
+from convnet.data.memory import data_memory
 from convnet.errors import ConfigError, DataError, UsageError
 from convnet.plan.ops import Plan
 from convnet.runtime.devices.backends import choose_backend
@@ -148,9 +149,11 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
         raise
 
 
-def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> TrainingExecutor:
+def make_executor(opts: RunOptions, net: NetConfig, plan: Plan,
+                  provider=None) -> TrainingExecutor:
     """The executor on the devices and backend the options name (this process's share
-    of them in a multi-process run), once the plan is known to fit in memory; under
+    of them in a multi-process run), once the plan (with ``provider``'s data pipeline,
+    when given: :func:`~convnet.data.memory.data_memory`) is known to fit in memory; under
     ``--sync async:S`` the replicas that train apart (:class:`AsyncReplicas`) for a
     data-parallel net, and for any other the lockstep executor whose replicated layers
     exchange their increments apart; under local SGD of every replicated layer of a
@@ -160,7 +163,8 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan) -> TrainingExecu
     backend = choose_backend(opts.backend)
     cluster = launch.cluster_for(opts.gpu)
     check_memory(plan, net, backend, cluster.is_local,
-                 weight_sharing(plan, net, backend, opts.sync, cluster.size))
+                 weight_sharing(plan, net, backend, opts.sync, cluster.size),
+                 data_memory(provider) if provider is not None else None)
     local_sgd, staleness = local_sgd_period(opts.sync), async_staleness(opts.sync)
     devices = cluster_devices(cluster, opts.gpu, backend)
     slowdown = (Slowdown(opts.slow_device[1], opts.slow_device[0], plan.num_devices)

@@ -1,28 +1,47 @@
-"""Does the plan fit in the machine's memory?  Asked before anything is allocated.
+"""Does the plan fit in the memory this process may use?  Asked before anything is
+allocated.
 
 A net too big for the machine would otherwise start, load its data and die
-at the first large allocation with a traceback.  The plan report already
-estimates each logical device's parameter and activation memory
-(:func:`convnet.plan.report.device_totals`); here those figures are summed
-per physical memory of this process's machine (its CPU devices share the
-host's RAM; the logical devices on one GPU share that GPU; in a multi-process
-run only the process's own devices count) and compared with what is free now.
-Training refuses a plan that does not fit; ``--print-plan`` only says so.
+at the first large allocation.  The plan's estimate (:mod:`convnet.plan.memory`:
+each logical device's peak during a step, its kernels' temporaries included) is
+summed per physical memory of this process's machine (its CPU devices share the
+host's RAM; the logical devices on one GPU share that GPU; in a multi-process run
+only the process's own devices count); host RAM also holds the data pipeline's
+batches and arrays (:mod:`convnet.data.memory`), during a training step and, with the
+test's batches besides, during a test (whose devices hold only their weights,
+momentum and one forward pass's activations), and every CPU device's worker thread
+its own working memory (:data:`CPU_THREAD_BYTES`).  Host RAM is compared with the
+tightest of what the machine has free and the limits on the process
+(:mod:`convnet.app.run.memory_limits`: ``ulimit -v``, ``ulimit -d``, the cgroup's
+limit), which the refusal names.  Training refuses a plan that does not fit;
+``--print-plan`` only says so.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from convnet.app.option_values import async_staleness
+from convnet.app.run.memory_limits import HostLimit, host_limit
 from convnet.config.model import NetConfig
 from convnet.config.values.typed import local_sgd_period
 from convnet.errors import DeviceError
+from convnet.plan.memory import memory_peaks
 from convnet.plan.ops import Plan
-from convnet.plan.report import device_totals, human_bytes
+from convnet.plan.report import human_bytes
 from convnet.runtime.step.tasks import local_periods
 from convnet.runtime.step.weights import shared_weight_layers
+
+#: What a test's forward pass holds on a device at most (see the module docstring).
+EVALUATION = ("weights", "momentum", "activations")
+#: Bytes of host memory each CPU device's worker thread uses beyond the plan's arrays:
+#: the BLAS library's per-thread GEMM buffers (OpenBLAS packs its operands in a buffer
+#: of its own per thread: 20 MiB more resident memory after one thread's first large
+#: sgemm here), the kernels' per-thread scratch buffers
+#: (:mod:`convnet.kernels.scratch`) and the thread's share of the heap; measured as
+#: the reference nets' peak less the rest of the estimate, 25-40 MiB per device
+#: (docs/BENCHMARKS.md, "Memory").
+CPU_THREAD_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -31,37 +50,40 @@ class MemoryPool:
 
     name: str  # "host RAM" or "GPU 3"
     devices: tuple[int, ...]  # the logical devices that share it
-    needed: int  # bytes: parameters (with gradients and momentum) and activations
+    needed: int  # bytes: the devices' peaks and, in host RAM, the data pipeline's
     available: int | None  # bytes free now; None when the machine does not say
+    limit: str = "the available memory"  # which limit ``available`` is
+    parts: tuple[tuple[str, int], ...] = ()  # what ``needed`` is made of, for --print-plan
 
     @property
     def fits(self) -> bool:
         return self.available is None or self.needed <= self.available
 
     def shortfall_text(self) -> str:
-        devices = ",".join(map(str, self.devices))
-        return (f"the plan needs about {human_bytes(self.needed)} of {self.name} (parameters "
-                f"and activations of logical device(s) {devices}), but only "
-                f"{human_bytes(self.available)} is available")
+        devices = ",".join(map(str, self.devices)) or "none"
+        return (f"the plan needs about {human_bytes(self.needed)} of {self.name} (the peak "
+                f"of logical device(s) {devices} during a step, and the data in host "
+                f"memory), but {self.limit} leaves only {human_bytes(self.available)}")
+
+    def text(self) -> str:
+        """One line for ``--print-plan``: what is needed, of what, and what is free."""
+        parts = ", ".join(f"{name} {human_bytes(n)}" for name, n in self.parts)
+        free = ("unknown" if self.available is None else
+                f"{human_bytes(self.available)} ({self.limit})")
+        return (f"{self.name} needed (est.): {human_bytes(self.needed)}"
+                + (f" ({parts})" if parts else "") + f"; free: {free}")
 
     def as_json(self) -> dict:
         return {"memory": self.name, "devices": list(self.devices), "needed_bytes": self.needed,
-                "available_bytes": self.available, "fits": self.fits}
+                "available_bytes": self.available, "limit": self.limit, "fits": self.fits,
+                "parts": dict(self.parts)}
 
 
 def host_available() -> int | None:
-    """Bytes of host RAM available to a new allocation without swapping."""
-    try:
-        with open("/proc/meminfo", "rb") as meminfo:
-            for line in meminfo:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return None
+    """Bytes of host RAM this process may still allocate: the tightest of the machine's
+    available memory and the process's limits (:func:`host_limit`)."""
+    limit = host_limit()
+    return None if limit is None else limit.available
 
 
 def weight_sharing(plan: Plan, net: NetConfig, backend: str, sync: str,
@@ -77,31 +99,59 @@ def weight_sharing(plan: Plan, net: NetConfig, backend: str, sync: str,
 
 
 def memory_pools(plan: Plan, net: NetConfig, backend: str, local=lambda device: True,
-                 shared: frozenset[str] = frozenset()) -> list[MemoryPool]:
+                 shared: frozenset[str] = frozenset(), data=None) -> list[MemoryPool]:
     """The plan's memory per physical memory, for ``backend`` 'cpu' or 'cuda', over
     the logical devices for which ``local`` is true (this process's); the replicas of
-    the ``shared`` layers hold one copy of the weights (:func:`weight_sharing`)."""
-    totals = [t for t in device_totals(plan, net, shared) if local(t.device)]
+    the ``shared`` layers hold one copy of the weights (:func:`weight_sharing`);
+    ``data`` (a :class:`convnet.data.memory.DataMemory`) adds the data pipeline to
+    host RAM."""
+    peaks = [p for p in memory_peaks(plan, net, shared) if local(p.device)]
+    limit = host_limit()
     if backend == "cpu":
-        return [MemoryPool("host RAM", tuple(t.device for t in totals),
-                           sum(t.param_bytes + t.activation_bytes for t in totals),
-                           host_available())]
+        return [_host_pool(tuple(p.device for p in peaks), sum(p.peak_bytes for p in peaks),
+                           sum(sum(p.between_ops_at_peak.get(k, 0) for k in EVALUATION)
+                               for p in peaks), data, limit, threads=len(peaks))]
     from convnet.runtime.devices.cuda import free_memory
 
     pools = []
-    for physical in sorted({t.physical for t in totals}):
-        mine = [t for t in totals if t.physical == physical]
-        pools.append(MemoryPool(f"GPU {physical}", tuple(t.device for t in mine),
-                                sum(t.param_bytes + t.activation_bytes for t in mine),
-                                free_memory(physical)))
+    for physical in sorted({plan.physical_devices[p.device] for p in peaks}):
+        mine = [p for p in peaks if plan.physical_devices[p.device] == physical]
+        pools.append(MemoryPool(f"GPU {physical}", tuple(p.device for p in mine),
+                                sum(p.peak_bytes for p in mine), free_memory(physical),
+                                f"GPU {physical}'s free memory"))
+    if data is not None:
+        pools.append(_host_pool((), 0, 0, data, limit))
     return pools
 
 
+def _host_pool(devices: tuple[int, ...], training: int, testing: int, data,
+               limit: HostLimit | None, threads: int = 0) -> MemoryPool:
+    """Host RAM: the devices' peak during a step (``training``) or a test (``testing``)
+    with the data pipeline's holdings then, and ``threads`` CPU worker threads'
+    working memory."""
+    during_step, during_test = training, testing
+    if data is not None:
+        during_step, during_test = training + data.training_bytes, testing + data.testing_bytes
+    parts = []
+    if devices:
+        parts.append(("devices' peak during a step" if during_step >= during_test else
+                      "devices during a test", training if during_step >= during_test
+                      else testing))
+    if threads:
+        parts.append((f"{threads} worker thread(s)", threads * CPU_THREAD_BYTES))
+    if data is not None:
+        parts.append(("data", data.training_bytes if during_step >= during_test
+                      else data.testing_bytes))
+    return MemoryPool("host RAM", devices, max(during_step, during_test)
+                      + threads * CPU_THREAD_BYTES, None if limit is None else limit.available,
+                      "the available memory" if limit is None else limit.name, tuple(parts))
+
+
 def check_memory(plan: Plan, net: NetConfig, backend: str, local=lambda device: True,
-                 shared: frozenset[str] = frozenset()) -> None:
-    """Refuse (exit 1) a plan whose ``local`` devices need more memory than the machine
-    has free."""
-    short = [pool for pool in memory_pools(plan, net, backend, local, shared)
+                 shared: frozenset[str] = frozenset(), data=None) -> None:
+    """Refuse (exit 1) a plan whose ``local`` devices (and ``data``, as for
+    :func:`memory_pools`) need more memory than the process may use."""
+    short = [pool for pool in memory_pools(plan, net, backend, local, shared, data)
              if not pool.fits]
     if short:
         raise DeviceError("not enough memory: " + "; ".join(p.shortfall_text() for p in short)

@@ -67,7 +67,7 @@ def run(opts: RunOptions) -> int:
     parse_net(opts.layer_def, opts.layer_params)  # config errors before loading any data
     provider = make_data_provider(opts)
     net, plan = build_net_and_plan(opts, provider)
-    executor = make_executor(opts, net, plan)
+    executor = make_executor(opts, net, plan, provider)
     try:
         trainer = Trainer(opts, provider, net, plan, executor, save_dir, root=launch.is_root())
         if opts.resume is not None:

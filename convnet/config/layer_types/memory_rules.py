@@ -1,10 +1,17 @@
-"""Each layer type's memory facts: what one forward call leaves behind, per case.
+"""Each layer type's memory facts: what one forward call leaves behind, per case,
+and what its calls hold only while they run.
 
 ``rule(layer) -> LayerMemory``: whether the output is a new array (or a view of the
 input or of the layer's state, which costs nothing more) and how many bytes per
 case the layer keeps from its forward call for its backward call beyond its output
 (im2col columns, a padded input, dropout masks, norm denominators), the inline
-``neuron=`` included.  They describe the layer library (``convnet/layers``) and its
+``neuron=`` included; and the *temporaries* of its calls: the arrays a forward or
+backward call allocates and drops before it returns (Winograd's transformed tiles
+and products, the output gradient in another order, the column gradient and the
+padded input gradient it is scattered into, the inline neuron's gradient).  Only
+temporaries that grow with the layer's size are counted; the blocks of about
+:data:`~convnet.kernels.conv.geometry.CHUNK_BYTES` that kernels work through are a
+few MiB per device and are not.  They describe the layer library (``convnet/layers``) and its
 kernels as they are; the plan's memory estimate (:mod:`convnet.plan.memory`) adds them
 up over a step, and tests/plan/test_memory_estimate.py compares every rule with the state
 the layers really keep, so a change to what a kernel keeps shows up there.
@@ -16,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # The kernel's own choice of column order, so that the rule cannot drift from it.
 from convnet.kernels.conv import conv_layout
@@ -32,6 +39,18 @@ MASK = 1  # a bool array
 class LayerMemory:
     new_output: bool = True
     kept_per_case: int = 0  # bytes kept for backward beyond the output
+    #: bytes per case a forward call holds while it runs (not its output nor kept state)
+    forward_temp_per_case: int = 0
+    #: bytes per case a backward call holds while it runs, beyond the gradients it returns
+    backward_temp_per_case: int = 0
+    #: per input: bytes per case more when that input's gradient is computed
+    input_grad_temp_per_case: tuple[int, ...] = ()
+
+    def backward_temp(self, input_grads) -> int:
+        """Bytes per case of a backward call's temporaries, given which inputs'
+        gradients it computes."""
+        return self.backward_temp_per_case + sum(
+            t for t, wanted in zip(self.input_grad_temp_per_case, input_grads) if wanted)
 
 
 MemoryRule = Callable[..., LayerMemory]  # (layer) -> LayerMemory
@@ -40,13 +59,18 @@ MemoryRule = Callable[..., LayerMemory]  # (layer) -> LayerMemory
 def _with_neuron(layer, memory: LayerMemory, keeps_output: bool = False) -> LayerMemory:
     """An inline neuron keeps the pre-neuron output z when its backward needs z (the
     neuron uses its input) or the layer's does (``keeps_output``); else it runs in
-    place on z when z is new, or makes a new output."""
+    place on z when z is new, or makes a new output.  Its backward makes the gradient
+    through it, a new array, and for the piecewise neurons a mask (``g * (y > 0)``):
+    temporaries of the layer's backward call."""
     spec = layer.neuron
     if spec is None or spec.name == "ident":
         return memory
+    kept = memory.kept_per_case
     if NEURONS[spec.name].uses_input or keeps_output:
-        return LayerMemory(True, memory.kept_per_case + FLOAT * layer.outputs)
-    return LayerMemory(True, memory.kept_per_case)
+        kept += FLOAT * layer.outputs
+    return replace(memory, new_output=True, kept_per_case=kept,
+                   backward_temp_per_case=(memory.backward_temp_per_case
+                                           + (FLOAT + MASK) * layer.outputs))
 
 
 def _input_elements(layer, i: int = 0) -> int:
@@ -75,7 +99,8 @@ def conv_memory(layer) -> LayerMemory:
     (C, T, T) with T = (modulesX - 1) * stride + filterSize; ``nchw`` each input's
     columns (C * fs^2, modulesX^2); and the dropout fork's mask, as for fc.  C is the
     channels the kernel reads: under ``randSparse`` the groups' gathered ones (the
-    gather itself is redone in the backward pass, not kept)."""
+    gather itself is redone in the backward pass, not kept).  Temporaries:
+    :func:`_conv_temporaries`."""
     a = layer.attrs
     m = a["modulesX"]
     layout = conv_kernel_layout(layer)
@@ -89,15 +114,72 @@ def conv_memory(layer) -> LayerMemory:
             kept += c * ((m - 1) * a["stride"][i] + fs) ** 2
         elif layout == "nchw":
             kept += c * fs * fs * m * m
-    return _with_neuron(layer, LayerMemory(True, FLOAT * kept + _fork_dropout_mask(layer)))
+    forward, backward, input_grads = _conv_temporaries(layer, layout)
+    return _with_neuron(layer, LayerMemory(True, FLOAT * kept + _fork_dropout_mask(layer),
+                                           FLOAT * forward, FLOAT * backward,
+                                           tuple(FLOAT * t for t in input_grads)))
+
+
+def _conv_temporaries(layer, layout: str) -> tuple[int, int, list[int]]:
+    """Elements per case of a conv call's temporaries: (forward, backward, per input
+    when its gradient is computed), by layout (the kernels in
+    :mod:`convnet.kernels.conv`).  With F filters, p = modulesX^2 output pixels, and
+    per input C channels, fs x fs filters, S the padded side, img the input side:
+
+    * ``winograd``: forward the products of every tile position (a^2 F T^2), the
+      padded input (C (Tm + fs - 1)^2) and, when T m > modulesX, the uncropped output
+      (F (Tm)^2); backward the transformed output gradient (a^2 F T^2) and its padded
+      copy (F (Tm)^2), and per input gradient the transformed-tile gradients
+      (a^2 C T^2) and the padded input gradient they are added into
+      (C (Tm + a - m)^2);
+    * ``nchw``: forward the GEMM's (F, p) product; backward the output gradient in
+      (F, N p) order, and per input gradient the column gradient (C fs^2 p) and the
+      padded image it is scattered into (C S^2);
+    * ``cases``: backward as ``nchw`` (its input gradient is the ``nchw`` one);
+    * ``chwn``: forward the (F, p) product; backward the output gradient in
+      (F, p N) order, and per input gradient the padded output gradient
+      (F (p^0.5 + fs - 1)^2), the input gradient in (C, img^2 N) order and the
+      padded image the columns are scattered into (C S^2)."""
+    a = layer.attrs
+    m, filters, p = a["modulesX"], a["filters"], a["modulesX"] ** 2
+    n = len(layer.inputs)
+    if layout == "winograd":
+        fs = a["filterSize"][0]
+        tile = output_tile(m, fs)
+        t, side = tiles(m, tile), tiles(m, tile) * tile
+        ntiles = (tile + fs - 1) ** 2 * t * t
+        forward = ntiles * filters + sum(a["channels"][i] * (side + fs - 1) ** 2
+                                         for i in range(n))
+        forward += filters * side * side if side > m else 0
+        backward = ntiles * filters + filters * side * side
+        input_grads = [a["channels"][i] * (ntiles + (side + fs - 1) ** 2) for i in range(n)]
+        return forward, backward, input_grads
+    spans = [(m - 1) * a["stride"][i] + a["filterSize"][i] for i in range(n)]
+    if layout == "chwn":
+        input_grads = [filters * (m + a["filterSize"][i] - 1) ** 2
+                       + a["channels"][i] * (a["imgSize"][i] ** 2 + spans[i] ** 2)
+                       for i in range(n)]
+    else:
+        input_grads = [a["channels"][i] * (a["filterSize"][i] ** 2 * p + spans[i] ** 2)
+                       for i in range(n)]
+    forward = 0 if layout == "cases" else filters * p
+    return forward, filters * p, input_grads
 
 
 def local_memory(layer) -> LayerMemory:
-    """Locally-connected: each input's columns (modulesX^2, C * fs^2)."""
+    """Locally-connected: each input's columns (modulesX^2, C * fs^2).  Temporaries
+    (:mod:`convnet.kernels.conv.local`): forward the (p, F, N) product; backward the
+    output gradient in that order, and per input gradient the column gradient
+    (p, C fs^2) and the padded image it is scattered into (C S^2)."""
     a = layer.attrs
     m = a["modulesX"]
-    kept = sum(c * a["filterSize"][i] ** 2 * m * m for i, c in enumerate(kernel_channels(a)))
-    return _with_neuron(layer, LayerMemory(True, FLOAT * kept))
+    channels = kernel_channels(a)
+    cols = [c * a["filterSize"][i] ** 2 * m * m for i, c in enumerate(channels)]
+    spans = [(m - 1) * a["stride"][i] + a["filterSize"][i] for i in range(len(layer.inputs))]
+    product = a["filters"] * m * m
+    return _with_neuron(layer, LayerMemory(
+        True, FLOAT * sum(cols), FLOAT * product, FLOAT * product,
+        tuple(FLOAT * (c + channels[i] * spans[i] ** 2) for i, c in enumerate(cols))))
 
 
 def fc_memory(layer) -> LayerMemory:
