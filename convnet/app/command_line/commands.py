@@ -22,7 +22,7 @@ from convnet.app.options import RunOptions, resolve_options
 from convnet.app.prediction.simulation import measure_costs
 from convnet.config.layer_types.memory_rules import winograd_conv_layers
 from convnet.config.values.typed import local_sgd_period
-from convnet.errors import ConvnetError, DeviceError
+from convnet.errors import ConvnetError, DeviceError, UsageError
 from convnet.kernels.conv import choice as conv_choice
 from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
@@ -48,6 +48,9 @@ def run_command(args: argparse.Namespace) -> int:
     if args.compare is not None or len(args.layer_params_list or ()) > 1:
         launch.require_one_process("--compare")
         return run_compare(args)  # several configs side by side
+    if args.rounds is not None:
+        raise UsageError("--rounds sets how many rounds --compare times its configs in: "
+                         "give it with --compare")
     opts = resolve_options(args)
     if opts.print_plan or opts.plan_graph is not None:
         return print_plan(opts)

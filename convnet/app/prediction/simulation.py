@@ -61,12 +61,14 @@ class NetProfiler:
     """The profile of ``net`` on the first device of ``opts.gpu`` (see
     :func:`profiled_plan`), a round at a time: the executors it runs (closed on
     leaving), :meth:`round`, and :meth:`cost_model` from the rounds so far.  ``option``
-    names the option asking, in the error of a multi-process run."""
+    names the option asking, in the error of a multi-process run; ``batch``, where
+    given, is the minibatch to profile (by default the first of the options' data)."""
 
-    def __init__(self, opts: RunOptions, net: NetConfig, option: str = "--simulate"):
+    def __init__(self, opts: RunOptions, net: NetConfig, option: str = "--simulate",
+                 batch: list | None = None):
         launch.require_one_process(option)
         self._opts = opts
-        batch = first_minibatch(opts)
+        batch = batch if batch is not None else first_minibatch(opts)
         single, plan, gpus = profiled_plan(opts, all_synchronous(net), len(batch[0]))
         one = replace(opts, sequential=True, gpu=gpus, sync="sync")
         host = measure_host()
