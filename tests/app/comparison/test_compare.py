@@ -168,6 +168,7 @@ def test_digits_costs_errors_and_speed_are_the_logs(digits_comparison):
         assert [r["test_error"] for r in result.log_rows] == \
             [float(r["test_error"]) for r in log]
         assert (save / f"digits-{config}" / "checkpoint.npz").exists()
+        assert (save / f"digits-{config}" / "log.png").read_bytes()[:8] == PNG_SIGNATURE
     # Same data, seed and devices: the four schemes train the same net (parallel execution computes what one device computes), so
     # their test errors agree to within a case or two of the 299 test cases.
     errors = [r.final["test_error"] for r in results]
