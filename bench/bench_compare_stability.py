@@ -10,8 +10,8 @@ on a quiet machine (docs/BENCHMARKS.md):
     .venv/bin/python bench/bench_compare_stability.py --rounds 10 --runs 3
 
 A verdict agrees with another when it names the same outcome: the same clear
-winner, or no clear winner between the same two configs (the noise figure
-itself may move).
+winner, or no clear winner between the same configs (the noise figure itself
+may move).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def command(rounds: int, epochs: int, save: Path) -> list[str]:
 
 
 VERDICT = re.compile(r"^(?P<clear>\S+) is fastest, [\d.]+x \S+, clear"
-                     r"|^no clear winner between (?P<a>\S+) and (?P<b>\S+) ")
+                     r"|^no clear winner between (?P<tied>[^(]+) \(")
 
 
 def outcome(text: str) -> tuple[str, str]:
@@ -48,8 +48,7 @@ def outcome(text: str) -> tuple[str, str]:
     for line in text.splitlines():
         m = VERDICT.match(line)
         if m:
-            return line, (f"{m['clear']} clear" if m["clear"] else
-                          f"none of {', '.join(sorted((m['a'], m['b'])))}")
+            return line, (f"{m['clear']} clear" if m["clear"] else f"none of {m['tied']}")
     raise SystemExit(f"no verdict line in the output:\n{text}")
 
 

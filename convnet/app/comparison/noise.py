@@ -17,6 +17,10 @@ half-width (as a share of the median ratio).  The rule needs no assumption on
 the distribution of step times (a disturbed round is an outlier, not a shift
 of a mean), and it needs at least :data:`MIN_ROUNDS` rounds to call anything
 clear: with fewer, even a winner of every round is within what chance gives.
+The fastest is held against every other config, not only the runner-up: where
+several are within the noise of it, the verdict names them all (in the order
+they were given), which reads the same from run to run while noise reorders
+them.
 """
 
 from __future__ import annotations
@@ -94,28 +98,60 @@ class Decision:
         return (high - low) / 2 / self.ratio
 
     def text(self) -> str:
+        """The pair's verdict: a clear winner, or none within the noise."""
         if self.clear:
             return (f"{self.fastest} is fastest, {self.ratio:.2f}x {self.runner_up}, clear "
                     f"(faster in {self.wins} of {self.rounds} rounds; "
                     f"{100 * CONFIDENCE:.0f}% interval of the ratio "
                     f"{self.interval[0]:.2f}-{self.interval[1]:.2f})")
-        why = (f"within this machine's noise, ±{100 * self.noise:.0f}%"
-               if self.interval is not None else
-               f"within this machine's noise, ±{100 * self.noise:.0f}%; "
-               f"{self.rounds} rounds cannot tell, give --rounds {MIN_ROUNDS} or more")
-        return (f"no clear winner between {self.fastest} and {self.runner_up} ({why}; "
-                f"{self.fastest} {self.ratio:.2f}x, faster in {self.wins} of {self.rounds} "
-                f"rounds)")
+        return Verdict(self, (self,), (self.fastest, self.runner_up)).text()
 
 
-def decide(rounds: dict[str, list[float]]) -> Decision | None:
-    """The fastest config (lowest median seconds per step over its rounds) against the
-    runner-up; ``rounds`` maps each config's name to its seconds per step, round by
-    round, all of one length.  None with fewer than two configs."""
+@dataclass(frozen=True)
+class Verdict:
+    """The fastest config against each other one: clear, or tied with some."""
+
+    first: Decision  # the fastest against the runner-up
+    ties: tuple[Decision, ...]  # the fastest against each config it does not clearly beat
+    tied: tuple[str, ...]  # the fastest and the configs tied with it, in the given order
+
+    @property
+    def clear(self) -> bool:
+        return not self.ties
+
+    @property
+    def noise(self) -> float:
+        return max(d.noise for d in self.ties) if self.ties else self.first.noise
+
+    def text(self) -> str:
+        if self.clear:
+            return self.first.text()
+        names = ", ".join(self.tied[:-1]) + f" and {self.tied[-1]}"
+        few = any(d.interval is None for d in self.ties)
+        why = f"within this machine's noise, ±{100 * self.noise:.0f}%"
+        if few:
+            why += (f"; {self.first.rounds} rounds cannot tell, give --rounds {MIN_ROUNDS} "
+                    "or more")
+        d = self.first
+        return (f"no clear winner between {names} ({why}; by median {d.fastest} "
+                f"{d.ratio:.2f}x {d.runner_up}, faster in {d.wins} of {d.rounds} rounds)")
+
+
+def decide(rounds: dict[str, list[float]]) -> Verdict | None:
+    """The fastest config (lowest median seconds per step over its rounds) against every
+    other; ``rounds`` maps each config's name to its seconds per step, round by round,
+    all of one length, in the order the configs were given.  The verdict is clear when
+    the fastest clearly beats every other; otherwise it names every config that the
+    fastest does not clearly beat (in the given order, so that the same outcome reads
+    the same).  None with fewer than two configs."""
     if len(rounds) < 2:
         return None
     order = sorted(rounds, key=lambda name: statistics.median(rounds[name]))
-    return pair(order[0], rounds[order[0]], order[1], rounds[order[1]])
+    x = order[0]
+    duels = [pair(x, rounds[x], y, rounds[y]) for y in order[1:]]
+    ties = tuple(d for d in duels if not d.clear)
+    tied = {x} | {d.runner_up for d in ties}
+    return Verdict(duels[0], ties, tuple(name for name in rounds if name in tied))
 
 
 def pair(x: str, x_rounds: list[float], y: str, y_rounds: list[float]) -> Decision:

@@ -405,7 +405,7 @@ def test_verdict_names_the_fastest_scheme_and_what_it_pays(digits_comparison):
     best = min(results, key=lambda r: r.median_step_seconds)
     lines = text.splitlines()
     decision = decide({r.name: r.round_seconds for r in results})
-    assert decision.fastest == best.name and decision.text() in lines
+    assert decision.first.fastest == best.name and decision.text() in lines
     line = next(l for l in lines if l.startswith("fastest: "))
     assert line.startswith(f"fastest: {best.name} ({best.scheme}), "
                            f"{fmt_ms(best.median_step_seconds)} ms per step")

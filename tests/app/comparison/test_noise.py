@@ -32,10 +32,11 @@ def test_interval_order_is_the_widest_coverage_above_the_confidence():
 def test_a_winner_of_every_round_by_a_margin_is_clear():
     x = [0.010, 0.011, 0.010, 0.012, 0.010, 0.010, 0.011, 0.010, 0.010, 0.010]
     y = [t * 1.25 for t in x]
-    decision = decide({"b": y, "a": x})
-    assert (decision.fastest, decision.runner_up, decision.clear) == ("a", "b", True)
+    verdict = decide({"b": y, "a": x})
+    decision = verdict.first
+    assert (decision.fastest, decision.runner_up, verdict.clear) == ("a", "b", True)
     assert decision.ratio == pytest.approx(1.25)
-    assert decision.text().startswith("a is fastest, 1.25x b, clear")
+    assert verdict.text().startswith("a is fastest, 1.25x b, clear")
 
 
 def test_a_machine_wide_slow_phase_does_not_hide_a_winner():
@@ -44,8 +45,8 @@ def test_a_machine_wide_slow_phase_does_not_hide_a_winner():
     phase = [1, 1, 3, 3, 1, 2.5, 1, 1, 3, 1]
     x = [0.010 * p for p in phase]
     y = [0.0108 * p for p in phase]
-    decision = decide({"a": x, "b": y})
-    assert decision.clear and decision.ratio == pytest.approx(1.08)
+    verdict = decide({"a": x, "b": y})
+    assert verdict.clear and verdict.first.ratio == pytest.approx(1.08)
     # unpaired, each config's own spread is huge
     assert spread(x) > 0.5
 
@@ -54,18 +55,32 @@ def test_equal_configs_under_noise_give_no_clear_winner():
     rng = random.Random(4)
     x = [0.01 * rng.uniform(0.8, 1.2) for _ in range(10)]
     y = [0.01 * rng.uniform(0.8, 1.2) for _ in range(10)]
-    decision = decide({"a": x, "b": y})
-    assert not decision.clear
-    text = decision.text()
-    assert text.startswith(f"no clear winner between {decision.fastest} and "
-                           f"{decision.runner_up} (within this machine's noise, ±")
-    assert f"±{100 * decision.noise:.0f}%" in text
+    verdict = decide({"a": x, "b": y})
+    assert not verdict.clear
+    text = verdict.text()
+    # named in the order given, whichever came first by median
+    assert text.startswith("no clear winner between a and b (within this machine's noise, ±")
+    assert f"±{100 * verdict.noise:.0f}%" in text
+
+
+def test_every_config_within_the_noise_of_the_fastest_is_named():
+    """a and c are within noise of each other, b is clearly slower: the verdict names a
+    and c, in the order given, whichever of them won by median."""
+    rng = random.Random(7)
+    base = [0.01 * rng.uniform(0.9, 1.1) for _ in range(10)]
+    a = [t * rng.uniform(0.9, 1.1) for t in base]
+    c = [t * rng.uniform(0.9, 1.1) for t in base]
+    b = [t * 1.6 for t in base]
+    verdict = decide({"a": a, "b": b, "c": c})
+    assert verdict.tied == ("a", "c") and not verdict.clear
+    assert verdict.text().startswith("no clear winner between a and c (")
+    assert decide({"c": c, "b": b, "a": a}).tied == ("c", "a")
 
 
 def test_too_few_rounds_never_call_a_winner_clear():
-    decision = decide({"a": [1.0] * 5, "b": [2.0] * 5})
-    assert decision.interval is None and not decision.clear
-    assert f"--rounds {MIN_ROUNDS}" in decision.text()
+    verdict = decide({"a": [1.0] * 5, "b": [2.0] * 5})
+    assert verdict.first.interval is None and not verdict.clear
+    assert f"--rounds {MIN_ROUNDS}" in verdict.text()
     assert decide({"a": [1.0]}) is None
 
 
