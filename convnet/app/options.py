@@ -93,6 +93,7 @@ class RunOptions:
     plan_graph: Path | None
     simulate: bool
     simulate_devices: str | None
+    profile_mini: int | None  # the minibatch --simulate and --auto-place profile
     auto_place: int | None
     auto_place_out: Path | None
     check_grads: bool
@@ -310,6 +311,13 @@ def check_options(opts: RunOptions) -> None:
                          "predicts for: give --simulate (with --print-plan) or --auto-place N")
     if opts.simulate_devices is not None:
         device_kind(opts.simulate_devices)
+    if opts.profile_mini is not None and not (opts.simulate or opts.auto_place):
+        raise UsageError("--profile-mini sets the minibatch --simulate or --auto-place "
+                         "profiles: give --simulate (with --print-plan) or --auto-place N")
+    if opts.profile_mini is not None and opts.profile_mini > opts.mini:
+        raise UsageError(f"--profile-mini {opts.profile_mini} is larger than --mini "
+                         f"{opts.mini}: the profile is extrapolated up to --mini, give "
+                         f"--profile-mini {opts.mini} or less")
     needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims)
     if opts.data_provider in ("cifar", "convnet-batches") and opts.data_path is None \
             and needs_data:

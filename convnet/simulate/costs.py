@@ -61,9 +61,6 @@ from convnet.simulate.schedule import Simulation, simulate
 #: Op kinds whose time is measured rather than derived from a link.
 COMPUTE_KINDS = ("load", "forward", "backward", "update")
 
-#: Rounds of the profile; in each, a block of steps of each profiled run in turn.
-PROFILE_ROUNDS = 3
-
 #: Profiled steps per block, at each of the two sizes, after one warm-up step.
 PROFILE_STEPS = 2
 
@@ -137,6 +134,7 @@ class ComputeProfile:
     start_wake: float = 0.0  # seconds for a worker asleep on its queue to start a step
     wake: float = 0.0  # seconds for a worker waiting for another's task to run again
     step_overhead: float = 0.0  # seconds of a step outside its tasks (batch checks, costs)
+    rounds: int = 0  # rounds of the profile the medians are over
 
     @classmethod
     def fit(cls, small: tuple[float, list], big: tuple[float, list], host: HostFigures,
@@ -296,8 +294,9 @@ class Profiler:
             self._dispatch, self._sliced)
 
     def profile(self) -> ComputeProfile:
-        profile = self._fit([s for small, _ in self._alone for s in small],
-                            [s for _, big in self._alone for s in big])
+        profile = replace(self._fit([s for small, _ in self._alone for s in small],
+                                    [s for _, big in self._alone for s in big]),
+                          rounds=len(self._alone))
         if self._data_parallel is None:
             return profile
         executor, plan = self._data_parallel

@@ -263,6 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --simulate or --auto-place: predict for devices and links of this kind "
                             f"instead of the profiled ones ({', '.join(DEVICE_KINDS)}); any "
                             "kind but 'measured' rests on assumed figures (default: measured)")
+    tools.add_argument("--profile-mini", type=positive_int, default=None, metavar="N",
+                       help="with --simulate or --auto-place: profile the net at N and N/2 "
+                            "cases and extrapolate each operation's time to --mini (default: "
+                            "chosen so that a profiled step takes about a quarter of a "
+                            "second; see docs/SIMULATE.md)")
     tools.add_argument("--auto-place", type=positive_int, default=None, metavar="N",
                        help="rank a family of placements of the net on the N devices of --gpu "
                             "(one device, data-parallel, convolutional part data-parallel; "

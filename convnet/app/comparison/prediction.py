@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from convnet.app.prediction.simulation import NetProfiler
 from convnet.config.model import all_synchronous, on_one_device
-from convnet.simulate.costs import PROFILE_ROUNDS
 
 
 def predict_steps(results, options, planned, batch: list) -> None:
@@ -25,8 +24,7 @@ def predict_steps(results, options, planned, batch: list) -> None:
         model = next((m for layers, m in models if layers == single), None)
         if model is None:
             with NetProfiler(opts, net, "--compare", batch=batch) as profiler:
-                for _ in range(PROFILE_ROUNDS):
-                    profiler.round()
+                profiler.run_rounds()
                 model = profiler.cost_model()
             models.append((single, model))
         result.predicted_seconds = model.predict(plan).step_seconds

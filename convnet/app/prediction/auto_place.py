@@ -31,6 +31,8 @@ from convnet.plan.ops import Plan
 from convnet.plan.placements import Candidate, candidates
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import choose_backend
+from convnet.simulate.costs import CostModel
+from convnet.simulate.report import figure_lines
 from convnet.simulate.schedule import Simulation
 
 
@@ -45,6 +47,7 @@ class Ranked:
 class Ranking:
     ranked: list[Ranked]  # the valid candidates, fastest predicted step first
     refused: list[tuple[str, str]]  # (name, why it was left out)
+    costs: CostModel | None = None  # what the predictions rest on
 
 
 def screen(opts: RunOptions, net: NetConfig) -> tuple[list[tuple[Candidate, Plan]],
@@ -87,7 +90,7 @@ def rank(opts: RunOptions, net: NetConfig) -> Ranking:
     costs = measure_costs(opts, net, "--auto-place")
     ranked = [Ranked(candidate, plan, costs.predict(plan)) for candidate, plan in plans]
     ranked.sort(key=lambda r: r.sim.step_seconds)
-    return Ranking(ranked, refused)
+    return Ranking(ranked, refused, costs)
 
 
 def changed_periods(net: NetConfig, best: Ranked) -> dict[str, int]:
@@ -107,7 +110,7 @@ def params_output(opts: RunOptions, layer_def_out: Path) -> Path:
 
 
 def ranking_text(ranking: Ranking) -> str:
-    header = ["rank", "placement", "predicted ms", "img/s", "idle per device"]
+    header = ["rank", "placement", "predicted ms", "img/s", "idle per device (predicted)"]
     rows = [[str(i), r.candidate.name, f"{r.sim.step_seconds * 1e3:.2f}",
              f"{r.sim.images_per_second:,.0f}",
              " ".join(f"{s.device}:{s.idle / r.sim.step_seconds:.0%}" if r.sim.step_seconds
@@ -118,6 +121,9 @@ def ranking_text(ranking: Ranking) -> str:
                        for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in [header] + rows]
     lines += [f"left out: {name}: {reason}" for name, reason in ranking.refused]
+    if ranking.costs is not None and ranking.ranked:
+        lines += ["predicted: simulated from these figures [fitted]:"]
+        lines += [f"  {line}" for line in figure_lines(ranking.costs, ranking.ranked[0].plan)]
     return "\n".join(lines)
 
 
