@@ -261,14 +261,17 @@ class Profiler:
     steps of ``batch`` and of its first half on ``executor`` (``plan``, best on one
     device, run sequentially; its weights change, so use one made for the purpose)
     and, given ``data_parallel`` ((an executor, its plan) of the net replicated on
-    every core with parallel workers), a block of that; :meth:`profile` fits each
+    every core with parallel workers), a block of that (``contention_steps``: its
+    steps not counted and counted); :meth:`profile` fits each
     operation's cost to the two sizes over every round so far, with the contention
     and the wake-ups of the data-parallel blocks.  Rounds are taken one at a time so
     that a caller can take them between other work."""
 
     def __init__(self, executor, batch: list, host: HostFigures, plan: Plan,
-                 dispatch: float = 0.0, data_parallel=None):
+                 dispatch: float = 0.0, data_parallel=None,
+                 contention_steps: tuple[int, int] = (CONTENTION_WARMUP, CONTENTION_STEPS)):
         self._executor, self._batch, self._plan = executor, batch, plan
+        self._contention_steps = contention_steps  # (not counted, counted) per round
         self._host, self._dispatch, self._data_parallel = host, dispatch, data_parallel
         self._half = [column[:max(len(batch[0]) // 2, 1)] for column in batch]
         self._sliced = {name: len(p.devices) for name, p in plan.layers.items()
@@ -282,9 +285,9 @@ class Profiler:
         self._alone.append((self._executor.timed_steps(self._half, PROFILE_STEPS),
                             self._executor.timed_steps(self._batch, PROFILE_STEPS)))
         if self._data_parallel is not None:
-            steps = self._data_parallel[0].timed_steps(
-                self._batch, CONTENTION_WARMUP + CONTENTION_STEPS)
-            self._together.append(steps[CONTENTION_WARMUP:])
+            warmup, counted = self._contention_steps
+            steps = self._data_parallel[0].timed_steps(self._batch, warmup + counted)
+            self._together.append(steps[warmup:])
 
     def _fit(self, small: list, big: list) -> ComputeProfile:
         shards = self._plan.num_shards

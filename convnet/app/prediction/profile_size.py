@@ -7,8 +7,10 @@ time is fitted to a straight line in the cases of its shard
 extrapolated to M (the benchmark's ``--profile-mini``; docs/SIMULATE.md says how
 far off that is).  ``--profile-mini S`` sets S; without it S is chosen so that
 one profiled step takes about :data:`STEP_BUDGET_SECONDS`: one step of a probe
-minibatch (:data:`PROBE_CASES`) is timed, and S is the largest power of two up
-to M whose step, at the probe's time per case, fits the budget.  The ImageNet
+minibatch (:data:`PROBE_CASES`) is timed (on the host in CPU time of the thread
+that runs it, so that other work on the machine does not shrink the choice), and
+S is the largest power of two up to M whose step, at the probe's time per case,
+fits the budget.  The ImageNet
 nets at 224x224 are then profiled at a few images instead of 128 (about 3 s per
 8 images on a 2-core machine), the digits net at its whole minibatch.
 
@@ -35,6 +37,11 @@ PROFILE_BUDGET_SECONDS = 12.0
 
 #: The most rounds a profile takes.
 MAX_ROUNDS = 5
+
+#: The data-parallel block of a round (steps not counted, counted) for a net whose
+#: step at the probe's size is already over the step budget: the ImageNet nets at
+#: 224x224 (1-1.5 s a step) would spend most of the budget on the usual 3 + 4.
+LARGE_NET_CONTENTION_STEPS = (1, 2)
 
 
 def automatic_size(mini: int, probe_cases: int, probe_seconds: float, least: int) -> int:

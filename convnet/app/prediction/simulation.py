@@ -23,10 +23,12 @@ from convnet.errors import PlanError
 from convnet.plan.placements import Candidate, placed_layers
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import choose_backend
-from convnet.app.prediction.profile_size import (MAX_ROUNDS, PROBE_CASES,
-                                                 PROFILE_BUDGET_SECONDS, Progress,
+from convnet.app.prediction.profile_size import (LARGE_NET_CONTENTION_STEPS, MAX_ROUNDS,
+                                                 PROBE_CASES, PROFILE_BUDGET_SECONDS,
+                                                 STEP_BUDGET_SECONDS, Progress,
                                                  automatic_size)
-from convnet.simulate.costs import CostModel, Profiler, dispatch_seconds
+from convnet.simulate.costs import (CONTENTION_STEPS, CONTENTION_WARMUP, CostModel, Profiler,
+                                    dispatch_seconds)
 from convnet.simulate.hardware import DEVICE_KINDS, device_kind, measure_host
 
 
@@ -78,49 +80,63 @@ class NetProfiler:
         self.progress = progress or Progress(str(opts.layer_def), quiet=True)
         batch = batch if batch is not None else first_minibatch(opts)
         net = all_synchronous(net)
-        size = self._profile_size(opts, net, batch)
-        batch = [column[:size] for column in batch]
-        self.cases = len(batch[0])
-        single, plan, gpus = profiled_plan(opts, net, self.cases)
-        one = replace(opts, sequential=True, gpu=gpus, sync="sync")
-        host = measure_host()
-        self._cpu = choose_backend(opts.backend) == "cpu"
-        self._executor = assembly.make_executor(one, single, plan)
-        self._together = None
+        self._executor, self._together = None, None
         self.rounds = 0
         try:
+            size, probe, large = self._profile_size(opts, net, batch)
+            batch = [column[:size] for column in batch]
+            self.cases = len(batch[0])
+            single, plan, gpus = profiled_plan(opts, net, self.cases)
+            host = measure_host()
+            self._cpu = choose_backend(opts.backend) == "cpu"
+            self._executor = probe or assembly.make_executor(
+                replace(opts, sequential=True, gpu=gpus, sync="sync"), single, plan)
             # On the host, the net replicated on every core measures how the workers
             # contend.
             if self._cpu and host.cores > 1 and len(gpus) == 1:
                 self._together = data_parallel(opts, single, self.cases, host.cores)
             dispatch = dispatch_seconds(self._executor.train_tasks(), self._executor.devices)
             self._profiler = Profiler(self._executor, batch, host, plan, dispatch,
-                                      self._together)
+                                      self._together,
+                                      LARGE_NET_CONTENTION_STEPS if large else
+                                      (CONTENTION_WARMUP, CONTENTION_STEPS))
         except BaseException:
             self.close()
             raise
 
-    def _profile_size(self, opts: RunOptions, net: NetConfig, batch: list) -> int:
-        """--profile-mini, else the automatic size from one timed probe step."""
+    def _profile_size(self, opts: RunOptions, net: NetConfig, batch: list):
+        """(cases to profile, the probe's executor where the profile can go on with it or
+        None, whether a step is large: longer than the step budget).  --profile-mini
+        gives the size; else one timed probe step chooses it."""
         mini = len(batch[0])
         if opts.profile_mini is not None:
-            return min(opts.profile_mini, mini)
+            return min(opts.profile_mini, mini), None, False
         least = min(PROBE_CASES * len(opts.gpu), mini)  # a net profiled as placed: shards
         if mini <= least:
-            return mini
+            return mini, None, False
         probe = [column[:least] for column in batch]
         single, plan, gpus = profiled_plan(opts, net, least)
         executor = assembly.make_executor(replace(opts, sequential=True, gpu=gpus,
                                                   sync="sync"), single, plan)
+        # On the host the step runs in this thread: its CPU time is what the step costs,
+        # whatever other work the machine has (wall time would grow with the load).
+        clock = time.thread_time if choose_backend(opts.backend) == "cpu" else time.perf_counter
         try:
-            seconds = min(s for s, _ in executor.timed_steps(probe, 2))
-        finally:
+            executor.step(probe, progress=1.0)  # warm-up
+            start = clock()
+            executor.step(probe, progress=1.0)
+            seconds = clock() - start
+        except BaseException:
             executor.close()
+            raise
         size = automatic_size(mini, least, seconds, least)
-        self.progress.say(f"one step of {least} cases took {1000 * seconds:.1f} ms: "
+        self.progress.say(f"one step of {least} cases took {1000 * seconds:.1f} ms of CPU: "
                           f"profiling at {size} and {max(size // 2, 1)} cases "
                           f"(--profile-mini sets it)")
-        return size
+        if size != least:
+            executor.close()
+            return size, None, False
+        return size, executor, seconds > STEP_BUDGET_SECONDS
 
     def __enter__(self) -> NetProfiler:
         return self
@@ -152,7 +168,8 @@ class NetProfiler:
         return CostModel(self._profiler.profile(), kind)
 
     def close(self) -> None:
-        self._executor.close()
+        if self._executor is not None:
+            self._executor.close()
         if self._together is not None:
             self._together[0].close()
 
