@@ -66,8 +66,7 @@ PROFILE_STEPS = 2
 
 #: The data-parallel block of a round that measures contention: its steps not counted
 #: (a fresh executor's first steps run slow: the digits net's data-parallel step took
-#: 14-26 ms in its first 2-4 steps after another executor's, then 11 ms), then its
-#: counted steps.
+#: 14-26 ms in its first 2-4 steps after another executor's, then 11 ms), counted.
 CONTENTION_WARMUP = 3
 CONTENTION_STEPS = 4
 
@@ -261,8 +260,7 @@ class Profiler:
     steps of ``batch`` and of its first half on ``executor`` (``plan``, best on one
     device, run sequentially; its weights change, so use one made for the purpose)
     and, given ``data_parallel`` ((an executor, its plan) of the net replicated on
-    every core with parallel workers), a block of that (``contention_steps``: its
-    steps not counted and counted); :meth:`profile` fits each
+    every core with parallel workers), a block of that (steps not counted, counted); :meth:`profile` fits each
     operation's cost to the two sizes over every round so far, with the contention
     and the wake-ups of the data-parallel blocks.  Rounds are taken one at a time so
     that a caller can take them between other work."""
@@ -271,7 +269,7 @@ class Profiler:
                  dispatch: float = 0.0, data_parallel=None,
                  contention_steps: tuple[int, int] = (CONTENTION_WARMUP, CONTENTION_STEPS)):
         self._executor, self._batch, self._plan = executor, batch, plan
-        self._contention_steps = contention_steps  # (not counted, counted) per round
+        self._contention_steps = contention_steps
         self._host, self._dispatch, self._data_parallel = host, dispatch, data_parallel
         self._half = [column[:max(len(batch[0]) // 2, 1)] for column in batch]
         self._sliced = {name: len(p.devices) for name, p in plan.layers.items()
