@@ -30,9 +30,13 @@ HOST = HostFigures(cores=2, gemm_flops=1e11, copy_bandwidth=1e10)
 
 
 def _options(config, gpu: str, params=PARAMS, mini: int = 128, extra=()):
+    """The options of a prediction whose profile runs at the minibatch it predicts: these
+    tests check the model, not the extrapolation from a smaller profile (which
+    bench/bench_simulate_time.py --extrapolation measures)."""
     return resolve_options(build_parser().parse_args(
         ["--layer-def", str(config), "--layer-params", str(params), "--gpu", gpu,
-         "--mini", str(mini), "--print-plan", "--simulate", *extra]))
+         "--mini", str(mini), "--print-plan", "--simulate", "--profile-mini", str(mini),
+         *extra]))
 
 
 def _plan(config: str, gpu: str):
