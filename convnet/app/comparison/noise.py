@@ -133,8 +133,9 @@ class Verdict:
             why += (f"; {self.first.rounds} rounds cannot tell, give --rounds {MIN_ROUNDS} "
                     "or more")
         d = self.first
-        return (f"no clear winner between {names} ({why}; by median {d.fastest} "
-                f"{d.ratio:.2f}x {d.runner_up}, faster in {d.wins} of {d.rounds} rounds)")
+        return (f"no clear winner between {names} ({why}; median of the round ratios: "
+                f"{d.fastest} {d.ratio:.2f}x {d.runner_up}, faster in {d.wins} of {d.rounds} "
+                "rounds)")
 
 
 def decide(rounds: dict[str, list[float]]) -> Verdict | None:
