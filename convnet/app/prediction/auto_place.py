@@ -133,8 +133,8 @@ def run(opts: RunOptions) -> int:
     net = assembly.load_net_for(opts)
     ranking = rank(opts, net)
     print(f"Placements of {opts.layer_def} on {opts.auto_place} devices (--gpu "
-          f"{','.join(map(str, opts.gpu))}), predicted from one profile of the net on "
-          f"one device (docs/SIMULATE.md):")
+          f"{','.join(map(str, opts.gpu))}), predicted from one profile of the net "
+          f"(docs/SIMULATE.md):")
     print(ranking_text(ranking))
     best = ranking.ranked[0]
     periods = changed_periods(net, best)
