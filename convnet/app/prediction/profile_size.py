@@ -6,9 +6,9 @@ time is fitted to a straight line in the cases of its shard
 (:class:`convnet.simulate.costs.OpCost`), so a profile at S and S/2 cases is
 extrapolated to M (the benchmark's ``--profile-mini``; docs/SIMULATE.md says how
 far off that is).  ``--profile-mini S`` sets S; without it S is chosen so that
-one profiled step takes about :data:`STEP_BUDGET_SECONDS`: one step of a probe
-minibatch (:data:`PROBE_CASES`) is timed (on the host in CPU time of the thread
-that runs it, so that other work on the machine does not shrink the choice), and
+one profiled step takes about :data:`STEP_BUDGET_SECONDS`: the faster of two steps
+of a probe minibatch (:data:`PROBE_CASES`) is timed (on the host in CPU time of the
+thread that runs it, so that other work on the machine does not shrink the choice), and
 S is the largest power of two up to M whose step, at the probe's time per case,
 fits the budget.  The ImageNet
 nets at 224x224 are then profiled at a few images instead of 128 (about 3 s per
