@@ -288,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument("--rounds", type=positive_int, default=None, metavar="N",
                        help="with --compare: time the trained configs in N interleaved rounds "
                             "(A B C, A B C, ...) and rank them by their median step; more "
-                            "rounds tell closer configs apart (default 10; at least 6 for a "
+                            "rounds tell closer configs apart (default 20; at least 6 for a "
                             "winner to be called clear, see docs/COMPARE.md)")
     p.set_defaults(layer_params_list=None)
     tools.add_argument("--check-grads", type=flag, nargs="?", const=True, default=False,

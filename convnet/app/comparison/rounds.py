@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import time
 
-#: Rounds by default (``--rounds``): the fewest with which the digits example's
-#: verdict came out the same in three runs in a row (docs/BENCHMARKS.md).
-DEFAULT_ROUNDS = 10
+#: Rounds by default (``--rounds``): with 20 the digits example's verdict came out the
+#: same in three runs in a row on this 2-core machine at load average 3-4, with 10 it
+#: did not at load 5 (docs/BENCHMARKS.md).
+DEFAULT_ROUNDS = 20
 
 #: Timed steps of each config per round, after one untimed step.
 STEPS_PER_ROUND = 3
