@@ -76,7 +76,11 @@ CIFAR_CHAIN = ["conv1", "pool1", "rnorm1", "conv2", "rnorm2", "pool2", "local3",
 
 
 def options(*argv):
-    return resolve_options(build_parser().parse_args([*map(str, argv)]))
+    """The options of a run; its profile (where one is taken) at its own --mini, as the
+    validation has always taken it (bench_simulate_time.py measures the smaller
+    automatic profile's extrapolation)."""
+    opts = resolve_options(build_parser().parse_args([*map(str, argv)]))
+    return replace(opts, profile_mini=opts.mini)
 
 
 def placed(net, gpus: dict[str, tuple[int, ...]]):

@@ -106,7 +106,7 @@ def _steps(args: list[str], processes: int = 1) -> int:
     from convnet.app.command_line.main import build_parser
     from convnet.app.options import resolve_options
     from convnet.app.run.assembly import make_data_provider
-    from convnet.app.run.training import minibatch_bounds
+    from convnet.app.run.minibatches import minibatch_bounds
 
     opts = resolve_options(build_parser().parse_args(args))
     provider = make_data_provider(opts)

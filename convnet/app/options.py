@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from convnet.app.checkpoint import CheckpointReader, find_checkpoint, short_repr
 from convnet.app.option_values import (BACKEND_NAMES, MAX_DEVICES, batch_range, color_noise,
                                        data_dims, gpu_list, non_negative_int, positive_int,
                                        provider_name, scalar_mean, sync_mode)
+from convnet.config import parse_net
 from convnet.errors import CheckpointError, UsageError
 from convnet.filekind import not_a_regular_file
 from convnet.outputs import refuse_existing
@@ -94,6 +96,7 @@ class RunOptions:
     plan_graph: Path | None
     simulate: bool
     simulate_devices: str | None
+    profile_mini: int | None  # the minibatch --simulate and --auto-place profile
     auto_place: int | None
     auto_place_out: Path | None
     check_grads: bool
@@ -259,7 +262,9 @@ def resolve_options(args: argparse.Namespace,
         if values[key] is None:
             values[key] = value
     if values["gpu"] is None:
-        values["gpu"] = bundled_example.GPU if bundled else (0,)
+        values["gpu"] = _default_gpus(values, bundled)
+    elif values["auto_place"] is not None and len(values["gpu"]) > values["auto_place"]:
+        values["gpu"] = values["gpu"][:values["auto_place"]]  # the first N of a longer list
     if values["data_provider"] is None:
         if values["data_path"] is not None:
             raise UsageError("--data-path needs --data-provider (cifar, convnet-batches or "
@@ -275,6 +280,23 @@ def resolve_options(args: argparse.Namespace,
     opts = RunOptions(**values, resume=resume)
     check_options(opts)
     return opts
+
+
+def _default_gpus(values: dict, bundled: bool) -> tuple[int, ...]:
+    """The devices without --gpu: 0..N-1 for --auto-place N; the bundled example's; in
+    one process, 0..k-1 for a config whose gpu= lines name k devices (as --compare
+    does); under mpiexec, device 0 of each rank."""
+    if values["auto_place"] is not None:
+        return tuple(range(values["auto_place"]))
+    if bundled:
+        return bundled_example.GPU
+    if launch.process_count() > 1:
+        return (0,)
+    with warnings.catch_warnings():  # the run's own reading of the files warns once
+        warnings.simplefilter("ignore")
+        net = parse_net(values["layer_def"], values["layer_params"])
+    named = 1 + max((g for ldef in net for g in (ldef.gpu or ())), default=0)
+    return tuple(range(min(named, MAX_DEVICES)))
 
 
 def check_options(opts: RunOptions) -> None:
@@ -309,6 +331,13 @@ def check_options(opts: RunOptions) -> None:
                          "predicts for: give --simulate (with --print-plan) or --auto-place N")
     if opts.simulate_devices is not None:
         device_kind(opts.simulate_devices)
+    if opts.profile_mini is not None and not (opts.simulate or opts.auto_place):
+        raise UsageError("--profile-mini sets the minibatch --simulate or --auto-place "
+                         "profiles: give --simulate (with --print-plan) or --auto-place N")
+    if opts.profile_mini is not None and opts.profile_mini > opts.mini:
+        raise UsageError(f"--profile-mini {opts.profile_mini} is larger than --mini "
+                         f"{opts.mini}: the profile is extrapolated up to --mini, give "
+                         f"--profile-mini {opts.mini} or less")
     needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims)
     if opts.data_provider in PROVIDER_OPTIONS["data_path"] and opts.data_path is None \
             and needs_data:
@@ -381,11 +410,11 @@ def check_auto_place(opts: RunOptions) -> None:
                          "--auto-place N too")
     if opts.auto_place is None:
         return
-    if opts.auto_place != len(opts.gpu):
+    if opts.auto_place > len(opts.gpu):
         raise UsageError(f"--auto-place {opts.auto_place} places the net on {opts.auto_place} "
-                         f"devices but --gpu lists {len(opts.gpu)}; give --gpu with "
-                         f"{opts.auto_place} devices, e.g. --gpu "
-                         f"{','.join(map(str, range(opts.auto_place)))}")
+                         f"devices but --gpu lists {len(opts.gpu)}; give --gpu with at least "
+                         f"{opts.auto_place} devices (the first {opts.auto_place} are used), "
+                         f"or leave --gpu out for {','.join(map(str, range(opts.auto_place)))}")
     out = auto_place_output(opts)
     if out.is_dir():
         raise UsageError(f"--auto-place-out: {out} is a folder; give a file name")

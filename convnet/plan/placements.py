@@ -17,6 +17,13 @@ layer runs instead of relying on inheritance.  The placements, for N devices:
   devices; a layer with one input continues its input's tower, any other on
   device 0.
 
+In each, ``pass`` layers that read the same inputs (the concatenations of a
+hybrid net's towers, which must sit on disjoint devices) and would share one
+device go round-robin over the devices instead.  One more candidate,
+``as written``, is the config's own placement (inherited lists made explicit)
+where it differs from the others and names no device past N: a hybrid config
+written for N devices is then ranked against the family.
+
 Every placement whose replica counts differ (P = Rmax / Rmin passes, SPEC
 section 3) comes in one variant per update period: for each u that divides P,
 every weight layer updates every lcm(T, u) passes (its activation period T),
@@ -34,6 +41,8 @@ import math
 from dataclasses import dataclass, field, replace
 
 from convnet.config.model import NetConfig
+from convnet.errors import PlanError
+from convnet.plan.planner import written_devices
 
 #: Layer types that make up the convolutional part of a net.
 CONV_PART_TYPES = ("conv", "local", "pool", "cmrnorm", "rnorm", "cnorm")
@@ -126,7 +135,11 @@ def candidates(net: NetConfig, devices: int) -> list[Candidate]:
         model = towers(net, conv, devices)
         if model is not None:
             found.append(("conv data-parallel, towers model-parallel", {**split, **model}))
+    found = [_with_passes_spread(net, name, gpus, devices) for name, gpus in found]
     unique: list[Candidate] = []
+    written = as_written(net, devices)
+    if written is not None and all(written != gpus for _, gpus in found):
+        unique.append(Candidate("as written", written))
     for name, gpus in found:
         for suffix, periods in update_period_variants(net, gpus):
             candidate = Candidate(name + suffix, gpus, periods)
@@ -134,3 +147,32 @@ def candidates(net: NetConfig, devices: int) -> list[Candidate]:
                    (kept.gpus, kept.update_periods) for kept in unique):
                 unique.append(candidate)
     return unique
+
+
+def spread_pass_groups(net: NetConfig, gpus: dict[str, tuple[int, ...]],
+                       devices: int) -> dict[str, tuple[int, ...]]:
+    """``gpus`` with the one-device ``pass`` layers that read the same inputs on devices
+    0, 1, ... in net order (mod ``devices``): two such layers may not share a device."""
+    out, taken = dict(gpus), {}
+    for ldef in net:
+        if ldef.type == "pass" and len(out.get(ldef.name, ())) == 1:
+            turn = taken.get(ldef.inputs, 0)
+            taken[ldef.inputs] = turn + 1
+            out[ldef.name] = (turn % devices,)
+    return out
+
+
+def _with_passes_spread(net: NetConfig, name: str, gpus: dict[str, tuple[int, ...]],
+                        devices: int) -> tuple[str, dict[str, tuple[int, ...]]]:
+    spread = spread_pass_groups(net, gpus, devices)
+    return (name if spread == gpus else f"{name}, pass layers spread"), spread
+
+
+def as_written(net: NetConfig, devices: int) -> dict[str, tuple[int, ...]] | None:
+    """The config's own device list of every placed layer, or None where it names a
+    device past ``devices``."""
+    try:
+        written = written_devices(net, devices)
+    except PlanError:
+        return None
+    return {name: written[name] for name in placed_layers(net)}

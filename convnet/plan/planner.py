@@ -81,6 +81,12 @@ def _error(ldef: LayerDef, message: str, key: str | None = "gpu") -> PlanError:
     return PlanError(message, file=ldef.file, section=ldef.name, key=key)
 
 
+def written_devices(net: NetConfig, num_gpus: int) -> dict[str, tuple[int, ...]]:
+    """Every layer's device list as the config gives it, inherited lists resolved (a
+    PlanError where an index is past ``num_gpus``)."""
+    return _resolve_devices(net, num_gpus)[0]
+
+
 def _resolve_devices(net: NetConfig, num_gpus: int):
     """Device list and its provenance for every layer (data layers from their readers)."""
     devices: dict[str, tuple[int, ...]] = {}

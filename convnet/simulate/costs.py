@@ -61,16 +61,12 @@ from convnet.simulate.schedule import Simulation, simulate
 #: Op kinds whose time is measured rather than derived from a link.
 COMPUTE_KINDS = ("load", "forward", "backward", "update")
 
-#: Rounds of the profile; in each, a block of steps of each profiled run in turn.
-PROFILE_ROUNDS = 3
-
 #: Profiled steps per block, at each of the two sizes, after one warm-up step.
 PROFILE_STEPS = 2
 
 #: The data-parallel block of a round that measures contention: its steps not counted
 #: (a fresh executor's first steps run slow: the digits net's data-parallel step took
-#: 14-26 ms in its first 2-4 steps after another executor's, then 11 ms), then its
-#: counted steps.
+#: 14-26 ms in its first 2-4 steps after another executor's, then 11 ms), counted.
 CONTENTION_WARMUP = 3
 CONTENTION_STEPS = 4
 
@@ -137,6 +133,7 @@ class ComputeProfile:
     start_wake: float = 0.0  # seconds for a worker asleep on its queue to start a step
     wake: float = 0.0  # seconds for a worker waiting for another's task to run again
     step_overhead: float = 0.0  # seconds of a step outside its tasks (batch checks, costs)
+    rounds: int = 0  # rounds of the profile the medians are over
 
     @classmethod
     def fit(cls, small: tuple[float, list], big: tuple[float, list], host: HostFigures,
@@ -263,14 +260,16 @@ class Profiler:
     steps of ``batch`` and of its first half on ``executor`` (``plan``, best on one
     device, run sequentially; its weights change, so use one made for the purpose)
     and, given ``data_parallel`` ((an executor, its plan) of the net replicated on
-    every core with parallel workers), a block of that; :meth:`profile` fits each
+    every core with parallel workers), a block of that (steps not counted, counted); :meth:`profile` fits each
     operation's cost to the two sizes over every round so far, with the contention
     and the wake-ups of the data-parallel blocks.  Rounds are taken one at a time so
     that a caller can take them between other work."""
 
     def __init__(self, executor, batch: list, host: HostFigures, plan: Plan,
-                 dispatch: float = 0.0, data_parallel=None):
+                 dispatch: float = 0.0, data_parallel=None,
+                 contention_steps: tuple[int, int] = (CONTENTION_WARMUP, CONTENTION_STEPS)):
         self._executor, self._batch, self._plan = executor, batch, plan
+        self._contention_steps = contention_steps
         self._host, self._dispatch, self._data_parallel = host, dispatch, data_parallel
         self._half = [column[:max(len(batch[0]) // 2, 1)] for column in batch]
         self._sliced = {name: len(p.devices) for name, p in plan.layers.items()
@@ -284,9 +283,9 @@ class Profiler:
         self._alone.append((self._executor.timed_steps(self._half, PROFILE_STEPS),
                             self._executor.timed_steps(self._batch, PROFILE_STEPS)))
         if self._data_parallel is not None:
-            steps = self._data_parallel[0].timed_steps(
-                self._batch, CONTENTION_WARMUP + CONTENTION_STEPS)
-            self._together.append(steps[CONTENTION_WARMUP:])
+            warmup, counted = self._contention_steps
+            steps = self._data_parallel[0].timed_steps(self._batch, warmup + counted)
+            self._together.append(steps[warmup:])
 
     def _fit(self, small: list, big: list) -> ComputeProfile:
         shards = self._plan.num_shards
@@ -296,8 +295,9 @@ class Profiler:
             self._dispatch, self._sliced)
 
     def profile(self) -> ComputeProfile:
-        profile = self._fit([s for small, _ in self._alone for s in small],
-                            [s for _, big in self._alone for s in big])
+        profile = replace(self._fit([s for small, _ in self._alone for s in small],
+                                    [s for _, big in self._alone for s in big]),
+                          rounds=len(self._alone))
         if self._data_parallel is None:
             return profile
         executor, plan = self._data_parallel

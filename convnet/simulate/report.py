@@ -40,6 +40,8 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
         "contention_median": (statistics.median(costs.profile.contention.values())
                               if costs.profile.contention else 1.0),
         "profile_shard_size": costs.profile.shard_size,
+        "profile_rounds": costs.profile.rounds,
+        "contention_measured": bool(costs.profile.contention),
         "profiled_step_seconds": costs.profile.step_seconds,
         "step_seconds": sim.step_seconds,
         "images_per_second": sim.images_per_second,
@@ -53,22 +55,41 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
 
 
+def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
+    """What the prediction rests on, each figure labelled: [measured] on this machine,
+    [fitted] from measurements (a line through two profiled sizes, or the simulation
+    built on them), or [assumed] (not measured here)."""
+    kind, link, profile = costs.kind, costs.link, costs.profile
+    small = max(profile.shard_size / 2, 1)
+    lines = [f"compute: each operation timed at {small:g} and {profile.shard_size:g} cases "
+             f"per shard, medians over {profile.rounds} round(s) [measured]; a line "
+             f"through the two sizes gives it at {plan.shard_size:g} cases [fitted]"]
+    if kind.assumed:
+        lines.append(f"device kind '{kind.name}': {kind.source}; compute {costs.speed:.3g}x "
+                     "the profiled host's [assumed]")
+    if costs.shares_cores:
+        if profile.contention:
+            contention = statistics.median(profile.contention.values())
+            lines.append(f"workers slow each other by {contention:.2f}x (median over "
+                         f"operations), a worker takes {_ms(profile.start_wake)} ms to start "
+                         f"a step and {_ms(profile.wake)} ms to wake from a wait "
+                         f"[measured: the net replicated on {profile.host.cores} cores]")
+        else:
+            lines.append("workers slow each other by 1.00x and wake at once [assumed: not "
+                         "measured for this net, which was profiled as placed or on one core]")
+    measured = link.source.startswith("measured")
+    lines.append(f"transfers over {link.name}: {link.bandwidth / 1e9:.3g} GB/s, "
+                 f"{link.latency * 1e6:g} us each ({link.source}) "
+                 f"[{'measured bandwidth; latency assumed' if measured else 'assumed'}]")
+    return lines
+
+
 def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig) -> str:
-    kind, link = costs.kind, costs.link
-    host, contention = costs.profile.host, costs.profile.contention
-    what = (f"compute times as profiled on this machine ({host.cores} cores, one worker "
-            f"thread each; workers slow each other by "
-            f"{statistics.median(contention.values()) if contention else 1.0:.2f}x, the "
-            f"median over operations; a worker takes {_ms(costs.profile.start_wake)} ms "
-            f"to start a step and {_ms(costs.profile.wake)} ms to wake from a wait)"
-            if not kind.assumed else
-            f"ASSUMED device kind '{kind.name}': {kind.source}; compute "
-            f"{costs.speed:.3g}x the profiled host's")
-    lines = ["Simulation (one training step)",
-             f"  {what}; transfers over {link.name} ({link.bandwidth / 1e9:g} GB/s, "
-             f"{link.latency * 1e6:g} us; {link.source})",
-             f"  predicted step {_ms(sim.step_seconds)} ms, {sim.images_per_second:,.0f} "
-             f"images/s (minibatch {plan.minibatch})"]
+    lines = ["Simulation (one training step)"]
+    lines += [f"  {line}" for line in figure_lines(costs, plan)]
+    lines.append(f"  predicted step {_ms(sim.step_seconds)} ms, {sim.images_per_second:,.0f} "
+                 f"images/s (minibatch {plan.minibatch}) [fitted: simulated from the figures "
+                 "above]")
     peaks = peak_memory(plan, net, costs)
     unit, size = byte_unit(peaks)
     rows = [[str(s.device)] + [_ms(getattr(s, k)) for k in SPLIT] + [f"{peak / size:.1f}"]
@@ -77,4 +98,6 @@ def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfi
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     for row in [header] + rows:
         lines.append("  " + "  ".join(c.rjust(w) for c, w in zip(row, widths)))
+    lines.append("  times per device [fitted: simulated]; peak memory: the plan's estimate "
+                 "(convnet/plan/memory.py), not measured")
     return "\n".join(lines)

@@ -118,6 +118,8 @@ def test_ctrl_c_saves_at_a_batch_end_and_prints_the_command_that_resumes(tmp_pat
     assert saved.endswith(f"({where_text(counters['epoch'], counters['batch_index'], 2)})")
     test = ok(run_cli("--load-file", folder, "--test-only"))  # the save loads
     assert parse_test_line(test.stdout)[2] == 512
+    # the banner's files hold: the log's picture is drawn from the rows so far
+    assert (folder / "log.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_second_ctrl_c_stops_at_once(tmp_path):
@@ -133,6 +135,7 @@ def test_sigterm_exits_cleanly_with_143(tmp_path):
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == "terminated"
     ok(run_cli("--load-file", folder, "--test-only"))
+    assert (folder / "log.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_ctrl_c_before_the_first_test_of_an_overwriting_run_keeps_no_earlier_log(tmp_path):

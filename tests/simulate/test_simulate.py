@@ -31,9 +31,13 @@ HOST = HostFigures(cores=2, gemm_flops=1e11, copy_bandwidth=1e10)
 
 
 def _options(config, gpu: str, params=PARAMS, mini: int = 128, extra=()):
+    """The options of a prediction whose profile runs at the minibatch it predicts: these
+    tests check the model, not the extrapolation from a smaller profile (which
+    bench/bench_simulate_time.py --extrapolation measures)."""
     return resolve_options(build_parser().parse_args(
         ["--layer-def", str(config), "--layer-params", str(params), "--gpu", gpu,
-         "--mini", str(mini), "--print-plan", "--simulate", *extra]))
+         "--mini", str(mini), "--print-plan", "--simulate", "--profile-mini", str(mini),
+         *extra]))
 
 
 def _plan(config: str, gpu: str):
@@ -449,14 +453,40 @@ def test_text_report_says_when_figures_are_assumed():
     done = run_cli("--layer-def", EXAMPLES / "digits-single.cfg", "--layer-params", PARAMS,
                    "--print-plan", "--simulate", "--simulate-devices", "k20-pcie2")
     assert done.returncode == 0, done.stderr
-    assert "ASSUMED device kind 'k20-pcie2'" in done.stdout
+    assert "device kind 'k20-pcie2': assumed: NVIDIA Tesla K20" in done.stdout
+    assert "the profiled host's [assumed]" in done.stdout
     assert "predicted step" in done.stdout
+
+
+def test_every_figure_is_labelled_and_the_profile_shows_progress_through_a_pipe():
+    """run_cli reads stderr through a pipe: the profile's lines come through it, and
+    every line of the simulation that gives a figure says what it is."""
+    done = run_cli("--layer-def", EXAMPLES / "digits-data.cfg", "--layer-params", PARAMS,
+                   "--gpu", "0,1", "--mini", "64", "--print-plan", "--simulate",
+                   "--profile-mini", "16")
+    assert done.returncode == 0, done.stderr
+    progress = [l for l in done.stderr.splitlines() if l.startswith("profiling ")]
+    assert progress[0].startswith("profiling digits-data.cfg for --simulate: starting")
+    assert any(" round 1 done (" in l for l in progress)
+    assert progress[-1].endswith("s)") and "at 16 and 8 cases, extrapolated to --mini 64" \
+        in progress[-1]
+    block = done.stdout.split("Simulation (one training step)\n", 1)[1].splitlines()
+    labelled = [l for l in block if not l.lstrip()[:1].isdigit() and "(ms)" not in l]
+    assert len(labelled) >= 4
+    for line in labelled:
+        assert any(label in line for label in ("[measured", "[fitted", "[assumed",
+                                               "not measured")), line
+    assert "timed at 8 and 16 cases per shard" in done.stdout  # one device: one shard
+    assert "gives it at 32 cases [fitted]" in done.stdout  # a shard of 64 on two devices
 
 
 @pytest.mark.parametrize("args,words", [
     (["--simulate"], "give --print-plan"),
     (["--print-plan", "--simulate-devices", "gpu-pcie4"], "give --simulate"),
     (["--print-plan", "--simulate", "--simulate-devices", "tpu"], "unknown device kind 'tpu'"),
+    (["--profile-mini", "8"], "give --simulate"),
+    (["--print-plan", "--simulate", "--mini", "32", "--profile-mini", "64"],
+     "larger than --mini 32"),
 ])
 def test_bad_option_combinations_are_one_line_usage_errors(args, words):
     done = run_cli(*args)

@@ -26,7 +26,7 @@ from convnet.app.rank_agreement import check_started_alike
 from convnet.app.prediction.simulation import measure_costs
 from convnet.config.layer_types.memory_rules import winograd_conv_layers
 from convnet.config.values.typed import local_sgd_period
-from convnet.errors import ConvnetError, DataError, DeviceError
+from convnet.errors import ConvnetError, DataError, DeviceError, UsageError
 from convnet.kernels.conv import choice as conv_choice
 from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
@@ -52,6 +52,9 @@ def run_command(args: argparse.Namespace) -> int:
     if args.compare is not None or len(args.layer_params_list or ()) > 1:
         launch.require_one_process("--compare")
         return run_compare(args)  # several configs side by side
+    if args.rounds is not None:
+        raise UsageError("--rounds sets how many rounds --compare times its configs in: "
+                         "give it with --compare")
     opts = resolve_options(args)
     comm, _ = launch.processes()
     comm.wait_limit = opts.rank_timeout

@@ -284,6 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --simulate or --auto-place: predict for devices and links of this kind "
                             f"instead of the profiled ones ({', '.join(DEVICE_KINDS)}); any "
                             "kind but 'measured' rests on assumed figures (default: measured)")
+    tools.add_argument("--profile-mini", type=positive_int, default=None, metavar="N",
+                       help="with --simulate or --auto-place: profile the net at N and N/2 "
+                            "cases and extrapolate each operation's time to --mini (default: "
+                            "chosen so that a profiled step takes about a quarter of a "
+                            "second; see docs/SIMULATE.md)")
     tools.add_argument("--auto-place", type=positive_int, default=None, metavar="N",
                        help="rank a family of placements of the net on the N devices of --gpu "
                             "(one device, data-parallel, convolutional part data-parallel; "
@@ -301,6 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "one shared file or one per config (with --save-path, each run's "
                             "log and checkpoint go into a sub-folder, and compare.png shows "
                             "error against time, img/s and one step per device)")
+    tools.add_argument("--rounds", type=positive_int, default=None, metavar="N",
+                       help="with --compare: time the trained configs in N interleaved rounds "
+                            "(A B C, A B C, ...) and rank them by their median step; more "
+                            "rounds tell closer configs apart (default 20; at least 6 for a "
+                            "winner to be called clear, see docs/COMPARE.md)")
     p.set_defaults(layer_params_list=None)
     tools.add_argument("--check-grads", type=flag, nargs="?", const=True, default=False,
                        metavar="0|1",

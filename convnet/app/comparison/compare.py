@@ -30,9 +30,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from convnet.app.comparison.configs import check_args, config_options, config_pairs, run_names
-from convnet.app.comparison.measure import PROFILE_STEPS, train_and_measure
+from convnet.app.comparison.measure import PROFILE_STEPS, first_minibatch, profile, train_config
 from convnet.app.comparison.plot import write_comparison_png
+from convnet.app.comparison.prediction import predict_steps
 from convnet.app.comparison.result import ConfigResult
+from convnet.app.comparison.rounds import DEFAULT_ROUNDS, time_in_rounds
 from convnet.app.comparison.table import comparison_table
 from convnet.app.comparison.verdict import equivalence_warnings
 from convnet.app.options import RunOptions
@@ -57,13 +59,15 @@ TABLE_NAME = "compare.txt"
 
 
 def compare(args: argparse.Namespace, out=print, provider=None,
-            profile_steps: int = PROFILE_STEPS) -> tuple[list[ConfigResult], Path | None]:
+            profile_steps: int = PROFILE_STEPS, predict: bool = True
+            ) -> tuple[list[ConfigResult], Path | None]:
     """Train every config of ``args.compare``; the results and the picture's path (or None).
 
     ``args`` is the parsed command line (options other than --compare and
     --layer-params apply to every config alike).  ``provider`` replaces the
     data provider the options describe (for callers that need one the
-    command line cannot make, e.g. dummy data with small batches).
+    command line cannot make, e.g. dummy data with small batches); ``predict``
+    False leaves out the simulator's prediction (its profile).
     """
     check_args(args)
     pairs = config_pairs(args)
@@ -104,11 +108,12 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     for text in warnings:
         print(f"warning: {text}", file=sys.stderr)
     try:
-        for i, (result, opts, (net, plan)) in enumerate(zip(results, options, planned)):
-            out(f"== [{i + 1}/{len(results)}] {result.name}: {plan.scheme}, {plan.num_passes} "
-                f"pass(es) per minibatch of {opts.mini}, --gpu {','.join(map(str, opts.gpu))}")
-            train_and_measure(result, opts, provider, net, plan, keep_checkpoints=bool(save_root),
-                              profile_steps=profile_steps)
+        measure_all(results, options, planned, provider, bool(save_root), profile_steps,
+                    args.rounds or DEFAULT_ROUNDS, out)
+        if predict:
+            out("predicting each config's step with the simulator (docs/SIMULATE.md)")
+            predict_steps(results, options, planned,
+                          first_minibatch(provider, options[0].mini))
         table = comparison_table(results, warnings)
         out("")
         out(table)
@@ -122,6 +127,29 @@ def compare(args: argparse.Namespace, out=print, provider=None,
     finally:
         if scratch is not None:
             scratch.cleanup()
+
+
+def measure_all(results: list[ConfigResult], options: list[RunOptions], planned, provider,
+                keep_checkpoints: bool, profile_steps: int, rounds: int, out) -> None:
+    """Train every config in turn, then time them all in interleaved rounds, then
+    profile each; the executors stay open from training to profile."""
+    executors = []
+    try:
+        for i, (result, opts, (net, plan)) in enumerate(zip(results, options, planned)):
+            out(f"== [{i + 1}/{len(results)}] {result.name}: {plan.scheme}, {plan.num_passes} "
+                f"pass(es) per minibatch of {opts.mini}, --gpu {','.join(map(str, opts.gpu))}")
+            executors.append(train_config(result, opts, provider, net, plan, keep_checkpoints))
+        batch = first_minibatch(provider, options[0].mini)
+        out(f"timing the {len(results)} configs in {rounds} interleaved rounds")
+        samples = time_in_rounds(executors, batch, rounds)
+        for result, executor, seconds in zip(results, executors, samples):
+            result.round_seconds = seconds
+            result.profile_cases = len(batch[0])
+            if result.lockstep:
+                profile(result, executor, batch, profile_steps)
+    finally:
+        for executor in executors:
+            executor.close()
 
 
 def comparison_warnings(results: list[ConfigResult], opts: RunOptions, provider) -> list[str]:

@@ -1,7 +1,8 @@
-"""Training one ``--compare`` config and measuring it: its log read back, its steps profiled.
+"""Training one ``--compare`` config and profiling it: its log read back, its steps profiled.
 
 The run is the ordinary training machinery (:class:`convnet.app.run.training.Trainer`,
-without its banner and summary).  After training, :data:`PROFILE_STEPS` steps on
+without its banner and summary); its executor stays open for the interleaved
+rounds (:mod:`convnet.app.comparison.rounds`).  :data:`PROFILE_STEPS` steps on
 the first minibatch of the first training batch are timed with the executor's op
 timings switched on (after one warm-up step), giving the time split per device
 (compute / copy / all-reduce / idle) and the timeline of the median step.  A
@@ -16,6 +17,7 @@ from convnet.app.options import RunOptions
 from convnet.app.run.assembly import make_executor
 from convnet.app.run.folder import claim_run_folder
 from convnet.app.run.log import read_log
+from convnet.app.run.reporting import draw_log_picture
 from convnet.app.run.training import Trainer
 from convnet.errors import ConvnetError
 from convnet.plan.time_split import CATEGORIES, CATEGORY, DeviceTime
@@ -24,10 +26,11 @@ from convnet.plan.time_split import CATEGORIES, CATEGORY, DeviceTime
 PROFILE_STEPS = 10
 
 
-def train_and_measure(result: ConfigResult, opts: RunOptions, provider, net, plan,
-                      keep_checkpoints: bool, profile_steps: int) -> None:
-    """Train one config into ``result.log_path``'s folder and fill ``result`` with its
-    log rows and its profiled steps (or, under async, its replicas' trained shards)."""
+def train_config(result: ConfigResult, opts: RunOptions, provider, net, plan,
+                 keep_checkpoints: bool):
+    """Train one config into ``result.log_path``'s folder, read its log rows into
+    ``result`` (and, under async, the shards its replicas trained), and return its
+    executor, still open, for the rounds and the profile."""
     with claim_run_folder(result.log_path.parent, overwrite=opts.overwrite) as folder:
         executor = make_executor(opts, net, plan)
         try:
@@ -35,24 +38,31 @@ def train_and_measure(result: ConfigResult, opts: RunOptions, provider, net, pla
             if not keep_checkpoints:
                 trainer.checkpoint = None  # the log goes to the scratch folder; no checkpoints
             trainer.train()
+            if keep_checkpoints:  # each kept run's folder gets its picture, as a run's does
+                draw_log_picture(trainer.log, opts.layer_def)
             result.log_rows = read_log(result.log_path)
             if not result.log_rows:
                 raise ConvnetError(f"{result.name}: the run logged no test line to "
                                    f"{result.log_path}")
-            if result.lockstep:
-                profile(result, executor, provider, opts.mini, profile_steps)
-            else:  # no lockstep step to time: what the replicas trained instead
+            if not result.lockstep:  # no lockstep step to time: what the replicas trained
                 result.replica_shards = list(executor.record.shards)
                 result.trained_steps = executor.step_count
-        finally:
+        except BaseException:
             executor.close()
+            raise
+    return executor
 
 
-def profile(result: ConfigResult, executor, provider, mini: int,
-            steps: int = PROFILE_STEPS) -> None:
-    """Time ``steps`` training steps (after one warm-up) on the first training minibatch."""
+def first_minibatch(provider, mini: int) -> list:
+    """The first minibatch of the first training batch: what the rounds and the profile
+    time."""
     batch = provider.get_batch(provider.train_batches[0], train=True, epoch=1)
-    part = [column[:mini] for column in batch]
+    return [column[:mini] for column in batch]
+
+
+def profile(result: ConfigResult, executor, part: list, steps: int = PROFILE_STEPS) -> None:
+    """Time ``steps`` training steps (after one warm-up) of the minibatch ``part`` with
+    per-operation timing on."""
     result.profile_cases = len(part[0])
     runs = executor.timed_steps(part, steps)
     result.step_seconds = [seconds for seconds, _ in runs]

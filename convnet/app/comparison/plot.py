@@ -5,12 +5,15 @@ One PNG, top to bottom:
 * test error against wall time, one line per config (from the run logs;
   ``--compare`` tests after every data batch unless ``--test-freq`` says
   otherwise, so each line has a point per batch);
-* images per second, per config: the training run's (log) and the profiled
-  steps' (after training);
-* for each config, a Gantt chart of one profiled training step: one row per
-  device, coloured spans for compute (load, forward, backward, update),
-  copies and all-reduces; the grey between spans is time a device waits.
-  All the Gantt charts share one time axis, so their lengths compare.
+* the step time that ranks the configs (the median of the interleaved rounds,
+  with the rounds' interquartile range as an error bar), the same figure as the
+  table's ``step ms``;
+* for each config, a Gantt chart of one profiled training step (per-operation
+  timing on, so it is longer than the ranked step; its title gives both): one
+  row per device the config uses, coloured spans for compute (load, forward,
+  backward, update), copies and all-reduces; the grey between spans is time a
+  device waits.  All the Gantt charts share one time axis, so their lengths
+  compare.
   A ``--sync async:S`` run has no lockstep step, so its panel says so and
   shows, per device, how many of the run's shards its replica trained.
 """
@@ -18,6 +21,7 @@ One PNG, top to bottom:
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 from convnet.errors import ConvnetError
@@ -42,7 +46,7 @@ WAIT_COLOUR = "#e8e8e8"
 
 def figure_size(results) -> tuple[float, float]:
     """(width, height) in inches of the picture for these results."""
-    gantt = sum(GANTT_BASE_IN + GANTT_DEVICE_IN * r.plan.num_devices for r in results)
+    gantt = sum(GANTT_BASE_IN + GANTT_DEVICE_IN * _rows(r) for r in results)
     # A whole number of quarter inches is exact in binary, so the PNG is exactly size * DPI.
     return WIDTH_IN, math.ceil((TOP_IN + gantt + LEGEND_IN) * 4) / 4
 
@@ -59,11 +63,11 @@ def comparison_figure(results):
 
     fig = Figure(figsize=figure_size(results), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
-    heights = [TOP_IN] + [GANTT_BASE_IN + GANTT_DEVICE_IN * r.plan.num_devices for r in results]
+    heights = [TOP_IN] + [GANTT_BASE_IN + GANTT_DEVICE_IN * _rows(r) for r in results]
     grid = fig.add_gridspec(len(heights), 2, height_ratios=heights, width_ratios=[3, 2])
     colours = [f"C{i % 10}" for i in range(len(results))]
     _error_curves(fig.add_subplot(grid[0, 0]), results, colours)
-    _throughput_bars(fig.add_subplot(grid[0, 1]), results, colours)
+    _step_bars(fig.add_subplot(grid[0, 1]), results, colours)
     span = max((r.timeline_seconds for r in results), default=0.0) * 1000 * 1.02 or 1.0
     lockstep = [row for row, r in enumerate(results, start=1) if r.lockstep]
     first = None
@@ -107,72 +111,83 @@ def _error_curves(ax, results, colours) -> None:
     ax.legend(fontsize=8)
 
 
-def _throughput_bars(ax, results, colours) -> None:
+def _rows(result) -> int:
+    """Rows of a config's panel: the devices it uses."""
+    return len(result.used_devices)
+
+
+def _step_bars(ax, results, colours) -> None:
     xs = range(len(results))
-    width = 0.38
-    train = [r.train_images_per_sec for r in results]
-    steps = [r.profiled_images_per_sec for r in results]
-    bars = ax.bar([x - width / 2 for x in xs], train, width, color=colours)
-    bars2 = ax.bar([x + width / 2 for x in xs], steps, width, color=colours, alpha=0.45,
-                   hatch="//", edgecolor="white")
-    # Upright numbers: side by side they never overlap.  An async run has no profiled step.
-    ax.bar_label(bars, fmt="%.0f", rotation=90, padding=2, fontsize=7)
-    ax.bar_label(bars2, [f"{v:.0f}" if r.lockstep else "n/a" for v, r in zip(steps, results)],
-                 rotation=90, padding=2, fontsize=7)
-    # The numbers of the error panel's legend: names as long as the ImageNet configs'
-    # would overlap one another under narrow bars.
-    ax.set_xticks(list(xs), [f"{i}: {r.scheme}" for i, r in enumerate(results, start=1)],
-                  fontsize=8)
-    ax.set_ylabel("images / s")
-    ax.set_title("Throughput: solid = training run (ranks the schemes),\n"
-                 "hatched = profiled steps (per-op timing on)", fontsize=9)
-    ax.margins(y=0.2)  # room for the upright labels above the bars
+    steps = [1000 * r.median_step_seconds for r in results]
+    errors = [[1000 * (r.median_step_seconds - _quartile(r, 0)) for r in results],
+              [1000 * (_quartile(r, 2) - r.median_step_seconds) for r in results]]
+    ax.bar(list(xs), steps, 0.6, color=colours, yerr=errors, capsize=3,
+           error_kw={"elinewidth": 0.8})
+    # The numbers of the error panel's legend (names as long as the ImageNet configs'
+    # would overlap one another under narrow bars), the step under each: a label above
+    # a bar would cross its error bar.
+    ax.set_xticks(list(xs), [f"{i}: {r.scheme}\n{v:.2f} ms" for i, (r, v)
+                             in enumerate(zip(results, steps), start=1)], fontsize=8)
+    ax.set_ylabel("ms per training step")
+    ax.set_title("Step time (ranks the configs): median of the\n"
+                 "interleaved rounds, bar = interquartile range", fontsize=9)
+
+
+def _quartile(result, index: int) -> float:
+    """The first (0) or third (2) quartile of a config's rounds (its median with one)."""
+    if len(result.round_seconds) < 2:
+        return result.median_step_seconds
+    return statistics.quantiles(result.round_seconds, n=4, method="inclusive")[index]
 
 
 def _gantt(ax, result, span_ms: float, last: bool) -> None:
-    num_devices = result.plan.num_devices
+    devices = result.used_devices
+    row = {d: i for i, d in enumerate(devices)}
     step_ms = 1000 * result.timeline_seconds
-    for d in range(num_devices):
-        ax.broken_barh([(0, step_ms)], (d - 0.4, 0.8), facecolors=WAIT_COLOUR)
+    for i in range(len(devices)):
+        ax.broken_barh([(0, step_ms)], (i - 0.4, 0.8), facecolors=WAIT_COLOUR)
     spans: dict[tuple[int, str], list] = {}
     for t in result.timeline:
-        spans.setdefault((t.device, t.kind), []).append((1000 * t.start,
-                                                         1000 * (t.end - t.start)))
-    for (device, kind), bars in sorted(spans.items()):
-        ax.broken_barh(bars, (device - 0.4, 0.8), facecolors=KIND_COLOURS.get(kind, "black"),
+        if t.device in row:
+            spans.setdefault((row[t.device], t.kind), []).append(
+                (1000 * t.start, 1000 * (t.end - t.start)))
+    for (i, kind), bars in sorted(spans.items()):
+        ax.broken_barh(bars, (i - 0.4, 0.8), facecolors=KIND_COLOURS.get(kind, "black"),
                        edgecolors="white", linewidth=0.3)
-    ax.set_yticks(range(num_devices),
-                  [f"device {d} ({p})" for d, p in enumerate(result.plan.physical_devices)],
+    ax.set_yticks(range(len(devices)),
+                  [f"device {d} ({result.plan.physical_devices[d]})" for d in devices],
                   fontsize=8)
-    ax.set_ylim(num_devices - 0.5, -0.5)
+    ax.set_ylim(len(devices) - 0.5, -0.5)
     ax.set_xlim(0, span_ms)
-    ax.set_title(f"{result.name}: {result.scheme}, {result.num_passes} pass(es), one training "
-                 f"step of {result.profile_cases} cases = {step_ms:.1f} ms", fontsize=9,
-                 loc="left")
+    ax.set_title(f"{result.name}: {result.scheme}, {result.num_passes} pass(es); step "
+                 f"{1000 * result.median_step_seconds:.2f} ms (median of the rounds); "
+                 f"profiled split of a step of {result.profile_cases} cases, "
+                 f"per-op timing on = {step_ms:.1f} ms", fontsize=9, loc="left")
     ax.grid(axis="x", alpha=0.3)
     if last:
-        ax.set_xlabel("time within the step (ms); grey = waiting")
+        ax.set_xlabel("time within the profiled step (ms); grey = waiting")
     else:
         ax.tick_params(labelbottom=False)
 
 
 def _async_panel(ax, result) -> None:
-    """An async run's panel: no step to draw, and why; per device, the shards its replica
-    took from the shared queue (a faster replica takes more)."""
-    num_devices = result.plan.num_devices
+    """An async run's panel: no step to draw, and why; per device it uses, the shards its
+    replica took from the shared queue (a faster replica takes more)."""
+    devices = result.used_devices
     replicas = dict(zip(async_replica_devices(result.plan) or (), result.replica_shards))
     total = sum(result.replica_shards) or 1
-    for d in range(num_devices):
+    for i, d in enumerate(devices):
         text = (f"replica trained {replicas[d]} of the run's {total} shards "
                 f"({100 * replicas[d] / total:.0f}%)" if d in replicas else "no replica")
-        ax.text(0.01, d, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8)
-    ax.set_yticks(range(num_devices),
-                  [f"device {d} ({p})" for d, p in enumerate(result.plan.physical_devices)],
+        ax.text(0.01, i, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+    ax.set_yticks(range(len(devices)),
+                  [f"device {d} ({result.plan.physical_devices[d]})" for d in devices],
                   fontsize=8)
-    ax.set_ylim(num_devices - 0.5, -0.5)
+    ax.set_ylim(len(devices) - 0.5, -0.5)
     ax.set_xticks([])
     ax.set_title(f"{result.name}: {result.scheme}, --sync {result.sync}: asynchronous, "
-                 "no lockstep step to profile", fontsize=9, loc="left")
+                 f"no lockstep step to profile; step {1000 * result.median_step_seconds:.2f} "
+                 "ms (median of the rounds)", fontsize=9, loc="left")
 
 
 def _kind_legend(fig, results) -> None:

@@ -10,9 +10,12 @@ picture (:mod:`convnet.app.comparison.plot`) and the verdict
   (:func:`convnet.plan.report.device_totals` on the run's own plan);
 * final train/test cost and error, wall time and training images/s: the run's
   CSV log (:data:`convnet.app.run.log.CSV_COLUMNS`), read back from disk;
+* the step time that ranks the configs: the median over the interleaved rounds
+  after training (:mod:`convnet.app.comparison.rounds`), with its spread;
 * the time split per device and the per-device timeline: the profiled steps
   after training (:mod:`convnet.app.comparison.measure`); under a data-parallel
-  ``--sync async:S`` run, the shards each replica trained instead.
+  ``--sync async:S`` run, the shards each replica trained instead;
+* the simulator's predicted step (:mod:`convnet.app.comparison.prediction`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from convnet.app.comparison.noise import spread
 from convnet.app.option_values import async_staleness
 from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan
 from convnet.plan.report import DeviceTotals
@@ -51,6 +55,31 @@ class ConfigResult:
     # An async run's measured traffic: shards each replica trained, over this many steps.
     replica_shards: list[int] = field(default_factory=list)
     trained_steps: int = 0
+    # Seconds per step in each interleaved round (the ranking's figure).
+    round_seconds: list[float] = field(default_factory=list)
+    predicted_seconds: float | None = None  # the simulator's step; None: not predicted
+
+    # ------------------------------------------------------------- rounds
+    @property
+    def median_step_seconds(self) -> float:
+        """The step time that ranks the configs: the median over the rounds."""
+        return statistics.median(self.round_seconds) if self.round_seconds else math.nan
+
+    @property
+    def step_spread(self) -> float:
+        """Half the rounds' interquartile range, as a share of the median."""
+        return spread(self.round_seconds)
+
+    @property
+    def images_per_sec(self) -> float:
+        """Cases of the timed minibatch per median step."""
+        step = self.median_step_seconds
+        return self.profile_cases / step if step and math.isfinite(step) else 0.0
+
+    @property
+    def used_devices(self) -> list[int]:
+        """The logical devices the plan puts any layer on, in order."""
+        return sorted({d for p in self.plan.layers.values() for d in p.devices})
 
     # ------------------------------------------------------------- planner
     @property
@@ -70,7 +99,7 @@ class ConfigResult:
 
     @property
     def devices_used(self) -> int:
-        return len({d for p in self.plan.layers.values() for d in p.devices})
+        return len(self.used_devices)
 
     @property
     def copy_bytes(self) -> int:

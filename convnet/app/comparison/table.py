@@ -7,7 +7,7 @@ rows, profiled step times), so a test can recompute each cell.
 
 from __future__ import annotations
 
-from convnet.app.comparison.verdict import baseline, efficiency, speedup, verdict
+from convnet.app.comparison.verdict import baseline, efficiency, speedup, verdict_lines
 from convnet.plan.report import human_bytes
 
 
@@ -35,6 +35,10 @@ def fmt_share(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
+def fmt_spread(value: float) -> str:
+    return f"±{100 * value:.1f}%"
+
+
 def fmt_cost(cost: float) -> str:
     return f"{cost:.4f}"
 
@@ -49,10 +53,10 @@ ABSENT = "n/a"
 
 
 SCHEME_HEADER = ["config", "scheme", "passes", "devices used", "copied", "all-reduced",
-                 "img/s train", "speedup", "efficiency", "img/s profiled", "wall s",
-                 "train cost", "train err", "test cost", "test err"]
+                 "step ms", "spread", "img/s", "speedup", "efficiency", "predicted ms",
+                 "wall s", "train cost", "train err", "test cost", "test err"]
 DEVICE_HEADER = ["config", "device", "param memory", "activations (est.)", "sent", "received",
-                 "compute ms", "copy ms", "all-reduce ms", "idle ms", "step ms"]
+                 "compute", "copy", "all-reduce", "idle"]
 
 
 def scheme_rows(results) -> list[list[str]]:
@@ -63,9 +67,10 @@ def scheme_rows(results) -> list[list[str]]:
         rows.append([r.name, r.scheme, str(r.num_passes),
                      f"{r.devices_used} of {r.plan.num_devices}", fmt_bytes(r.copy_bytes),
                      ABSENT if r.is_async else fmt_bytes(r.allreduce_bytes),
-                     fmt_rate(r.train_images_per_sec),
+                     fmt_ms(r.median_step_seconds), fmt_spread(r.step_spread),
+                     fmt_rate(r.images_per_sec),
                      fmt_ratio(speedup(r, base)), fmt_share(efficiency(r, base)),
-                     fmt_rate(r.profiled_images_per_sec) if r.lockstep else ABSENT,
+                     ABSENT if r.predicted_seconds is None else fmt_ms(r.predicted_seconds),
                      fmt_seconds(r.wall_seconds),
                      fmt_cost(final["cost"]), fmt_error(final["error"]),
                      fmt_cost(final["test_cost"]), fmt_error(final["test_error"])])
@@ -73,16 +78,22 @@ def scheme_rows(results) -> list[list[str]]:
 
 
 def device_rows(results) -> list[list[str]]:
+    """One row per device a config uses (a one-device config draws no empty rows); the
+    time split as shares of the profiled step."""
     rows = []
     for r in results:
-        for totals, (sent, received), time in zip(r.totals, r.device_traffic,
-                                                  r.times or [None] * len(r.totals)):
-            timed = ([fmt_ms(time.compute), fmt_ms(time.copy), fmt_ms(time.allreduce),
-                      fmt_ms(time.idle), fmt_ms(r.mean_step_seconds)] if r.lockstep
-                     else [ABSENT] * 5)
+        traffic = r.device_traffic
+        for d in r.used_devices:
+            totals = r.totals[d]
+            if r.lockstep and r.times:
+                t, step = r.times[d], r.mean_step_seconds
+                timed = [fmt_share(part / step) for part in (t.compute, t.copy, t.allreduce,
+                                                             t.idle)]
+            else:
+                timed = [ABSENT] * 4
             rows.append([r.name, f"{totals.device} ({totals.physical})",
                          fmt_bytes(totals.param_bytes), fmt_bytes(totals.activation_bytes),
-                         fmt_bytes(sent), fmt_bytes(received)] + timed)
+                         fmt_bytes(traffic[d][0]), fmt_bytes(traffic[d][1])] + timed)
     return rows
 
 
@@ -101,7 +112,7 @@ def format_table(header: list[str], rows: list[list[str]]) -> list[str]:
 def _numeric(cell: str) -> bool:
     if cell in ("-", ABSENT):
         return True
-    text = cell.replace("%", "").replace(".", "", 1).replace(" of ", "").rstrip("x")
+    text = cell.replace("%", "").lstrip("±").replace(".", "", 1).replace(" of ", "").rstrip("x")
     for unit in (" B", " KiB", " MiB", " GiB"):
         text = text.replace(unit, "")
     return text.isdigit() or (text.startswith("-") and text[1:].isdigit())
@@ -113,24 +124,27 @@ def comparison_table(results, warnings: list[str] = ()) -> str:
     if not results:
         return "(nothing compared)"
     first = results[0]
+    rounds = max(len(r.round_seconds) for r in results)
     steps = max(len(r.step_seconds) for r in results)
     modes = {r.sync for r in results}
     shared_mode = f", --sync {first.sync}" if modes != {"sync"} and len(modes) == 1 else ""
     lines = [f"Schemes compared (minibatch {first.plan.minibatch}, "
-             f"--gpu {','.join(map(str, first.plan.physical_devices))}{shared_mode})"]
+             f"--gpu {','.join(map(str, first.plan.physical_devices))}{shared_mode}; "
+             f"step: median of {rounds} interleaved rounds)"]
     lines += format_table(SCHEME_HEADER, scheme_rows(results))
-    lines += ["", verdict(results, fmt_bytes)] + [f"warning: {w}" for w in warnings]
-    lines += ["", "Per device (memory and traffic per minibatch from the planner; time per "
-                  f"minibatch, mean of {steps} profiled steps)"]
+    lines += [""] + verdict_lines(results, fmt_bytes) + [f"warning: {w}" for w in warnings]
+    lines += ["", "Per device used (memory and traffic per minibatch from the planner; the "
+                  f"profiled split of a step, % of the mean of {steps} profiled steps)"]
     lines += format_table(DEVICE_HEADER, device_rows(results))
     lines += ["", "copied: activations and gradients copied between devices; all-reduced: "
                   "ring all-reduce traffic, summed over devices.",
-              "img/s train: median over the run log's test intervals (training steps only); "
-              "the ranking, speedup and efficiency use it.",
-              "speedup: img/s train over the one-device config's; efficiency: speedup per "
+              "step ms: median seconds per training step over the rounds after training (each "
+              "round times every config in turn on the same minibatch); the ranking, img/s, "
+              "speedup and efficiency use it. spread: half the rounds' interquartile range.",
+              "speedup: img/s over the one-device config's; efficiency: speedup per "
               "device used.",
-              "img/s profiled: minibatch / mean profiled step, timed with per-operation "
-              "timing on (slower, one minibatch): for the time split below, not the ranking.",
+              "predicted ms: the simulator's step from one short profile of the net "
+              "(docs/SIMULATE.md).",
               "wall s, costs and errors: the run log's last row (train figures are means over "
               "its last test interval).",
               "param memory: weights, gradients and momentum (float32; replicas under "
@@ -139,11 +153,13 @@ def comparison_table(results, warnings: list[str] = ()) -> str:
               "training step holds at the device's peak.",
               "compute: load + forward + backward + update; copy: activation and gradient "
               "copies; all-reduce includes waiting for the other replicas; idle: the rest of "
-              "the step (waiting for inputs from other devices)."]
+              "the step (waiting for inputs from other devices); shares of a step profiled "
+              "with per-operation timing on, which slows it: the split, not the ranking."]
     if any(r.is_async for r in results):
         lines.append(f"{ABSENT} (--sync async runs): no all-reduce: each replica sends the "
                      "increment of each of its updates to the other replicas, and sent/received "
                      "count those per minibatch (a data-parallel net's from the shards each "
                      "replica trained); and a data-parallel net's replicas have no lockstep "
-                     "step to profile per operation.")
+                     "step to profile per operation (their step ms times queued steps until "
+                     "drained).")
     return "\n".join(lines)

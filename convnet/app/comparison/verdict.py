@@ -1,15 +1,21 @@
 """What a ``--compare`` run concludes: speedups, the winner, and why a result may mislead.
 
-Every scheme is ranked by one figure, the training run's images per second
-(:attr:`ConfigResult.train_images_per_sec`, the median over the run's test
-intervals): it covers every minibatch of the run.  The profiled steps after
-training time a single minibatch with per-operation timing switched on; they
-give the split of a step into compute, copies, all-reduce and idle, not the
-ranking.  Speedups are against the config that runs on one device (the
-first such), and efficiency is the speedup per device used.
+Every scheme is ranked by one figure, its median seconds per step over the
+interleaved rounds after training (:attr:`ConfigResult.median_step_seconds`,
+:mod:`convnet.app.comparison.rounds`); whether the fastest beats the runner-up
+beyond the machine's noise is :mod:`convnet.app.comparison.noise`'s rule.  The
+profiled steps time a single minibatch with per-operation timing switched on;
+they give the split of a step into compute, copies, all-reduce and idle, not
+the ranking.  Speedups are against the config that runs on one device (the
+first such), and efficiency is the speedup per device used; one above 100% is
+explained (within the noise, or a real superlinear gain).  Beside the measured
+ranking stands the simulator's (:attr:`ConfigResult.predicted_seconds`), with a
+line where the two disagree.
 """
 
 from __future__ import annotations
+
+from convnet.app.comparison.noise import decide, pair
 
 
 def baseline(results):
@@ -18,9 +24,9 @@ def baseline(results):
 
 
 def speedup(result, base) -> float | None:
-    if base is None or not base.train_images_per_sec:
+    if base is None or not base.images_per_sec:
         return None
-    return result.train_images_per_sec / base.train_images_per_sec
+    return result.images_per_sec / base.images_per_sec
 
 
 def efficiency(result, base) -> float | None:
@@ -36,13 +42,27 @@ def idle_share(result) -> float:
     return sum(t.idle for t in used) / total if total else 0.0
 
 
-def verdict(results, fmt_bytes) -> str:
-    """One line: the fastest scheme, its speedup, and what it pays for it."""
+def fastest(results):
+    """The config with the lowest median step over the rounds."""
+    return min(results, key=lambda r: r.median_step_seconds)
+
+
+def verdict_lines(results, fmt_bytes) -> list[str]:
+    """The decision (clear winner or not), what the winner pays, efficiencies above
+    100% explained, and the simulator's ranking beside the measured one."""
     if not results:
-        return ""
-    best = max(results, key=lambda r: r.train_images_per_sec)
-    base = baseline(results)
-    text = f"fastest: {best.name} ({best.scheme}), {best.train_images_per_sec:.0f} img/s"
+        return []
+    decision = decide({r.name: r.round_seconds for r in results})
+    lines = [decision.text() if decision else f"one config: {results[0].name}"]
+    lines.append(_winner_line(fastest(results), baseline(results), fmt_bytes))
+    lines += superlinear_notes(results)
+    lines += prediction_lines(results)
+    return lines
+
+
+def _winner_line(best, base, fmt_bytes) -> str:
+    text = (f"fastest: {best.name} ({best.scheme}), {1000 * best.median_step_seconds:.2f} ms "
+            f"per step, {best.images_per_sec:.0f} img/s")
     s = speedup(best, base)
     if s is not None and best is not base:
         text += (f", {s:.2f}x the one-device {base.name} on {best.devices_used} device(s) "
@@ -58,8 +78,48 @@ def verdict(results, fmt_bytes) -> str:
         text += f"; it pays {' and '.join(costs)} per minibatch"
     if best.times:
         text += f"{'; its' if not costs else ', and its'} devices idle " \
-                f"{100 * idle_share(best):.0f}% of a step"
+                f"{100 * idle_share(best):.0f}% of a profiled step"
     return text
+
+
+def superlinear_notes(results) -> list[str]:
+    """A line for every config whose efficiency reads above 100%: within the noise of its
+    ratio to the one-device config, or beyond it (a real superlinear gain)."""
+    base, notes = baseline(results), []
+    for r in results:
+        e = efficiency(r, base)
+        if e is None or e <= 1.0 or r is base:
+            continue
+        duel = pair(r.name, r.round_seconds, base.name, base.round_seconds)
+        beyond = duel.interval is not None and duel.interval[0] > r.devices_used
+        why = ("beyond the noise: each device works on a smaller shard, whose data stays "
+               "in the caches where a whole minibatch's does not (a superlinear speedup)"
+               if beyond else
+               f"not beyond this machine's noise (±{100 * duel.noise:.0f}% on its ratio to "
+               f"{base.name}): read it as at most 100%")
+        notes.append(f"efficiency above 100%: {r.name} {100 * e:.0f}%, {why}")
+    return notes
+
+
+def prediction_lines(results) -> list[str]:
+    """The simulator's ranking beside the measured one, and where they disagree."""
+    predicted = [r for r in results if r.predicted_seconds is not None]
+    if len(predicted) < 2:
+        return []
+    by_prediction = sorted(predicted, key=lambda r: r.predicted_seconds)
+    by_measure = sorted(predicted, key=lambda r: r.median_step_seconds)
+    lines = ["predicted (simulator, one profile of the net): " + " < ".join(
+                 f"{r.name} {1000 * r.predicted_seconds:.2f} ms" for r in by_prediction),
+             "measured (median of the rounds):               " + " < ".join(
+                 f"{r.name} {1000 * r.median_step_seconds:.2f} ms" for r in by_measure)]
+    rank = {r.name: i for i, r in enumerate(by_prediction)}
+    for i, a in enumerate(by_measure):
+        later = [b for b in by_measure[i + 1:] if rank[b.name] < rank[a.name]]
+        if later:
+            lines.append(f"the prediction disagrees with the measurement: it ranks "
+                         f"{later[0].name} before {a.name}")
+            break
+    return lines
 
 
 def _update_cases(result) -> dict[str, tuple[int, int]]:

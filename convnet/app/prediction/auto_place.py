@@ -9,7 +9,9 @@ profile (shard times scaled by cases, see :mod:`convnet.simulate.costs`), so
 the search costs one short profile however many candidates there are.  The
 candidates are those of :mod:`convnet.plan.placements` and the layer-wise
 splits with micro-batches of :mod:`convnet.plan.layer_cuts`; any the planner
-refuses is listed with its reason and left out of the ranking.
+refuses, or whose memory (the estimate training checks before it allocates) does
+not fit in what the machine has free, is listed with its reason and left out of
+the ranking, before anything is profiled.
 """
 
 from __future__ import annotations
@@ -20,15 +22,19 @@ from pathlib import Path
 from convnet.app.run import assembly
 from convnet.app.options import RunOptions, auto_place_output
 from convnet.app.prediction.simulation import measure_costs
+from convnet.app.run.memory_fit import memory_pools, weight_sharing
 from convnet.config.gpu_lines import set_gpu_lines, set_key_lines
 from convnet.config.ini import read_text
 from convnet.config.model import NetConfig
-from convnet.errors import ConvnetError, PlanError
+from convnet.errors import ConvnetError, DeviceError, PlanError
 from convnet.outputs import refuse_existing, write_outputs
 from convnet.plan.layer_cuts import pipeline_candidates
 from convnet.plan.ops import Plan
 from convnet.plan.placements import Candidate, candidates
 from convnet.plan.planner import make_plan
+from convnet.runtime.devices.backends import choose_backend
+from convnet.simulate.costs import CostModel
+from convnet.simulate.report import figure_lines
 from convnet.simulate.schedule import Simulation
 
 
@@ -42,25 +48,51 @@ class Ranked:
 @dataclass
 class Ranking:
     ranked: list[Ranked]  # the valid candidates, fastest predicted step first
-    refused: list[tuple[str, str]]  # (name, the planner's reason)
+    refused: list[tuple[str, str]]  # (name, why it was left out)
+    costs: CostModel | None = None  # what the predictions rest on
+
+
+def screen(opts: RunOptions, net: NetConfig) -> tuple[list[tuple[Candidate, Plan]],
+                                                      list[tuple[str, str]]]:
+    """The candidates that plan and fit in memory (the check training makes before it
+    allocates anything, :func:`~convnet.app.run.memory_fit.memory_pools`), and for every
+    other its name and why: checked before any profile, so that none is profiled or
+    recommended that training would refuse."""
+    backend = choose_backend(opts.backend)
+    kept, refused = [], []
+    for candidate in candidates(net, opts.auto_place) + pipeline_candidates(net, opts.auto_place):
+        placed = candidate.apply(net)
+        try:
+            plan = make_plan(placed, opts.gpu, opts.mini, candidate.micro_batches)
+        except PlanError as error:
+            refused.append((candidate.name, f"not a valid plan: {error}"))
+            continue
+        short = [pool for pool in memory_pools(plan, placed, backend, shared=weight_sharing(
+                     plan, placed, backend, opts.sync, processes=1)) if not pool.fits]
+        if short:
+            refused.append((candidate.name, "does not fit in memory: " +
+                            "; ".join(pool.shortfall_text() for pool in short)))
+            continue
+        kept.append((candidate, plan))
+    return kept, refused
 
 
 def rank(opts: RunOptions, net: NetConfig) -> Ranking:
-    """Plan and simulate every candidate placement of ``net`` on ``opts.gpu``."""
-    plans, refused = [], []
-    for candidate in candidates(net, opts.auto_place) + pipeline_candidates(net, opts.auto_place):
-        try:
-            plans.append((candidate, make_plan(candidate.apply(net), opts.gpu, opts.mini,
-                                               candidate.micro_batches)))
-        except PlanError as error:
-            refused.append((candidate.name, str(error)))
+    """Plan, check and simulate every candidate placement of ``net`` on ``opts.gpu``."""
+    plans, refused = screen(opts, net)
     if not plans:
-        name, reason = refused[0]
-        raise PlanError(f"--auto-place: no placement of the net is valid ({name}: {reason})")
+        reasons = "; ".join(f"{name}: {why}" for name, why in refused)
+        named = 1 + max((g for ldef in net for g in (ldef.gpu or ())), default=0)
+        hint = (f" (the config itself places the net on {named} devices: try --auto-place "
+                f"{named})" if named > opts.auto_place else "")
+        error = (DeviceError if all(why.startswith("does not fit") for _, why in refused)
+                 else PlanError)
+        raise error(f"--auto-place: no placement of the net on {opts.auto_place} devices is "
+                    f"left{hint}: {reasons}")
     costs = measure_costs(opts, net, "--auto-place")
     ranked = [Ranked(candidate, plan, costs.predict(plan)) for candidate, plan in plans]
     ranked.sort(key=lambda r: r.sim.step_seconds)
-    return Ranking(ranked, refused)
+    return Ranking(ranked, refused, costs)
 
 
 def changed_periods(net: NetConfig, best: Ranked) -> dict[str, int]:
@@ -80,7 +112,7 @@ def params_output(opts: RunOptions, layer_def_out: Path) -> Path:
 
 
 def ranking_text(ranking: Ranking) -> str:
-    header = ["rank", "placement", "predicted ms", "img/s", "idle per device"]
+    header = ["rank", "placement", "predicted ms", "img/s", "idle per device (predicted)"]
     rows = [[str(i), r.candidate.name, f"{r.sim.step_seconds * 1e3:.2f}",
              f"{r.sim.images_per_second:,.0f}",
              " ".join(f"{s.device}:{s.idle / r.sim.step_seconds:.0%}" if r.sim.step_seconds
@@ -90,7 +122,10 @@ def ranking_text(ranking: Ranking) -> str:
     lines = ["  ".join(c.ljust(w) if i in (1, 4) else c.rjust(w)
                        for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in [header] + rows]
-    lines += [f"not a valid plan: {name}: {reason}" for name, reason in ranking.refused]
+    lines += [f"left out: {name}: {reason}" for name, reason in ranking.refused]
+    if ranking.costs is not None and ranking.ranked:
+        lines += ["predicted: simulated from these figures [fitted]:"]
+        lines += [f"  {line}" for line in figure_lines(ranking.costs, ranking.ranked[0].plan)]
     return "\n".join(lines)
 
 
@@ -100,8 +135,8 @@ def run(opts: RunOptions) -> int:
     net = assembly.load_net_for(opts)
     ranking = rank(opts, net)
     print(f"Placements of {opts.layer_def} on {opts.auto_place} devices (--gpu "
-          f"{','.join(map(str, opts.gpu))}), predicted from one profile of the net on "
-          f"one device (docs/SIMULATE.md):")
+          f"{','.join(map(str, opts.gpu))}), predicted from one profile of the net "
+          f"(docs/SIMULATE.md):")
     print(ranking_text(ranking))
     best = ranking.ranked[0]
     periods = changed_periods(net, best)

@@ -11,7 +11,9 @@ devices is predicted from that one profile.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
+from pathlib import Path
 
 from convnet.app import launch
 from convnet.app.run import assembly
@@ -21,7 +23,12 @@ from convnet.errors import PlanError
 from convnet.plan.placements import Candidate, placed_layers
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import choose_backend
-from convnet.simulate.costs import PROFILE_ROUNDS, CostModel, Profiler, dispatch_seconds
+from convnet.app.prediction.profile_size import (LARGE_NET_CONTENTION_STEPS, MAX_ROUNDS,
+                                                 PROBE_CASES, PROFILE_BUDGET_SECONDS,
+                                                 STEP_BUDGET_SECONDS, Progress,
+                                                 automatic_size)
+from convnet.simulate.costs import (CONTENTION_STEPS, CONTENTION_WARMUP, CostModel, Profiler,
+                                    dispatch_seconds)
 from convnet.simulate.hardware import DEVICE_KINDS, device_kind, measure_host
 
 
@@ -61,29 +68,73 @@ class NetProfiler:
     """The profile of ``net`` on the first device of ``opts.gpu`` (see
     :func:`profiled_plan`), a round at a time: the executors it runs (closed on
     leaving), :meth:`round`, and :meth:`cost_model` from the rounds so far.  ``option``
-    names the option asking, in the error of a multi-process run."""
+    names the option asking, in the error of a multi-process run; ``batch``, where
+    given, is the minibatch to profile (by default the first of the options' data),
+    cut to ``--profile-mini`` cases or the automatic size (:mod:`.profile_size`);
+    ``progress`` says what the profile does (on stderr)."""
 
-    def __init__(self, opts: RunOptions, net: NetConfig, option: str = "--simulate"):
+    def __init__(self, opts: RunOptions, net: NetConfig, option: str = "--simulate",
+                 batch: list | None = None, progress: Progress | None = None):
         launch.require_one_process(option)
         self._opts = opts
-        batch = first_minibatch(opts)
-        single, plan, gpus = profiled_plan(opts, all_synchronous(net), len(batch[0]))
-        one = replace(opts, sequential=True, gpu=gpus, sync="sync")
-        host = measure_host()
-        self._cpu = choose_backend(opts.backend) == "cpu"
-        self._executor = assembly.make_executor(one, single, plan)
-        self._together = None
+        self.progress = progress or Progress(str(opts.layer_def), quiet=True)
+        batch = batch if batch is not None else first_minibatch(opts)
+        net = all_synchronous(net)
+        self._executor, self._together = None, None
+        self.rounds = 0
         try:
+            size, probe, large = self._profile_size(opts, net, batch)
+            batch = [column[:size] for column in batch]
+            self.cases = len(batch[0])
+            single, plan, gpus = profiled_plan(opts, net, self.cases)
+            host = measure_host()
+            self._cpu = choose_backend(opts.backend) == "cpu"
+            self._executor = probe or assembly.make_executor(
+                replace(opts, sequential=True, gpu=gpus, sync="sync"), single, plan)
             # On the host, the net replicated on every core measures how the workers
             # contend.
             if self._cpu and host.cores > 1 and len(gpus) == 1:
-                self._together = data_parallel(opts, single, len(batch[0]), host.cores)
+                self._together = data_parallel(opts, single, self.cases, host.cores)
             dispatch = dispatch_seconds(self._executor.train_tasks(), self._executor.devices)
             self._profiler = Profiler(self._executor, batch, host, plan, dispatch,
-                                      self._together)
+                                      self._together,
+                                      LARGE_NET_CONTENTION_STEPS if large else
+                                      (CONTENTION_WARMUP, CONTENTION_STEPS))
         except BaseException:
             self.close()
             raise
+
+    def _profile_size(self, opts: RunOptions, net: NetConfig, batch: list):
+        """(cases to profile, the probe's executor where the profile can go on with it or
+        None, whether a step is large: longer than the step budget).  --profile-mini
+        gives the size; else one timed probe step chooses it."""
+        mini = len(batch[0])
+        if opts.profile_mini is not None:
+            return min(opts.profile_mini, mini), None, False
+        least = min(PROBE_CASES * len(opts.gpu), mini)  # a net profiled as placed: shards
+        if mini <= least:
+            return mini, None, False
+        probe = [column[:least] for column in batch]
+        single, plan, gpus = profiled_plan(opts, net, least)
+        executor = assembly.make_executor(replace(opts, sequential=True, gpu=gpus,
+                                                  sync="sync"), single, plan)
+        # On the host the step runs in this thread: its CPU time is what the step costs,
+        # whatever other work the machine has (wall time would grow with the load).
+        clock = time.thread_time if choose_backend(opts.backend) == "cpu" else time.perf_counter
+        try:
+            executor.step(probe, progress=1.0)  # warm-up
+            seconds = min(_clocked(executor, probe, clock) for _ in range(2))
+        except BaseException:
+            executor.close()
+            raise
+        size = automatic_size(mini, least, seconds, least)
+        self.progress.say(f"one step of {least} cases took {1000 * seconds:.1f} ms of CPU: "
+                          f"profiling at {size} and {max(size // 2, 1)} cases "
+                          f"(--profile-mini sets it)")
+        if size != least:
+            executor.close()
+            return size, None, False
+        return size, executor, seconds > STEP_BUDGET_SECONDS
 
     def __enter__(self) -> NetProfiler:
         return self
@@ -93,6 +144,15 @@ class NetProfiler:
 
     def round(self) -> None:
         self._profiler.round()
+        self.rounds += 1
+        self.progress.say(f"round {self.rounds} done")
+
+    def run_rounds(self) -> None:
+        """Rounds until the profile's time budget is spent (at least one)."""
+        start = time.perf_counter()
+        while self.rounds < MAX_ROUNDS and (
+                not self.rounds or time.perf_counter() - start < PROFILE_BUDGET_SECONDS):
+            self.round()
 
     def cost_model(self) -> CostModel:
         if self._opts.simulate_devices:
@@ -106,15 +166,28 @@ class NetProfiler:
         return CostModel(self._profiler.profile(), kind)
 
     def close(self) -> None:
-        self._executor.close()
+        if self._executor is not None:
+            self._executor.close()
         if self._together is not None:
             self._together[0].close()
 
 
-def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate") -> CostModel:
-    """The cost model of ``net`` from :data:`PROFILE_ROUNDS` rounds of its profile in a
-    row (see :class:`NetProfiler`)."""
-    with NetProfiler(opts, net, option) as profiler:
-        for _ in range(PROFILE_ROUNDS):
-            profiler.round()
+def _clocked(executor, batch: list, clock) -> float:
+    """Seconds of ``clock`` one training step of ``batch`` takes."""
+    start = clock()
+    executor.step(batch, progress=1.0)
+    return clock() - start
+
+
+def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate",
+                  quiet: bool = False) -> CostModel:
+    """The cost model of ``net`` from its profile in rounds (see :class:`NetProfiler`),
+    each said on stderr unless ``quiet``."""
+    progress = Progress(f"{Path(opts.layer_def).name} for {option}", quiet=quiet)
+    progress.say("starting (the net on one device; docs/SIMULATE.md)")
+    with NetProfiler(opts, net, option, progress=progress) as profiler:
+        profiler.run_rounds()
+        progress.say(f"{profiler.rounds} round(s) at {profiler.cases} and "
+                     f"{max(profiler.cases // 2, 1)} cases, extrapolated to --mini "
+                     f"{opts.mini}; done")
         return profiler.cost_model()

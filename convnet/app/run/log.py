@@ -143,6 +143,12 @@ class RunLog:
     def csv_path(self) -> Path | None:
         return self._csv_path
 
+    @property
+    def started(self) -> bool:
+        """Whether this run has begun its CSV (before that, a file at ``csv_path`` is an
+        earlier run's)."""
+        return self._started
+
     def restart_clock(self) -> None:
         """Start timing the current interval now (after loading, before training)."""
         self._interval_start = time.perf_counter()

@@ -94,8 +94,17 @@ def _files_written(log: RunLog, layer_def: Path, saved_checkpoint: Path | None) 
     csv_path = log.csv_path
     if csv_path is None or not csv_path.exists():
         return files
-    files.append(csv_path)
-    if has_matplotlib():
-        title = f"{Path(layer_def).name}: {shown_path(csv_path)}"
-        files.append(write_log_png(read_log(csv_path), csv_path.with_name(LOG_PNG), title))
-    return files
+    picture = draw_log_picture(log, layer_def)
+    return files + [csv_path] + ([picture] if picture is not None else [])
+
+
+def draw_log_picture(log: RunLog, layer_def: Path) -> Path | None:
+    """``log.png`` beside the run's ``log.csv``, from the rows logged so far: at the end
+    of a run, and where a run stops early (Ctrl-C, SIGTERM, an error after training
+    started), so that the banner's list of files holds; None without a log or
+    matplotlib."""
+    csv_path = log.csv_path
+    if csv_path is None or not log.started or not csv_path.exists() or not has_matplotlib():
+        return None  # no log of this run: an earlier run's picture stays as it is
+    title = f"{Path(layer_def).name}: {shown_path(csv_path)}"
+    return write_log_png(read_log(csv_path), csv_path.with_name(LOG_PNG), title)

@@ -45,14 +45,17 @@ from convnet.app.run.assembly import (TrainingExecutor, build_net_and_plan, make
 from convnet.app.run.features import check_feature_layer, write_features
 from convnet.app.run.folder import check_run_folder, claim_run_folder
 from convnet.app.run.log import RunLog, TestResult, progress_bar
-from convnet.app.run.reporting import (interrupt_status, print_closing_summary, print_data_notes,
-                                       print_opening)
+from convnet.app.run.minibatches import minibatch_bounds
+from convnet.app.run.reporting import (draw_log_picture, interrupt_status,
+                                       print_closing_summary, print_data_notes, print_opening)
 from convnet.app.run.resume_state import read_counters, read_state, unused_layers
-from convnet.app.run.signals import deferred_interrupt, interrupt_requested, raise_if_stopped
+from convnet.app.run.signals import (Terminated, deferred_interrupt, interrupt_requested,
+                                     raise_if_stopped)
 from convnet.config import parse_net
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher
-from convnet.errors import CheckpointError, DataError, NonFiniteDataError, TrainingError
+from convnet.errors import (CheckpointError, ConvnetError, DataError, NonFiniteDataError,
+                            TrainingError)
 from convnet.plan.ops import Plan
 
 
@@ -91,18 +94,6 @@ def run(opts: RunOptions) -> int:
 
 class StopAtBatchEnd(KeyboardInterrupt):
     """A first Ctrl-C, acted on at the end of a data batch (the run is saved there)."""
-
-
-def minibatch_bounds(n: int, mini: int, shards: int) -> list[tuple[int, int]]:
-    """(start, stop) of each minibatch of a batch of ``n`` cases: ``mini`` cases each; a
-    tail too short to give every piece (``shards``: every shard's micro-batches) a case
-    joins the minibatch before it."""
-    if n < shards:
-        raise DataError(f"a batch of {n} case(s) is too small for {shards} shards")
-    starts = list(range(0, n, mini))
-    if len(starts) > 1 and n - starts[-1] < shards:
-        starts.pop()
-    return list(zip(starts, starts[1:] + [n]))
 
 
 class Trainer:
@@ -221,6 +212,10 @@ class Trainer:
                 self._train_epochs(batches, total_batches, test_freq, bar)
         except KeyboardInterrupt as stop:
             self._report_interrupt(at_batch_end=isinstance(stop, StopAtBatchEnd))
+            self._draw_log_picture()
+            raise
+        except (Terminated, ConvnetError):  # stopped early: the rows so far are drawn too
+            self._draw_log_picture()
             raise
         self._finish()
         self.log.close()
@@ -253,6 +248,16 @@ class Trainer:
             if self.batch_index >= len(batches):
                 self.epoch += 1
                 self.batch_index = 0
+
+    def _draw_log_picture(self) -> None:
+        """log.png of a run that stops early, as the banner promised; a failure to draw
+        it is said in one line and does not hide why the run stopped."""
+        if not self.root:
+            return
+        try:
+            draw_log_picture(self.log, self.opts.layer_def)
+        except ConvnetError as error:
+            self.log.warn(str(error))
 
     def _report_interrupt(self, at_batch_end: bool) -> None:
         """Ctrl-C: save at a batch end when asked to, then name the checkpoint that

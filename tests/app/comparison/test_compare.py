@@ -23,8 +23,9 @@ from convnet.app.comparison.compare import compare
 from convnet.app.comparison.configs import config_pairs, run_names
 from convnet.plan.time_split import CATEGORY
 from convnet.app.comparison.plot import figure_pixels
-from convnet.app.comparison.table import (DEVICE_HEADER, SCHEME_HEADER, fmt_bytes, fmt_cost, fmt_error,
-                                   fmt_ms, fmt_rate, fmt_seconds)
+from convnet.app.comparison.table import (DEVICE_HEADER, SCHEME_HEADER, fmt_bytes, fmt_cost,
+                                          fmt_error, fmt_ms, fmt_rate, fmt_seconds, fmt_share,
+                                          fmt_spread)
 from convnet.config import load_net
 from convnet.data import DataOptions, make_provider
 from convnet.plan.ops import AllReduce, Copy, GradCopy
@@ -40,12 +41,13 @@ DIGITS = ["single", "data", "model", "hybrid"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def digits_argv(save_path: Path, epochs: int = 2) -> list[str]:
+def digits_argv(save_path: Path, epochs: int = 2, rounds: int = 6) -> list[str]:
     configs = [str(EXAMPLES / f"digits-{c}.cfg") for c in DIGITS]
     params = [str(EXAMPLES / ("digits-hybrid-params.cfg" if c == "hybrid" else
                               "digits-params.cfg")) for c in DIGITS]
     return (["--compare", *configs, "--layer-params", *params, "--gpu", "0,1", "--mini", "64",
-             "--epochs", str(epochs), "--no-progress", "--save-path", str(save_path)])
+             "--epochs", str(epochs), "--rounds", str(rounds), "--no-progress",
+             "--save-path", str(save_path)])
 
 
 def parse_tables(text: str) -> list[list[dict[str, str]]]:
@@ -125,7 +127,9 @@ def test_digits_schemes_match_the_planner(digits_comparison):
         used = {d for p in plan.layers.values() for d in p.devices}
         assert row["devices used"] == f"{len(used)} of 2"
         rows = [r for r in device_table if r["config"] == f"digits-{config}"]
-        assert [r["device"] for r in rows] == ["0 (0)", "1 (1)"]
+        # a row per device the config uses: the one-device config draws no empty row
+        assert [r["device"] for r in rows] == (["0 (0)"] if config == "single" else
+                                               ["0 (0)", "1 (1)"])
         for t, r in zip(totals, rows):
             assert r["param memory"] == fmt_bytes(t.param_bytes)
             assert r["activations (est.)"] == fmt_bytes(t.activation_bytes)
@@ -153,12 +157,18 @@ def test_digits_costs_errors_and_speed_are_the_logs(digits_comparison):
         assert row["train err"] == fmt_error(float(last["error"]))
         assert row["test cost"] == fmt_cost(float(last["test_cost"]))
         assert row["test err"] == fmt_error(float(last["test_error"]))
-        assert row["img/s train"] == fmt_rate(statistics.median(
-            float(r["inputs_per_sec"]) for r in log))
+        # the ranking's step: the median of the interleaved rounds, on the first minibatch
+        assert len(result.round_seconds) == 6
+        median = statistics.median(result.round_seconds)
+        q1, _, q3 = statistics.quantiles(result.round_seconds, n=4, method="inclusive")
+        assert row["step ms"] == fmt_ms(median)
+        assert row["spread"] == fmt_spread((q3 - q1) / 2 / median)
+        assert row["img/s"] == fmt_rate(64 / median)
         assert row["wall s"] == fmt_seconds(float(last["cumulative_time"]))
         assert [r["test_error"] for r in result.log_rows] == \
             [float(r["test_error"]) for r in log]
         assert (save / f"digits-{config}" / "checkpoint.npz").exists()
+        assert (save / f"digits-{config}" / "log.png").read_bytes()[:8] == PNG_SIGNATURE
     # Same data, seed and devices: the four schemes train the same net (parallel execution computes what one device computes), so
     # their test errors agree to within a case or two of the 299 test cases.
     errors = [r.final["test_error"] for r in results]
@@ -176,11 +186,12 @@ def test_digits_time_split_and_timeline_follow_the_plan(digits_comparison):
         assert result.profiled_images_per_sec == pytest.approx(64 / step)
         rows = [r for r in device_table if r["config"] == f"digits-{config}"]
         for d, (time, row) in enumerate(zip(result.times, rows)):
+            assert row["device"].startswith(f"{d} ")
             assert time.compute + time.copy + time.allreduce + time.idle == pytest.approx(step)
             assert min(time.compute, time.copy, time.allreduce, time.idle) >= 0
-            assert [row["compute ms"], row["copy ms"], row["all-reduce ms"], row["idle ms"],
-                    row["step ms"]] == [fmt_ms(time.compute), fmt_ms(time.copy),
-                                        fmt_ms(time.allreduce), fmt_ms(time.idle), fmt_ms(step)]
+            assert [row["compute"], row["copy"], row["all-reduce"], row["idle"]] == \
+                [fmt_share(time.compute / step), fmt_share(time.copy / step),
+                 fmt_share(time.allreduce / step), fmt_share(time.idle / step)]
             # The timeline of one step holds exactly the tasks of each device: the plan's
             # operations, each all-reduce split into a reduce and a gather per rank
             # (CPU devices: the chunked collective, whose updates are sharded).
@@ -199,10 +210,6 @@ def test_digits_time_split_and_timeline_follow_the_plan(digits_comparison):
     single = results[0]
     assert single.times[1].compute == 0 and single.times[1].idle == \
         pytest.approx(single.mean_step_seconds)
-    # img/s step is the minibatch over the mean profiled step.
-    scheme_table = parse_tables(text)[0]
-    for result, row in zip(results, scheme_table):
-        assert row["img/s profiled"] == fmt_rate(64 / result.mean_step_seconds)
 
 
 def test_digits_picture_is_a_png_of_the_expected_size(digits_comparison):
@@ -262,8 +269,8 @@ def test_picture_has_no_overlapping_text_even_with_long_names(digits_comparison)
 
     _, results, _, _ = digits_comparison
     long = [replace(r, name=f"layers-imagenet-2gpu-{r.name}") for r in results]
-    for r in long:  # rates of a larger machine: longer labels on narrow bars
-        r.log_rows = [dict(row, inputs_per_sec=12345.0 + i) for i, row in enumerate(r.log_rows)]
+    for r in long:  # slow steps: longer labels under narrow bars
+        r.round_seconds = [12.345 + i for i in range(len(r.round_seconds))]
     assert overlaps(text_boxes(comparison_figure(long))) == []
     assert overlaps(text_boxes(comparison_figure(results))) == []
 
@@ -286,7 +293,7 @@ def test_compare_from_the_command_line_without_save_path(capsys, tmp_path, monke
     code = main(["--compare", str(EXAMPLES / "digits-single.cfg"),
                  str(EXAMPLES / "digits-data.cfg"), "--layer-params",
                  str(EXAMPLES / "digits-params.cfg"), "--gpu", "0,1", "--mini", "100",
-                 "--train-range", "1", "--test-range", "6", "--no-progress"])
+                 "--train-range", "1", "--test-range", "6", "--no-progress", "--rounds", "2"])
     out = capsys.readouterr().out
     assert code == 0
     scheme_table = parse_tables(out)[0]
@@ -299,8 +306,8 @@ def test_default_gpu_list_fits_the_widest_config(tmp_path):
     args = build_parser().parse_args([
         "--compare", str(EXAMPLES / "digits-single.cfg"), str(EXAMPLES / "digits-model.cfg"),
         "--layer-params", str(EXAMPLES / "digits-params.cfg"), "--mini", "100",
-        "--train-range", "1", "--test-range", "6", "--no-progress"])
-    results, picture = compare(args, out=lambda *a: None, profile_steps=1)
+        "--train-range", "1", "--test-range", "6", "--no-progress", "--rounds", "2"])
+    results, picture = compare(args, out=lambda *a: None, profile_steps=1, predict=False)
     assert picture is None
     assert [r.plan.physical_devices for r in results] == [(0, 1), (0, 1)]
 
@@ -342,13 +349,14 @@ def test_imagenet_reference_configs_compare_on_small_dummy_images(tmp_path):
             "--layer-params", *[str(REFERENCE / f"layer-params-imagenet-{n}.cfg") for n in names],
             "--data-provider", "dummy", "--data-dims", "3x52x52", "--num-classes", "1000",
             "--gpu", "0,1", "--mini", "8", "--train-range", "1", "--test-range", "9",
-            "--epochs", "1", "--no-progress", "--save-path", str(tmp_path)]
+            "--epochs", "1", "--no-progress", "--rounds", "1", "--save-path", str(tmp_path)]
     args = build_parser().parse_args(argv)
     provider = make_provider("dummy", options=DataOptions(
         train_range=[1], test_range=[9], data_dims={0: (3, 52, 52), 1: (1,)},
         num_classes=1000, cases_per_batch=16))
     printed = []
-    results, picture = compare(args, out=printed.append, provider=provider, profile_steps=1)
+    results, picture = compare(args, out=printed.append, provider=provider, profile_steps=1,
+                               predict=False)
     data, model = results
     assert (data.scheme, model.scheme) == ("data", "model")
     for n, result in zip(names, results):
@@ -382,6 +390,7 @@ def test_imagenet_configs_plan_down_to_52_pixels():
 
 
 def test_verdict_names_the_fastest_scheme_and_what_it_pays(digits_comparison):
+    from convnet.app.comparison.noise import decide
     from convnet.app.comparison.verdict import baseline, efficiency, idle_share, speedup
 
     _, results, _, text = digits_comparison
@@ -391,14 +400,27 @@ def test_verdict_names_the_fastest_scheme_and_what_it_pays(digits_comparison):
     for result, row in zip(results, table):
         assert row["speedup"] == f"{speedup(result, base):.2f}x"
         assert row["efficiency"] == f"{100 * efficiency(result, base):.0f}%"
-    best = max(results, key=lambda r: r.train_images_per_sec)
-    line = next(l for l in text.splitlines() if l.startswith("fastest: "))
-    assert line.startswith(f"fastest: {best.name} ({best.scheme})")
-    assert f"idle {100 * idle_share(best):.0f}% of a step" in line
+        assert speedup(result, base) == pytest.approx(base.median_step_seconds /
+                                                      result.median_step_seconds)
+    best = min(results, key=lambda r: r.median_step_seconds)
+    lines = text.splitlines()
+    decision = decide({r.name: r.round_seconds for r in results})
+    assert decision.first.fastest == best.name and decision.text() in lines
+    line = next(l for l in lines if l.startswith("fastest: "))
+    assert line.startswith(f"fastest: {best.name} ({best.scheme}), "
+                           f"{fmt_ms(best.median_step_seconds)} ms per step")
+    assert f"idle {100 * idle_share(best):.0f}% of a profiled step" in line
     if best.allreduce_bytes:
         assert f"all-reduces {fmt_bytes(best.allreduce_bytes)}" in line
     # an unused device is not idle time of the one-device config
     assert idle_share(base) < 0.5
+    # the simulator's ranking beside the measured one
+    assert all(r.predicted_seconds > 0 for r in results)
+    predicted = next(l for l in lines if l.startswith("predicted (simulator"))
+    order = sorted(results, key=lambda r: r.predicted_seconds)
+    assert predicted.endswith(" < ".join(f"{r.name} {fmt_ms(r.predicted_seconds)} ms"
+                                         for r in order))
+    assert table[0]["predicted ms"] == fmt_ms(results[0].predicted_seconds)
 
 
 def test_unequal_configs_are_warned_about():
@@ -407,8 +429,8 @@ def test_unequal_configs_are_warned_about():
     args = build_parser().parse_args([
         "--compare", str(EXAMPLES / "digits-single.cfg"), str(EXAMPLES / "digits-hybrid.cfg"),
         "--layer-params", str(EXAMPLES / "digits-params.cfg"), "--gpu", "0,1", "--mini",
-        "64", "--train-range", "1", "--test-range", "6", "--no-progress"])
+        "64", "--train-range", "1", "--test-range", "6", "--no-progress", "--rounds", "2"])
     printed = []
-    compare(args, out=printed.append, profile_steps=1)
+    compare(args, out=printed.append, profile_steps=1, predict=False)
     assert any(l.startswith("warning: digits-hybrid updates '") and "updatePeriod" in l
                for l in "\n".join(printed).splitlines())

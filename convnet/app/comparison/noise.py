@@ -1,0 +1,165 @@
+"""Whether one ``--compare`` config is faster than another beyond the machine's noise.
+
+The configs are timed in interleaved rounds (:mod:`convnet.app.comparison.rounds`):
+round r gives each config one figure, its seconds per step in that round.  A
+shared machine's speed drifts in phases of seconds, and interleaving puts every
+config into every phase, so the comparison is *paired*: for the fastest config X
+(lowest median) and the runner-up Y, each round gives a ratio
+``q_r = Y_r / X_r`` in which a slow phase slows both sides.
+
+The verdict reads the median of those ratios and its distribution-free
+confidence interval (the sign test's: the k-th smallest and k-th largest of the
+R ratios, k the largest order whose interval covers the median with at least
+:data:`CONFIDENCE`, from the binomial distribution of how many ratios fall
+below the median).  The winner is *clear* when the whole interval lies above 1;
+otherwise there is no clear winner, and the noise quoted is the interval's
+half-width (as a share of the median ratio).  The rule needs no assumption on
+the distribution of step times (a disturbed round is an outlier, not a shift
+of a mean), and it needs at least :data:`MIN_ROUNDS` rounds to call anything
+clear: with fewer, even a winner of every round is within what chance gives.
+The fastest is held against every other config, not only the runner-up: where
+several are within the noise of it, the verdict names them all (in the order
+they were given), which reads the same from run to run while noise reorders
+them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+#: The least coverage of the interval of the median ratio.
+CONFIDENCE = 0.95
+
+
+def interval_order(rounds: int, confidence: float = CONFIDENCE) -> int | None:
+    """The largest k such that [k-th smallest, k-th largest] of ``rounds`` values holds
+    their median with probability at least ``confidence``; None when no k does (too few
+    rounds).  Coverage of order k is ``1 - 2 P(Binomial(rounds, 1/2) < k)``."""
+    best, below = None, 0.0
+    for k in range(1, rounds // 2 + 1):
+        below += math.comb(rounds, k - 1) / 2 ** rounds  # P(Binomial < k)
+        if 1 - 2 * below < confidence:
+            break
+        best = k
+    return best
+
+
+def _rounds_needed(confidence: float = CONFIDENCE) -> int:
+    return next(n for n in range(1, 64) if interval_order(n, confidence) is not None)
+
+
+#: The fewest rounds whose interval can exclude a ratio of 1 (6 at 95%).
+MIN_ROUNDS = _rounds_needed()
+
+
+def median_interval(values: list[float], confidence: float = CONFIDENCE
+                    ) -> tuple[float, float] | None:
+    """The distribution-free interval of the median of ``values`` (see the module
+    docstring); None with fewer than :data:`MIN_ROUNDS` values."""
+    k = interval_order(len(values), confidence)
+    if k is None:
+        return None
+    ordered = sorted(values)
+    return ordered[k - 1], ordered[-k]
+
+
+def spread(samples: list[float]) -> float:
+    """A config's spread over its rounds, as a share of its median: half the
+    interquartile range (one disturbed round moves it little); 0 for one sample."""
+    if len(samples) < 2:
+        return 0.0
+    low, _, high = statistics.quantiles(samples, n=4, method="inclusive")
+    return (high - low) / 2 / statistics.median(samples)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The fastest config against the runner-up, from their rounds."""
+
+    fastest: str
+    runner_up: str
+    ratio: float  # median over rounds of runner-up seconds / fastest seconds
+    interval: tuple[float, float] | None  # of that median; None: too few rounds
+    wins: int  # rounds in which the fastest was faster
+    rounds: int
+    ratio_range: tuple[float, float]  # the least and greatest round's ratio
+
+    @property
+    def clear(self) -> bool:
+        return self.interval is not None and self.interval[0] > 1.0
+
+    @property
+    def noise(self) -> float:
+        """The machine's noise on this ratio, as a share: the interval's half-width, or
+        (too few rounds for one) half the ratios' whole range."""
+        low, high = self.interval or self.ratio_range
+        return (high - low) / 2 / self.ratio
+
+    def text(self) -> str:
+        """The pair's verdict: a clear winner, or none within the noise."""
+        if self.clear:
+            return (f"{self.fastest} is fastest, {self.ratio:.2f}x {self.runner_up}, clear "
+                    f"(faster in {self.wins} of {self.rounds} rounds; "
+                    f"{100 * CONFIDENCE:.0f}% interval of the ratio "
+                    f"{self.interval[0]:.2f}-{self.interval[1]:.2f})")
+        return Verdict(self, (self,), (self.fastest, self.runner_up)).text()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The fastest config against each other one: clear, or tied with some."""
+
+    first: Decision  # the fastest against the runner-up
+    ties: tuple[Decision, ...]  # the fastest against each config it does not clearly beat
+    tied: tuple[str, ...]  # the fastest and the configs tied with it, in the given order
+
+    @property
+    def clear(self) -> bool:
+        return not self.ties
+
+    @property
+    def noise(self) -> float:
+        return max(d.noise for d in self.ties) if self.ties else self.first.noise
+
+    def text(self) -> str:
+        if self.clear:
+            return self.first.text()
+        names = ", ".join(self.tied[:-1]) + f" and {self.tied[-1]}"
+        few = any(d.interval is None for d in self.ties)
+        why = f"within this machine's noise, ±{100 * self.noise:.0f}%"
+        if few:
+            why += (f"; {self.first.rounds} rounds cannot tell, give --rounds {MIN_ROUNDS} "
+                    "or more")
+        d = self.first
+        return (f"no clear winner between {names} ({why}; median of the round ratios: "
+                f"{d.fastest} {d.ratio:.2f}x {d.runner_up}, faster in {d.wins} of {d.rounds} "
+                "rounds)")
+
+
+def decide(rounds: dict[str, list[float]]) -> Verdict | None:
+    """The fastest config (lowest median seconds per step over its rounds) against every
+    other; ``rounds`` maps each config's name to its seconds per step, round by round,
+    all of one length, in the order the configs were given.  The verdict is clear when
+    the fastest clearly beats every other; otherwise it names every config that the
+    fastest does not clearly beat (in the given order, so that the same outcome reads
+    the same).  None with fewer than two configs."""
+    if len(rounds) < 2:
+        return None
+    order = sorted(rounds, key=lambda name: statistics.median(rounds[name]))
+    x = order[0]
+    duels = [pair(x, rounds[x], y, rounds[y]) for y in order[1:]]
+    ties = tuple(d for d in duels if not d.clear)
+    tied = {x} | {d.runner_up for d in ties}
+    return Verdict(duels[0], ties, tuple(name for name in rounds if name in tied))
+
+
+def pair(x: str, x_rounds: list[float], y: str, y_rounds: list[float]) -> Decision:
+    """Config ``x`` against config ``y`` (``x`` taken as the faster), from their seconds
+    per step in the same rounds."""
+    ratios = [b / a for a, b in zip(x_rounds, y_rounds)]
+    return Decision(fastest=x, runner_up=y, ratio=statistics.median(ratios),
+                    interval=median_interval(ratios),
+                    wins=sum(q > 1.0 for q in ratios), rounds=len(ratios),
+                    ratio_range=(min(ratios), max(ratios)))

@@ -1,0 +1,17 @@
+"""Cutting a data batch into the minibatches a step trains on."""
+
+from __future__ import annotations
+
+from convnet.errors import DataError
+
+
+def minibatch_bounds(n: int, mini: int, shards: int) -> list[tuple[int, int]]:
+    """(start, stop) of each minibatch of a batch of ``n`` cases: ``mini`` cases each; a
+    tail too short to give every piece (``shards``: every shard's micro-batches) a case
+    joins the minibatch before it."""
+    if n < shards:
+        raise DataError(f"a batch of {n} case(s) is too small for {shards} shards")
+    starts = list(range(0, n, mini))
+    if len(starts) > 1 and n - starts[-1] < shards:
+        starts.pop()
+    return list(zip(starts, starts[1:] + [n]))
