@@ -11,8 +11,10 @@ from convnet.app import options as options_module
 from convnet.app.command_line.main import build_parser
 from convnet.app.options import resolve_options
 from convnet.app.prediction import auto_place
+from convnet.app.run.memory_limits import HostLimit
 from convnet.config import load_net
 from convnet.errors import DeviceError, PlanError
+from convnet.plan.layer_cuts import pipeline_candidates
 from convnet.plan.placements import candidates
 from convnet.plan.planner import make_plan
 from tests.support.cli import EXAMPLES, HYBRID_DEF, HYBRID_PARAMS, SINGLE_DEF, SINGLE_PARAMS
@@ -86,18 +88,19 @@ def test_candidates_that_do_not_fit_are_dropped_before_any_profile(monkeypatch):
     opts = _opts("--layer-def", SINGLE_DEF, "--layer-params", SINGLE_PARAMS, "--auto-place", "2")
     net = auto_place.assembly.load_net_for(opts)
     kept, refused = auto_place.screen(opts, net)
-    assert len(kept) == len(candidates(net, 2)) and refused == []
+    assert len(kept) == len(candidates(net, 2)) + len(pipeline_candidates(net, 2))
+    assert refused == []
     # between the smallest and the largest need: some fit, the others are listed
     needs = sorted(sum(pool.needed for pool in memory_fit.memory_pools(
         plan, candidate.apply(net), "cpu", shared=memory_fit.weight_sharing(
             plan, candidate.apply(net), "cpu", "sync", 1))) for candidate, plan in kept)
     assert needs[0] < needs[-1]
-    monkeypatch.setattr(memory_fit, "host_available", lambda: needs[0])
+    monkeypatch.setattr(memory_fit, "host_limit", lambda: HostLimit(needs[0], "a test's limit"))
     kept, refused = auto_place.screen(opts, net)
     assert kept and refused
     assert all(why.startswith("does not fit in memory: the plan needs about ")
                for _, why in refused)
-    monkeypatch.setattr(memory_fit, "host_available", lambda: 1)
+    monkeypatch.setattr(memory_fit, "host_limit", lambda: HostLimit(1, "a test's limit"))
     monkeypatch.setattr(auto_place, "measure_costs", _no_profile)
     with pytest.raises(DeviceError, match="no placement of the net on 2 devices is left"):
         auto_place.rank(opts, net)

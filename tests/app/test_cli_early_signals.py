@@ -6,14 +6,14 @@ the interpreter's: its C start-up, ``site`` running the environment's ``.pth`` f
 (about 50 ms for an editable install's import finder), and the check for signals at
 the very start of the module (reported as line 0).  A signal there ends the process by
 the signal itself (a shell reports the same 130 or 143), or a Ctrl-C ends it with the
-interpreter's ``KeyboardInterrupt``.  So these runs start the interpreter with ``-S``
-and the site directories on ``PYTHONPATH`` (no ``.pth`` code runs), and tell the
-interpreter's outcomes from the program's by where the interrupt was raised.
+interpreter's ``KeyboardInterrupt``.  So these runs tell the interpreter's outcomes
+from the program's by where the interrupt was raised.  (The interpreter starts with
+its ``site`` as a user's does: an editable install finds ``convnet.kernels`` and
+``convnet.layers`` only through the import finder its ``.pth`` file installs.)
 """
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -31,12 +31,10 @@ EXITS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated"
 FRAME = re.compile(r'^  File "([^"]*)", line (\d+)', re.MULTILINE)
 
 
-def _start_without_site(cwd) -> subprocess.Popen:
-    paths = [str(ROOT), *(p for p in sys.path if p.endswith("site-packages"))]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
-    return subprocess.Popen([sys.executable, "-S", str(CONVNET), *DUMMY, "--epochs", "50"],
-                            cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+def _start(cwd) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(CONVNET), *DUMMY, "--epochs", "50"],
+                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def _before_the_program(signum, returncode: int, err: str) -> bool:
@@ -51,8 +49,14 @@ def _before_the_program(signum, returncode: int, err: str) -> bool:
     # at line 0 of convnet.py (the module's entry)
     frames = FRAME.findall(err)
     return ("KeyboardInterrupt" in err or "Fatal Python error" in err) and not any(
-        path.startswith(str(ROOT)) and (path, line) != (str(CONVNET), "0")
+        _in_the_program(path) and (path, line) != (str(CONVNET), "0")
         for path, line in frames)
+
+
+def _in_the_program(path: str) -> bool:
+    """Whether a traceback frame is the project's code, not the interpreter's (its
+    environment may be a virtual environment inside the project's folder)."""
+    return path.startswith(str(ROOT)) and not path.startswith((sys.prefix, sys.base_prefix))
 
 
 @pytest.mark.parametrize("signum", list(EXITS), ids=lambda s: signal.Signals(s).name)
@@ -60,7 +64,7 @@ def test_a_signal_at_any_early_moment_exits_cleanly(tmp_path, signum):
     code, line = EXITS[signum]
     handled = 0
     for delay in DELAYS_MS * REPEATS:
-        proc = _start_without_site(tmp_path)
+        proc = _start(tmp_path)
         time.sleep(delay / 1000)
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
