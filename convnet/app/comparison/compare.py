@@ -152,7 +152,7 @@ def measure_all(results: list[ConfigResult], options: list[RunOptions], planned,
         if not done:
             raise TrainingError(f"--compare: every config failed: {failures(results)}")
         batch = first_minibatch(provider, options[0].mini)
-        out(f"timing the {len(done)} configs in {rounds} interleaved rounds")
+        out(f"timing {len(done)} config(s) in {rounds} interleaved rounds")
         samples = time_in_rounds(executors, batch, rounds)
         for result, executor, seconds in zip(done, executors, samples):
             result.round_seconds = seconds
