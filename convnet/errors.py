@@ -95,7 +95,16 @@ class CheckpointError(ConvnetError):
 
 
 class TrainingError(ConvnetError):
-    """Training cannot go on, e.g. a NaN cost or activation."""
+    """Training cannot go on, e.g. a NaN cost or activation.
+
+    ``summary`` is the message in a few words ("diverged at epoch 2, batch 3"), for
+    places with room for no more, such as a ``--compare`` table cell; it defaults to
+    the whole message.
+    """
+
+    def __init__(self, message: str, summary: str | None = None):
+        super().__init__(message)
+        self.summary = summary or message
 
 
 class NonFiniteDataError(TrainingError):

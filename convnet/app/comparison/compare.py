@@ -33,7 +33,7 @@ from convnet.app.comparison.configs import check_args, config_options, config_pa
 from convnet.app.comparison.measure import PROFILE_STEPS, first_minibatch, profile, train_config
 from convnet.app.comparison.plot import write_comparison_png
 from convnet.app.comparison.prediction import predict_steps
-from convnet.app.comparison.result import ConfigResult
+from convnet.app.comparison.result import ConfigResult, trained
 from convnet.app.comparison.rounds import DEFAULT_ROUNDS, time_in_rounds
 from convnet.app.comparison.table import comparison_table
 from convnet.app.comparison.verdict import equivalence_warnings
@@ -45,7 +45,7 @@ from convnet.app.run.log import CSV_NAME
 from convnet.app.run.memory_fit import weight_sharing
 from convnet.app.run.summary import oversubscription_warning
 from convnet.config.values.typed import local_sgd_period
-from convnet.errors import ConvnetError, UsageError
+from convnet.errors import ConvnetError, TrainingError, UsageError
 from convnet.optional import require_matplotlib
 from convnet.outputs import refuse_existing, write_output
 from convnet.plan.report import device_totals
@@ -120,7 +120,7 @@ def compare(args: argparse.Namespace, out=print, provider=None,
         picture = None
         if save_root is not None:
             picture = save_root / PICTURE_NAME
-            write_comparison_png(results, picture)
+            write_comparison_png(trained(results), picture)
             _write_text(save_root / TABLE_NAME, table + "\n")
             out(f"\nwrote {save_root / TABLE_NAME} and {picture}")
         return results, picture
@@ -132,17 +132,29 @@ def compare(args: argparse.Namespace, out=print, provider=None,
 def measure_all(results: list[ConfigResult], options: list[RunOptions], planned, provider,
                 keep_checkpoints: bool, profile_steps: int, rounds: int, out) -> None:
     """Train every config in turn, then time them all in interleaved rounds, then
-    profile each; the executors stay open from training to profile."""
+    profile each; the executors stay open from training to profile.
+
+    A config whose training fails (a :class:`TrainingError`: it diverged, or its data
+    holds NaNs) gets its ``failure`` and is left out of the rounds and the profile, so
+    the others are still compared; when every config fails, that is the error."""
     executors = []
     try:
         for i, (result, opts, (net, plan)) in enumerate(zip(results, options, planned)):
             out(f"== [{i + 1}/{len(results)}] {result.name}: {plan.scheme}, {plan.num_passes} "
                 f"pass(es) per minibatch of {opts.mini}, --gpu {','.join(map(str, opts.gpu))}")
-            executors.append(train_config(result, opts, provider, net, plan, keep_checkpoints))
+            try:
+                executors.append(train_config(result, opts, provider, net, plan,
+                                              keep_checkpoints))
+            except TrainingError as error:
+                result.failure = error.summary
+                out(f"{result.name} is left out of the comparison: {error}")
+        done = trained(results)
+        if not done:
+            raise TrainingError(f"--compare: every config failed: {failures(results)}")
         batch = first_minibatch(provider, options[0].mini)
-        out(f"timing the {len(results)} configs in {rounds} interleaved rounds")
+        out(f"timing {len(done)} config(s) in {rounds} interleaved rounds")
         samples = time_in_rounds(executors, batch, rounds)
-        for result, executor, seconds in zip(results, executors, samples):
+        for result, executor, seconds in zip(done, executors, samples):
             result.round_seconds = seconds
             result.profile_cases = len(batch[0])
             if result.lockstep:
@@ -167,9 +179,19 @@ def comparison_warnings(results: list[ConfigResult], opts: RunOptions, provider)
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    """The --compare command; returns the exit code."""
-    compare(args)
+    """The --compare command; returns the exit code: 0, or after the table an error
+    naming the configs whose training failed (docs/COMPARE.md)."""
+    results, _ = compare(args)
+    failed = [r for r in results if r.failure]
+    if failed:
+        raise TrainingError(f"--compare: {len(failed)} of {len(results)} configs failed: "
+                            f"{failures(failed)}")
     return 0
+
+
+def failures(results: list[ConfigResult]) -> str:
+    """The failed configs of ``results`` with why, for an error line."""
+    return ", ".join(f"{r.name} ({r.failure})" for r in results if r.failure)
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -16,6 +16,9 @@ One PNG, top to bottom:
   compare.
   A ``--sync async:S`` run has no lockstep step, so its panel says so and
   shows, per device, how many of the run's shards its replica trained.
+
+A config whose training failed has nothing measured to draw: ``compare`` passes
+only the configs that trained (the table says which failed).
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ PREDICTION_ROUNDS = 2
 
 
 def predict_steps(results, options, planned, batch: list) -> None:
-    """Fill ``predicted_seconds`` of every synchronous config of ``results``."""
+    """Fill ``predicted_seconds`` of every synchronous config of ``results`` that trained."""
     models: list[tuple[dict, object]] = []  # (the net on one device, its cost model)
     for result, opts, (net, plan) in zip(results, options, planned):
-        if result.sync != "sync":
+        if result.sync != "sync" or result.failure:
             continue
         single = on_one_device(all_synchronous(net)).layers
         model = next((m for layers, m in models if layers == single), None)

@@ -16,6 +16,10 @@ picture (:mod:`convnet.app.comparison.plot`) and the verdict
   after training (:mod:`convnet.app.comparison.measure`); under a data-parallel
   ``--sync async:S`` run, the shards each replica trained instead;
 * the simulator's predicted step (:mod:`convnet.app.comparison.prediction`).
+
+A config whose training failed (:attr:`ConfigResult.failure`) has only the
+planner's figures; :func:`trained` picks the others, which every measured
+figure, the ranking and the picture use.
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan
 from convnet.plan.report import DeviceTotals
 from convnet.plan.time_split import DeviceTime
 from convnet.runtime.sync.async_replicas import async_replica_devices
+
+
+def trained(results: list["ConfigResult"]) -> list["ConfigResult"]:
+    """The configs whose training finished: the ones timed, profiled, ranked and drawn."""
+    return [r for r in results if r.failure is None]
 
 
 @dataclass
@@ -58,6 +67,9 @@ class ConfigResult:
     # Seconds per step in each interleaved round (the ranking's figure).
     round_seconds: list[float] = field(default_factory=list)
     predicted_seconds: float | None = None  # the simulator's step; None: not predicted
+    # Why its training stopped (the TrainingError's summary, "diverged at epoch 2, batch
+    # 3"); such a config keeps its planner figures and is left out of everything measured.
+    failure: str | None = None
 
     # ------------------------------------------------------------- rounds
     @property

@@ -7,6 +7,7 @@ rows, profiled step times), so a test can recompute each cell.
 
 from __future__ import annotations
 
+from convnet.app.comparison.result import trained
 from convnet.app.comparison.verdict import baseline, efficiency, speedup, verdict_lines
 from convnet.plan.report import human_bytes
 
@@ -51,29 +52,40 @@ def fmt_error(error: float) -> str:
 #: profile, no all-reduce).
 ABSENT = "n/a"
 
+#: The cell of a figure a config whose training failed never measured.
+UNMEASURED = "-"
+
 
 SCHEME_HEADER = ["config", "scheme", "passes", "devices used", "copied", "all-reduced",
                  "step ms", "spread", "img/s", "speedup", "efficiency", "predicted ms",
                  "wall s", "train cost", "train err", "test cost", "test err"]
+#: The column added after SCHEME_HEADER's when some config's training failed: why.
+NOTE = "note"
 DEVICE_HEADER = ["config", "device", "param memory", "activations (est.)", "sent", "received",
                  "compute", "copy", "all-reduce", "idle"]
 
 
 def scheme_rows(results) -> list[list[str]]:
+    """One row per config; one whose training failed keeps the planner's cells, dashes
+    for the measured ones, and says why in a last column (there only when one failed)."""
     rows = []
-    base = baseline(results)
+    base = baseline(trained(results))
+    noted = any(r.failure for r in results)
     for r in results:
+        planned = [r.name, r.scheme, str(r.num_passes),
+                   f"{r.devices_used} of {r.plan.num_devices}", fmt_bytes(r.copy_bytes),
+                   ABSENT if r.is_async else fmt_bytes(r.allreduce_bytes)]
+        if r.failure:
+            rows.append(planned + [UNMEASURED] * (len(SCHEME_HEADER) - len(planned))
+                        + [r.failure])
+            continue
         final = r.final
-        rows.append([r.name, r.scheme, str(r.num_passes),
-                     f"{r.devices_used} of {r.plan.num_devices}", fmt_bytes(r.copy_bytes),
-                     ABSENT if r.is_async else fmt_bytes(r.allreduce_bytes),
-                     fmt_ms(r.median_step_seconds), fmt_spread(r.step_spread),
-                     fmt_rate(r.images_per_sec),
-                     fmt_ratio(speedup(r, base)), fmt_share(efficiency(r, base)),
-                     ABSENT if r.predicted_seconds is None else fmt_ms(r.predicted_seconds),
-                     fmt_seconds(r.wall_seconds),
-                     fmt_cost(final["cost"]), fmt_error(final["error"]),
-                     fmt_cost(final["test_cost"]), fmt_error(final["test_error"])])
+        rows.append(planned + [
+            fmt_ms(r.median_step_seconds), fmt_spread(r.step_spread), fmt_rate(r.images_per_sec),
+            fmt_ratio(speedup(r, base)), fmt_share(efficiency(r, base)),
+            ABSENT if r.predicted_seconds is None else fmt_ms(r.predicted_seconds),
+            fmt_seconds(r.wall_seconds), fmt_cost(final["cost"]), fmt_error(final["error"]),
+            fmt_cost(final["test_cost"]), fmt_error(final["test_error"])] + [""] * noted)
     return rows
 
 
@@ -85,7 +97,9 @@ def device_rows(results) -> list[list[str]]:
         traffic = r.device_traffic
         for d in r.used_devices:
             totals = r.totals[d]
-            if r.lockstep and r.times:
+            if r.failure:
+                timed = [UNMEASURED] * 4
+            elif r.lockstep and r.times:
                 t, step = r.times[d], r.mean_step_seconds
                 timed = [fmt_share(part / step) for part in (t.compute, t.copy, t.allreduce,
                                                              t.idle)]
@@ -123,16 +137,20 @@ def comparison_table(results, warnings: list[str] = ()) -> str:
     make the comparison mislead)."""
     if not results:
         return "(nothing compared)"
-    first = results[0]
-    rounds = max(len(r.round_seconds) for r in results)
-    steps = max(len(r.step_seconds) for r in results)
+    first, done = results[0], trained(results)
+    rounds = max((len(r.round_seconds) for r in done), default=0)
+    steps = max((len(r.step_seconds) for r in done), default=0)
     modes = {r.sync for r in results}
     shared_mode = f", --sync {first.sync}" if modes != {"sync"} and len(modes) == 1 else ""
     lines = [f"Schemes compared (minibatch {first.plan.minibatch}, "
              f"--gpu {','.join(map(str, first.plan.physical_devices))}{shared_mode}; "
              f"step: median of {rounds} interleaved rounds)"]
-    lines += format_table(SCHEME_HEADER, scheme_rows(results))
-    lines += [""] + verdict_lines(results, fmt_bytes) + [f"warning: {w}" for w in warnings]
+    failed = [r for r in results if r.failure]
+    lines += format_table(SCHEME_HEADER + [NOTE] * bool(failed), scheme_rows(results))
+    lines += [""] + [f"{r.name}: training failed ({r.failure}), left out of the timing, "
+                     "the ranking and the picture; the planner's figures stand"
+                     for r in failed]
+    lines += verdict_lines(done, fmt_bytes) + [f"warning: {w}" for w in warnings]
     lines += ["", "Per device used (memory and traffic per minibatch from the planner; the "
                   f"profiled split of a step, % of the mean of {steps} profiled steps)"]
     lines += format_table(DEVICE_HEADER, device_rows(results))

@@ -279,13 +279,14 @@ class Trainer:
         except TrainingError as error:
             where = f"epoch {self.epoch}, batch {batch_id}"
             if isinstance(error, NonFiniteDataError):  # the data itself, not the training
-                text = f"bad data in {where}: {error}"
+                summary, text = f"bad data at {where}", f"bad data in {where}: {error}"
             else:
+                summary = f"diverged at {where}"
                 text = (f"training diverged in {where}: {error}; lower the learning rates "
                         f"(epsW, epsB) in {self.opts.layer_params}")
             if self._saved_step is not None:
                 text += f"; the last good checkpoint is {shown_path(self.checkpoint)}"
-            raise TrainingError(text) from None
+            raise TrainingError(text, summary=summary) from None
 
     def _train_batch(self, batch: list[np.ndarray], progress: float, bar):
         totals = {"cost": 0.0, "error": 0.0, "cases": 0, "seconds": 0.0}
