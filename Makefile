@@ -38,7 +38,7 @@ run: $(VENV)/.installed-run
 	$(BIN)/python convnet.py $(ARGS)
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_training.py
