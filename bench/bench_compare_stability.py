@@ -59,7 +59,7 @@ def ranking(text: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=8)
     args = ap.parse_args()
