@@ -85,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"JPEG quality of the stored images ({DEFAULT_QUALITY})")
     add("--batch-size", type=_positive, default=DEFAULT_BATCH_SIZE,
         help=f"images per batch ({DEFAULT_BATCH_SIZE})")
-    add("--sub-batch-size", type=_positive, default=DEFAULT_SUB_BATCH_SIZE,
-        help=f"images per sub-batch file ({DEFAULT_SUB_BATCH_SIZE})")
+    add("--sub-batch-size", type=_positive,
+        help=f"images per sub-batch file ({DEFAULT_SUB_BATCH_SIZE}, or the batch size when "
+             "that is smaller)")
     add("--val-dir", help="class-folder tree of the test images (same class names)")
     add("--val-fraction", type=_fraction, default=0.0,
         help="share of every class held out as test images (0: no test batches)")
@@ -106,6 +107,8 @@ def options_from(argv: list[str] | None):
     require_for_make_data("PIL", "Pillow", "make-data (converting the images)")
     from convnet.make_data.run import MakeDataOptions
 
+    if args.sub_batch_size is None:  # a small --batch-size alone is one sub-batch a batch
+        args.sub_batch_size = min(DEFAULT_SUB_BATCH_SIZE, args.batch_size)
     if args.sub_batch_size > args.batch_size:
         raise UsageError(f"--sub-batch-size {args.sub_batch_size} is larger than --batch-size "
                          f"{args.batch_size}")

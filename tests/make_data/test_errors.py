@@ -133,3 +133,15 @@ def test_both_test_splits_at_once(tmp_path, capsys):
     mixed_tree(tmp_path / "src")
     _one_line(*make_data(tmp_path / "src", tmp_path / "out", "--val-dir", str(tmp_path / "src"),
                          "--val-fraction", "0.2", capsys=capsys), 2, "give one")
+
+
+def test_a_small_batch_size_alone_makes_one_sub_batch_a_batch(tmp_path):
+    """``--batch-size 12`` without ``--sub-batch-size`` is what a user with a few photos
+    types: the sub-batch shrinks to the batch instead of refusing the default 1024."""
+    from convnet.make_data.cli import options_from
+
+    options = options_from(["--src-dir", str(tmp_path), "--tgt-dir", str(tmp_path / "out"),
+                            "--batch-size", "12"])
+    assert (options.batch_size, options.sub_batch_size) == (12, 12)
+    assert options_from(["--src-dir", str(tmp_path), "--tgt-dir", str(tmp_path / "out")]
+                        ).sub_batch_size == 1024
