@@ -1,7 +1,8 @@
 """Optional dependencies: whether one is installed, and the error that names its extra.
 
 The main install (``pip install -e .``) trains and prints; drawing needs
-matplotlib, which the ``plot`` extra installs, and ``python -m convnet.make_data``
+matplotlib, which the ``plot`` extra installs (with Pillow, which ``--predict`` reads
+image files with), and ``python -m convnet.make_data``
 needs Pillow (and scipy for the ILSVRC-2012 devkit), which the ``make-data`` extra
 installs.  The commands that must draw (``--plan-graph``, ``--compare`` with
 ``--save-path``) and make-data check before any work is done, so a missing package
@@ -40,6 +41,17 @@ def require_for_make_data(module: str, package: str, what: str) -> None:
     except ImportError:
         raise ConvnetError(f"{what} needs {package}, which is not installed; install the "
                            f"'make-data' extra: {MAKE_DATA_INSTALL}") from None
+
+
+def require_pillow(what: str):
+    """The PIL.Image module, or a one-line error naming the extra that installs it (the
+    ``plot`` extra's matplotlib brings Pillow)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ConvnetError(f"{what} reads images with Pillow, which is not installed; "
+                           f"install the 'plot' extra: {PLOT_INSTALL}") from None
+    return Image
 
 
 ONNX_INSTALL = "pip install -e '.[onnx]'"

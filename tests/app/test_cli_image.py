@@ -13,20 +13,11 @@ import re
 import pytest
 
 from tests.support.cli import EXAMPLES, assert_clean_error, ok, run_cli
-from tests.support.configs import write_pair
+from tests.support.configs import DATA_LAYERS, write_pair
 from tests.support.jpeg_batches import write_image_set, write_pickle
 from tests.support.scaled_configs import IMAGE_DIMS, NUM_CLASSES, scaled_config
 
-TINY_NET = """
-[data]
-type=data
-dataIdx=0
-
-[labels]
-type=data
-dataIdx=1
-
-[conv1]
+TINY_NET = DATA_LAYERS + """[conv1]
 type=conv
 inputs=data
 channels=3

@@ -19,6 +19,7 @@ from convnet.layers.connectivity import connection_tables
 from convnet.runtime.gradcheck import check_net_gradients
 from tests.support.checkpoints import rebuild
 from tests.support.cli import assert_clean_error, checkpoint_arrays, ok, run_cli
+from tests.support.configs import DATA_LAYERS
 
 DIMS = {0: (3, 8, 8), 1: (1,)}
 RUN = ["--no-progress", "--data-provider", "dummy", "--data-dims", "3x8x8", "--num-classes",
@@ -26,16 +27,7 @@ RUN = ["--no-progress", "--data-provider", "dummy", "--data-dims", "3x8x8", "--n
 #: conv2: 16 channels, 4 groups reading 8 each (two permutations); local3: 64 channels,
 #: 4 groups reading 32 each; v1's own limits hold too (filterChannels % 4, 16 filters per
 #: conv group).
-LAYERS = """
-[data]
-type=data
-dataIdx=0
-
-[labels]
-type=data
-dataIdx=1
-
-[conv1]
+LAYERS = DATA_LAYERS + """[conv1]
 type=conv
 inputs=data
 channels=3

@@ -29,7 +29,8 @@ from convnet.kernels.cuda import OVERRIDES, kernel_set
 from convnet.kernels.neurons import NEURONS
 
 from tests.support.cuda_emulation import compiler_available, emulated_kernel_set
-from tests.support.cuda_cases import NEURON_SPECS, forward_backward, layer_cases
+from tests.support.cuda_cases import forward_backward, layer_cases
+from tests.support.layers import NEURON_SPECS
 
 pytestmark = pytest.mark.skipif(not compiler_available(),
                                 reason="no host C++ compiler (g++/clang++) to emulate the "

@@ -16,15 +16,9 @@ import numpy as np
 
 from convnet.layers import build_layer
 from convnet.layers.base import Context
-from tests.support.layers import conv_def, fc_def, norm_def, pool_def, simple_def
+from tests.support.layers import (NEURON_SPECS, POSITIVE_DOMAIN, conv_def, fc_def, norm_def,
+                                  pool_def, simple_def)
 
-NEURON_SPECS = {
-    "ident": "ident", "logistic": "logistic", "abs": "abs", "relu": "relu", "nrelu": "nrelu",
-    "softrelu": "softrelu", "square": "square", "sqrt": "sqrt", "log": "log[1.5]",
-    "tanh": "tanh[1.7159,0.6666]", "brelu": "brelu[1.2]", "linear": "linear[2,-0.5]",
-    "drelu": "drelu[0.7]", "abstanh": "abstanh[1.5,-0.8]",
-}
-POSITIVE_DOMAIN = {"sqrt", "log"}
 TRAIN = Context(train=True, seed=11, step=3, case_offset=5)
 
 

@@ -15,6 +15,16 @@ from convnet.kernels.pool import out_size as pool_out_size
 from convnet.layers import build_layer
 from convnet.layers.base import Context
 
+#: One parameter set per neuron of the kernels' table, for the layer and CUDA cases.
+NEURON_SPECS = {
+    "ident": "ident", "logistic": "logistic", "abs": "abs", "relu": "relu", "nrelu": "nrelu",
+    "softrelu": "softrelu", "square": "square", "sqrt": "sqrt", "log": "log[1.5]",
+    "tanh": "tanh[1.7159,0.6666]", "brelu": "brelu[1.2]", "linear": "linear[2,-0.5]",
+    "drelu": "drelu[0.7]", "abstanh": "abstanh[1.5,-0.8]",
+}
+#: The neurons defined only for positive inputs.
+POSITIVE_DOMAIN = {"sqrt", "log"}
+
 
 def neuron(spec: str | None) -> NeuronSpec | None:
     """'tanh[1.5,0.5]' -> NeuronSpec('tanh', (1.5, 0.5))."""

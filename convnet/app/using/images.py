@@ -1,6 +1,7 @@
 """Image files as a provider's raw test pixels: finding them, decoding, resizing.
 
-Decoding goes through Pillow (installed with matplotlib; the ``plot`` extra), the
+Decoding goes through Pillow (installed with matplotlib; the ``plot`` extra;
+:func:`convnet.optional.require_pillow`), the
 one decoder the engine uses for image files.  An image becomes a raw case the way
 a stored data set was made: converted to grey or RGB as the provider's channel
 count says, its short side resized to the stored size S (bicubic, antialiased),
@@ -15,24 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from convnet.errors import ConvnetError, DataError
+from convnet.errors import DataError
 from convnet.filekind import not_a_regular_file
-from convnet.optional import PLOT_INSTALL
 
 #: File name endings taken from a folder (case-insensitive); a file named on the
 #: command line is read whatever its name.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
                   ".pgm")
-
-
-def require_pillow(what: str):
-    """The PIL.Image module, or a one-line error naming the extra that installs it."""
-    try:
-        from PIL import Image
-    except ImportError:
-        raise ConvnetError(f"{what} reads images with Pillow, which is not installed; "
-                           f"install the 'plot' extra: {PLOT_INSTALL}") from None
-    return Image
 
 
 def image_files(paths) -> list[tuple[Path, bool]]:

@@ -19,9 +19,10 @@ import numpy as np
 from tqdm import tqdm
 
 from convnet.app.options import RunOptions
-from convnet.app.using.images import decode_batch, image_files, require_pillow
+from convnet.app.using.images import decode_batch, image_files
 from convnet.app.using.saved_net import SavedNet, open_saved_net, require_image_input
 from convnet.errors import DataError
+from convnet.optional import require_pillow
 from convnet.outputs import write_output
 
 

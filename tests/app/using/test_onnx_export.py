@@ -23,7 +23,8 @@ from convnet.plan import make_plan
 from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
 from tests.support import ROOT
-from tests.support.configs import REFERENCE_NAMES, reference_dims, reference_pair, write_pair
+from tests.support.configs import (DATA_LAYERS, REFERENCE_NAMES, reference_dims, reference_pair,
+                                   write_pair)
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -134,15 +135,7 @@ def test_maxabs_pooling_is_refused_naming_the_layer(tmp_path):
         engine_and_model(all_layers_net(tmp_path, maxabs_to=None), "probs")
 
 
-GEOMETRY = """[data]
-type=data
-dataIdx=0
-
-[labels]
-type=data
-dataIdx=1
-
-[conv1]
+GEOMETRY = DATA_LAYERS + """[conv1]
 type=conv
 inputs=data
 channels=3

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from convnet.app.command_line.main import main
 from convnet.app.using.filters_picture import filter_image, scaled_per_filter
 from convnet.optional import has_matplotlib
-from tests.support.cli import assert_clean_error
+from tests.support.cli import assert_clean_error, run_main
 from tests.support.trained_runs import train_digits
 
 pytestmark = pytest.mark.skipif(not has_matplotlib(), reason="draws PNGs")
@@ -20,12 +19,6 @@ def run(tmp_path_factory):
     return train_digits(tmp_path_factory.mktemp("digits-run"))
 
 
-def cli(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def png_size(path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data.startswith(b"\x89PNG")
@@ -34,7 +27,7 @@ def png_size(path) -> tuple[int, int]:
 
 @pytest.mark.parametrize("layer", ["conv1", "conv2"])
 def test_show_filters_draws_a_conv_layers_filters(run, tmp_path, capsys, layer):
-    code, out, _ = cli(capsys, "--load-file", run, "--show-filters", layer,
+    code, out, _ = run_main(capsys, "--load-file", run, "--show-filters", layer,
                        "--out", tmp_path / "f.png")
     assert code == 0 and "wrote" in out
     width, height = png_size(tmp_path / "f.png")
@@ -42,7 +35,7 @@ def test_show_filters_draws_a_conv_layers_filters(run, tmp_path, capsys, layer):
 
 
 def test_show_preds_draws_test_cases_with_their_bars(run, tmp_path, capsys):
-    code, _, _ = cli(capsys, "--load-file", run, "--show-preds", "6", "--out", tmp_path / "p.png")
+    code, _, _ = run_main(capsys, "--load-file", run, "--show-preds", "6", "--out", tmp_path / "p.png")
     assert code == 0
     width, height = png_size(tmp_path / "p.png")
     assert width > height > 200
@@ -60,7 +53,7 @@ def test_colour_filters_are_scaled_per_filter_into_rgb_tiles():
 
 
 def test_a_layer_without_filters_is_one_line(run, tmp_path, capsys):
-    code, _, err = cli(capsys, "--load-file", run, "--show-filters", "pool1",
+    code, _, err = run_main(capsys, "--load-file", run, "--show-filters", "pool1",
                        "--out", tmp_path / "f.png")
     assert_clean_error((code, err), 2, "'pool1' is a pool layer", "conv1, conv2")
     assert not (tmp_path / "f.png").exists()
@@ -68,9 +61,9 @@ def test_a_layer_without_filters_is_one_line(run, tmp_path, capsys):
 
 def test_an_existing_picture_is_kept_and_out_is_required(run, tmp_path, capsys):
     (tmp_path / "f.png").write_text("keep")
-    code, _, err = cli(capsys, "--load-file", run, "--show-filters", "conv1",
+    code, _, err = run_main(capsys, "--load-file", run, "--show-filters", "conv1",
                        "--out", tmp_path / "f.png")
     assert_clean_error((code, err), 2, "f.png exists", "--overwrite")
     assert (tmp_path / "f.png").read_text() == "keep"
-    code, _, err = cli(capsys, "--load-file", run, "--show-preds", "4")
+    code, _, err = run_main(capsys, "--load-file", run, "--show-preds", "4")
     assert_clean_error((code, err), 2, "--show-preds draws a picture", "--out")

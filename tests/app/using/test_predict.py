@@ -12,12 +12,12 @@ import pytest
 
 from convnet.app.command_line.main import build_parser, main
 from convnet.app.options import resolve_options
-from convnet.app.using.images import decode, require_pillow
+from convnet.app.using.images import decode
 from convnet.app.using.saved_net import open_saved_net
 from convnet.data.digits import _split
-from convnet.optional import has_matplotlib
+from convnet.optional import has_matplotlib, require_pillow
 from tests.support.cli import (HYBRID_DEF, HYBRID_PARAMS, SINGLE_DEF, SINGLE_PARAMS,
-                               assert_clean_error, write_batch_folder)
+                               assert_clean_error, run_main, write_batch_folder)
 from tests.support.trained_runs import digit_pngs, train_digits, train_dummy
 
 Image = pytest.importorskip("PIL.Image")
@@ -26,12 +26,6 @@ Image = pytest.importorskip("PIL.Image")
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     return train_digits(tmp_path_factory.mktemp("digits-run"))
-
-
-def cli(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def engine_probabilities(run, pixels: np.ndarray) -> np.ndarray:
@@ -57,7 +51,7 @@ def read_csv(path):
 def test_the_csv_holds_the_nets_test_mode_probabilities(run, tmp_path, capsys):
     pixels = digit_pngs(tmp_path / "digits")
     out_csv = tmp_path / "preds.csv"
-    code, out, _ = cli(capsys, "--load-file", run, "--predict", tmp_path / "digits",
+    code, out, _ = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
                        "--predict-out", out_csv, "--top", "3", "--mini", "2")  # 3 minibatches
     assert code == 0
     header, rows = read_csv(out_csv)
@@ -96,14 +90,14 @@ def test_one_image_on_a_net_of_two_shards_is_predicted(tmp_path, capsys):
                  "--save-path", str(hybrid)]) == 0
     capsys.readouterr()
     digit_pngs(tmp_path / "d", count=1, scale=4)
-    code, out, _ = cli(capsys, "--load-file", hybrid, "--predict", tmp_path / "d" / "0.png")
+    code, out, _ = run_main(capsys, "--load-file", hybrid, "--predict", tmp_path / "d" / "0.png")
     assert code == 0 and len(out.splitlines()) == 1
 
 
 def test_a_broken_file_in_a_folder_is_skipped_with_a_warning(run, tmp_path, capsys):
     digit_pngs(tmp_path / "digits", count=2)
     (tmp_path / "digits" / "broken.png").write_text("not an image")
-    code, out, err = cli(capsys, "--load-file", run, "--predict", tmp_path / "digits",
+    code, out, err = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
                          "--predict-out", tmp_path / "p.csv")
     assert code == 0
     assert "broken.png: cannot read it as an image" in err and "skipped 1" in err
@@ -115,25 +109,25 @@ def test_a_broken_file_named_on_the_command_line_stops_and_writes_nothing(run, t
                                                                            capsys):
     digit_pngs(tmp_path / "digits", count=1)
     (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
-    code, _, err = cli(capsys, "--load-file", run, "--predict", tmp_path / "digits" / "0.png",
+    code, _, err = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits" / "0.png",
                        tmp_path / "broken.jpg", "--predict-out", tmp_path / "p.csv")
     assert_clean_error((code, err), 1, "broken.jpg: cannot read it as an image")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.jpg", "digits"]
 
 
 def test_a_missing_image_is_one_line(run, tmp_path, capsys):
-    code, _, err = cli(capsys, "--load-file", run, "--predict", tmp_path / "nope.png")
+    code, _, err = run_main(capsys, "--load-file", run, "--predict", tmp_path / "nope.png")
     assert_clean_error((code, err), 1, "nope.png")
 
 
 def test_an_existing_csv_is_kept_without_overwrite(run, tmp_path, capsys):
     digit_pngs(tmp_path / "digits", count=1)
     (tmp_path / "p.csv").write_text("keep me")
-    code, _, err = cli(capsys, "--load-file", run, "--predict", tmp_path / "digits",
+    code, _, err = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
                        "--predict-out", tmp_path / "p.csv")
     assert_clean_error((code, err), 2, "p.csv exists", "--overwrite")
     assert (tmp_path / "p.csv").read_text() == "keep me"
-    assert cli(capsys, "--load-file", run, "--predict", tmp_path / "digits",
+    assert run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
                "--predict-out", tmp_path / "p.csv", "--overwrite")[0] == 0
     assert (tmp_path / "p.csv").read_text().startswith("file,0,1")
 
@@ -141,20 +135,20 @@ def test_an_existing_csv_is_kept_without_overwrite(run, tmp_path, capsys):
 def test_a_csv_that_cannot_be_written_is_one_line(run, tmp_path, capsys):
     digit_pngs(tmp_path / "digits", count=1)
     (tmp_path / "a-file").write_text("")
-    code, _, err = cli(capsys, "--load-file", run, "--predict", tmp_path / "digits",
+    code, _, err = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
                        "--predict-out", tmp_path / "a-file" / "p.csv")
     assert_clean_error((code, err), 2, "--predict-out", "does not exist")
 
 
 def test_predict_needs_a_saved_net(tmp_path, capsys):
-    code, _, err = cli(capsys, "--predict", tmp_path)
+    code, _, err = run_main(capsys, "--predict", tmp_path)
     assert_clean_error((code, err), 2, "--predict uses a trained net", "--load-file")
 
 
 def test_a_net_trained_on_dummy_data_is_refused(tmp_path, capsys):
     dummy = train_dummy(tmp_path / "dummy")
     digit_pngs(tmp_path / "digits", count=1)
-    code, _, err = cli(capsys, "--load-file", dummy, "--predict", tmp_path / "digits")
+    code, _, err = run_main(capsys, "--load-file", dummy, "--predict", tmp_path / "digits")
     assert_clean_error((code, err), 1, "needs a net whose input is an image",
                        "'dummy' data are not pictures")
 
@@ -165,7 +159,7 @@ def test_the_checkpoint_of_another_net_is_refused(run, tmp_path, capsys):
     other = tmp_path / "other.cfg"
     other.write_text(SINGLE_DEF.read_text().replace("filters=32", "filters=16")
                      .replace("channels=32", "channels=16"))
-    code, _, err = cli(capsys, "--load-file", run, "--layer-def", other,
+    code, _, err = run_main(capsys, "--load-file", run, "--layer-def", other,
                        "--layer-params", SINGLE_PARAMS, "--predict", tmp_path / "digits")
     assert_clean_error((code, err), 1, "does not fit this net")
 
@@ -220,5 +214,5 @@ def test_an_output_that_cannot_be_written_is_one_line(run, tmp_path, capsys, out
         pytest.skip("draws a PNG")
     digit_pngs(tmp_path / "digits", count=1)
     args = [str(tmp_path / "digits") if a == "DIGITS" else a for a in output]
-    code, _, err = cli(capsys, "--load-file", run, *args)
+    code, _, err = run_main(capsys, "--load-file", run, *args)
     assert_clean_error((code, err), 1, "cannot write", output[-1])
