@@ -37,6 +37,11 @@ def placed_order(net: NetConfig) -> list[str]:
     return [ldef.name for ldef in net if not ldef.is_data]
 
 
+def net_work(net: NetConfig) -> int:
+    """Multiply-adds of one case's forward pass through the whole net."""
+    return sum(layer_work(net[name]) for name in placed_order(net))
+
+
 def balanced_cuts(net: NetConfig, stages: int) -> list[str]:
     """The first layer of each stage after the first, for ``stages`` stages of
     consecutive layers, so that the busiest stage has the least work."""

@@ -83,15 +83,20 @@ class OpCost:
 
     @classmethod
     def through(cls, small: tuple[int, float], big: tuple[int, float]) -> OpCost:
-        """The line through (cases, seconds) at two sizes, neither part negative.  A pair
-        that gives no such line (the smaller size no faster, or faster than in
-        proportion: noise on a shared machine) is read as all per-case work, right
-        for the large operations that matter and a small error on the others."""
+        """The least-squares line through (cases, seconds) at two sizes with neither part
+        negative.  Where the two points give a negative part (noise on a shared machine,
+        or an operation too small to measure), that part is 0 and the other is fitted to
+        both points: the smaller size no faster reads as a fixed cost (their mean), a
+        smaller size faster than in proportion as all per-case work.  Extrapolated from a
+        small profile to ``--mini``, the per-case part is multiplied many times over, so
+        a noisy fixed-cost operation must not be read as per-case work."""
         (c1, t1), (c2, t2) = small, big
         slope = (t2 - t1) / (c2 - c1) if c2 != c1 else 0.0
         fixed = t2 - slope * c2
-        if slope <= 0 or fixed < 0:
-            return cls(0.0, t2 / c2)
+        if slope <= 0:
+            return cls((t1 + t2) / 2)
+        if fixed < 0:
+            return cls(0.0, (c1 * t1 + c2 * t2) / (c1 * c1 + c2 * c2))
         return cls(fixed, slope)
 
 

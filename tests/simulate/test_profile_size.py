@@ -1,21 +1,47 @@
-"""The automatic profile size: the largest power of two whose step fits the budget."""
+"""The automatic profile size: the largest power of two within the multiply-add budget,
+chosen from the config alone; and how many rounds the profile takes."""
 
 from __future__ import annotations
 
-from convnet.app.prediction.profile_size import STEP_BUDGET_SECONDS, automatic_size
+from convnet.app.prediction.profile_size import (MAX_ROUNDS, PROFILE_BUDGET_SECONDS,
+                                                 PROFILE_MULTIPLY_ADDS, another_round,
+                                                 automatic_size, is_large)
+from convnet.config import load_net
+from convnet.plan.layer_cuts import net_work
+from tests.support.cli import EXAMPLES
 
 
 def test_a_cheap_net_is_profiled_at_its_whole_minibatch():
-    assert automatic_size(128, 8, 0.001, 8) == 128
+    assert automatic_size(128, 700_000, 8) == 128
+    assert not is_large(128, 700_000)
 
 
 def test_a_costly_net_is_profiled_at_the_largest_power_of_two_within_the_budget():
-    per_case = 0.01  # 0.25 s fits 25 cases: 16
-    assert automatic_size(128, 4, 4 * per_case, 4) == 16
-    assert 16 * per_case <= STEP_BUDGET_SECONDS < 32 * per_case
+    per_case = 715e6  # ImageNet at 224x224
+    assert automatic_size(128, per_case, 4) == 16
+    assert 16 * per_case <= PROFILE_MULTIPLY_ADDS < 32 * per_case
+    assert is_large(128, per_case)
 
 
-def test_never_below_the_probe_nor_above_the_minibatch():
-    assert automatic_size(128, 4, 3.0, 4) == 4  # ImageNet at 224x224: a few images
-    assert automatic_size(6, 4, 3.0, 8) == 6
-    assert automatic_size(100, 4, 4 * 0.004, 4) == 32  # fits 62: 32, not 100
+def test_never_below_the_least_nor_above_the_minibatch():
+    assert automatic_size(128, 5e9, 4) == 4
+    assert automatic_size(6, 5e9, 8) == 6
+    per_case = PROFILE_MULTIPLY_ADDS / 62  # fits 62: 32, not 100
+    assert automatic_size(100, per_case, 4) == 32
+
+
+def test_the_size_comes_from_the_config():
+    """The reference ImageNet net at 224x224 counts about 715 M multiply-adds a case."""
+    net = load_net(EXAMPLES / "cuda-convnet2" / "layers-imagenet-1gpu.cfg",
+                   EXAMPLES / "cuda-convnet2" / "layer-params-imagenet-1gpu.cfg",
+                   {0: (3, 224, 224)}, 1000)
+    assert 700e6 < net_work(net) < 730e6
+    assert automatic_size(128, net_work(net), 4) == 16
+
+
+def test_a_round_starts_only_while_it_is_expected_to_fit_the_budget():
+    assert another_round(0, 100.0, 100.0)  # always one
+    assert another_round(1, 4.0, 4.0)
+    assert not another_round(2, 8.0, 4.5)
+    assert not another_round(1, 11.0, PROFILE_BUDGET_SECONDS)
+    assert not another_round(MAX_ROUNDS, 0.1, 0.01)

@@ -219,8 +219,12 @@ def test_a_line_through_two_sizes_separates_overhead_from_work_per_case():
     cost = OpCost.through((64, 0.002 + 64e-5), (128, 0.002 + 128e-5))
     assert cost.fixed == pytest.approx(0.002) and cost.per_case == pytest.approx(1e-5)
     assert cost.at(32) == pytest.approx(0.002 + 32e-5)
-    for noisy in (0.003, 0.0009):  # no faster, or faster than in proportion
-        assert OpCost.through((64, noisy), (128, 0.002)) == OpCost(0.0, 0.002 / 128)
+    # No faster at half the cases: a fixed cost, the mean of the two.
+    assert OpCost.through((64, 0.003), (128, 0.002)) == OpCost(pytest.approx(0.0025))
+    # Faster than in proportion: all per-case work, the least-squares line through 0.
+    cost = OpCost.through((64, 0.0009), (128, 0.002))
+    assert cost.fixed == 0.0
+    assert cost.per_case == pytest.approx((64 * 0.0009 + 128 * 0.002) / (64 ** 2 + 128 ** 2))
 
 
 def test_a_profile_is_fitted_over_every_round():

@@ -4,21 +4,21 @@ what the profile is doing.
 A prediction at ``--mini M`` does not need a profile at M: every operation's
 time is fitted to a straight line in the cases of its shard
 (:class:`convnet.simulate.costs.OpCost`), so a profile at S and S/2 cases is
-extrapolated to M (the benchmark's ``--profile-mini``; docs/SIMULATE.md says how
-far off that is).  ``--profile-mini S`` sets S; without it S is chosen so that
-one profiled step takes about :data:`STEP_BUDGET_SECONDS`: the faster of two steps
-of a probe minibatch (:data:`PROBE_CASES`) is timed (on the host in CPU time of the
-thread that runs it, so that other work on the machine does not shrink the choice), and
-S is the largest power of two up to M whose step, at the probe's time per case,
-fits the budget.  The ImageNet
-nets at 224x224 are then profiled at a few images instead of 128 (about 3 s per
-8 images on a 2-core machine), the digits net at its whole minibatch.
+extrapolated to M (docs/SIMULATE.md says how far off that is).  ``--profile-mini
+S`` sets S; without it S is the largest power of two up to M whose forward pass
+holds at most :data:`PROFILE_MULTIPLY_ADDS` multiply-adds, counted from the config
+(:func:`convnet.plan.layer_cuts.net_work`).  The size is a function of the command
+alone, so the same command profiles the same sizes every time: a size chosen from a
+timed probe step changed with the machine's load, and two runs of one command then
+extrapolated from different sizes.  The ImageNet nets at 224x224 (715 M
+multiply-adds a case) are profiled at 16 images, the CIFAR and digits nets at their
+whole minibatch of 128.
 
 The profile then runs in rounds (:class:`~convnet.app.prediction.simulation.NetProfiler`)
-until :data:`PROFILE_BUDGET_SECONDS` are spent (at least one round, at most
-:data:`MAX_ROUNDS`): the medians over more rounds move less from run to run, and a
-large net still answers in seconds.  Each round and the choice of S is one line on
-stderr, so a terminal or a pipe shows the profile moving.
+while the next round, as long as the last one, still fits :data:`PROFILE_BUDGET_SECONDS`
+(at least one round, at most :data:`MAX_ROUNDS`): the medians over more rounds move
+less from run to run, and a large net still answers in seconds.  The choice of S and
+each round are a line on stderr, so a terminal or a pipe shows the profile moving.
 """
 
 from __future__ import annotations
@@ -26,37 +26,50 @@ from __future__ import annotations
 import sys
 import time
 
-#: Seconds one profiled step (the larger size) should take, for the automatic size.
-STEP_BUDGET_SECONDS = 0.25
+#: Multiply-adds of the forward pass of the larger profiled minibatch, for the
+#: automatic size (16 images of the ImageNet nets at 224x224: about a second a step on
+#: two cores).
+PROFILE_MULTIPLY_ADDS = 12e9
 
-#: Cases of the probe step that the automatic size is computed from.
-PROBE_CASES = 4
+#: The fewest cases per device a profile takes (a net profiled as placed is cut into
+#: a shard per device).
+LEAST_CASES_PER_DEVICE = 4
 
-#: Seconds of profile rounds: rounds start until these are spent.
+#: Seconds of profile rounds: a round starts while it is expected to end within them.
 PROFILE_BUDGET_SECONDS = 12.0
 
 #: The most rounds a profile takes.
 MAX_ROUNDS = 5
 
 #: The data-parallel block of a round (steps not counted, counted) for a net whose
-#: step at the probe's size is already over the step budget: the ImageNet nets at
-#: 224x224 (1-1.5 s a step) would spend most of the budget on the usual 3 + 4.
+#: whole minibatch is over the multiply-add budget: the ImageNet nets at 224x224
+#: (1 s a step at the profile's size) would spend most of the budget on the usual 3 + 4.
 LARGE_NET_CONTENTION_STEPS = (1, 2)
 
 
-def automatic_size(mini: int, probe_cases: int, probe_seconds: float, least: int) -> int:
+def automatic_size(mini: int, multiply_adds_per_case: int, least: int) -> int:
     """The largest power of two up to ``mini`` (at least ``least``, and ``mini`` itself
-    when its step fits) whose step fits :data:`STEP_BUDGET_SECONDS` at the probe's time
-    per case (``probe_seconds`` for ``probe_cases``; an overestimate, since the probe's
-    fixed costs are counted per case too)."""
-    per_case = probe_seconds / max(probe_cases, 1)
-    fits = int(STEP_BUDGET_SECONDS / per_case) if per_case > 0 else mini
-    if fits >= mini:
+    when it fits) whose forward pass holds at most :data:`PROFILE_MULTIPLY_ADDS`."""
+    if mini * multiply_adds_per_case <= PROFILE_MULTIPLY_ADDS:
         return mini
     size = 1
-    while size * 2 <= fits:
+    while (size * 2) * multiply_adds_per_case <= PROFILE_MULTIPLY_ADDS:
         size *= 2
     return max(min(size, mini), min(least, mini))
+
+
+def is_large(mini: int, multiply_adds_per_case: int) -> bool:
+    """Whether the whole minibatch is over the profile's multiply-add budget."""
+    return mini * multiply_adds_per_case > PROFILE_MULTIPLY_ADDS
+
+
+def another_round(rounds: int, elapsed: float, last_round: float) -> bool:
+    """Whether a profile that has taken ``rounds`` rounds in ``elapsed`` seconds, the
+    last in ``last_round``, takes one more: always a first, then while one more as
+    long as the last ends within the budget."""
+    if rounds == 0:
+        return True
+    return rounds < MAX_ROUNDS and elapsed + last_round <= PROFILE_BUDGET_SECONDS
 
 
 class Progress:

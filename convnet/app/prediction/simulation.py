@@ -23,10 +23,10 @@ from convnet.errors import PlanError
 from convnet.plan.placements import Candidate, placed_layers
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import choose_backend
-from convnet.app.prediction.profile_size import (LARGE_NET_CONTENTION_STEPS, MAX_ROUNDS,
-                                                 PROBE_CASES, PROFILE_BUDGET_SECONDS,
-                                                 STEP_BUDGET_SECONDS, Progress,
-                                                 automatic_size)
+from convnet.app.prediction.profile_size import (LARGE_NET_CONTENTION_STEPS,
+                                                 LEAST_CASES_PER_DEVICE, Progress,
+                                                 another_round, automatic_size, is_large)
+from convnet.plan.layer_cuts import net_work
 from convnet.simulate.costs import (CONTENTION_STEPS, CONTENTION_WARMUP, CostModel, Profiler,
                                     dispatch_seconds)
 from convnet.simulate.hardware import DEVICE_KINDS, device_kind, measure_host
@@ -83,13 +83,13 @@ class NetProfiler:
         self._executor, self._together = None, None
         self.rounds = 0
         try:
-            size, probe, large = self._profile_size(opts, net, batch)
+            size, large = self._profile_size(opts, net, len(batch[0]))
             batch = [column[:size] for column in batch]
             self.cases = len(batch[0])
             single, plan, gpus = profiled_plan(opts, net, self.cases)
             host = measure_host()
             self._cpu = choose_backend(opts.backend) == "cpu"
-            self._executor = probe or assembly.make_executor(
+            self._executor = assembly.make_executor(
                 replace(opts, sequential=True, gpu=gpus, sync="sync"), single, plan)
             # On the host, the net replicated on every core measures how the workers
             # contend.
@@ -104,37 +104,20 @@ class NetProfiler:
             self.close()
             raise
 
-    def _profile_size(self, opts: RunOptions, net: NetConfig, batch: list):
-        """(cases to profile, the probe's executor where the profile can go on with it or
-        None, whether a step is large: longer than the step budget).  --profile-mini
-        gives the size; else one timed probe step chooses it."""
-        mini = len(batch[0])
+    def _profile_size(self, opts: RunOptions, net: NetConfig, mini: int) -> tuple[int, bool]:
+        """(cases to profile, whether the net is large: its whole minibatch over the
+        profile's multiply-add budget).  --profile-mini gives the size; else the
+        multiply-adds of the config choose it (:mod:`.profile_size`)."""
+        work = net_work(net)
+        large = is_large(mini, work)
         if opts.profile_mini is not None:
-            return min(opts.profile_mini, mini), None, False
-        least = min(PROBE_CASES * len(opts.gpu), mini)  # a net profiled as placed: shards
-        if mini <= least:
-            return mini, None, False
-        probe = [column[:least] for column in batch]
-        single, plan, gpus = profiled_plan(opts, net, least)
-        executor = assembly.make_executor(replace(opts, sequential=True, gpu=gpus,
-                                                  sync="sync"), single, plan)
-        # On the host the step runs in this thread: its CPU time is what the step costs,
-        # whatever other work the machine has (wall time would grow with the load).
-        clock = time.thread_time if choose_backend(opts.backend) == "cpu" else time.perf_counter
-        try:
-            executor.step(probe, progress=1.0)  # warm-up
-            seconds = min(_clocked(executor, probe, clock) for _ in range(2))
-        except BaseException:
-            executor.close()
-            raise
-        size = automatic_size(mini, least, seconds, least)
-        self.progress.say(f"one step of {least} cases took {1000 * seconds:.1f} ms of CPU: "
-                          f"profiling at {size} and {max(size // 2, 1)} cases "
-                          f"(--profile-mini sets it)")
-        if size != least:
-            executor.close()
-            return size, None, False
-        return size, executor, seconds > STEP_BUDGET_SECONDS
+            return min(opts.profile_mini, mini), large
+        least = min(LEAST_CASES_PER_DEVICE * len(opts.gpu), mini)  # as placed: shards
+        size = automatic_size(mini, work, least)
+        self.progress.say(f"profiling at {size} and {max(size // 2, 1)} cases "
+                          f"({work / 1e6:,.0f} M multiply-adds a case forward; "
+                          f"--profile-mini sets the size)")
+        return size, large
 
     def __enter__(self) -> NetProfiler:
         return self
@@ -148,11 +131,13 @@ class NetProfiler:
         self.progress.say(f"round {self.rounds} done")
 
     def run_rounds(self) -> None:
-        """Rounds until the profile's time budget is spent (at least one)."""
-        start = time.perf_counter()
-        while self.rounds < MAX_ROUNDS and (
-                not self.rounds or time.perf_counter() - start < PROFILE_BUDGET_SECONDS):
+        """Rounds while the next, as long as the last, fits the profile's time budget
+        (at least one)."""
+        start, last = time.perf_counter(), 0.0
+        while another_round(self.rounds, time.perf_counter() - start, last):
+            began = time.perf_counter()
             self.round()
+            last = time.perf_counter() - began
 
     def cost_model(self) -> CostModel:
         if self._opts.simulate_devices:
@@ -170,13 +155,6 @@ class NetProfiler:
             self._executor.close()
         if self._together is not None:
             self._together[0].close()
-
-
-def _clocked(executor, batch: list, clock) -> float:
-    """Seconds of ``clock`` one training step of ``batch`` takes."""
-    start = clock()
-    executor.step(batch, progress=1.0)
-    return clock() - start
 
 
 def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate",
