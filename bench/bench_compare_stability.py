@@ -2,7 +2,7 @@
 
 Runs the README's digits comparison (four configs: one device, data, model and
 hybrid parallel, ``--gpu 0,1 --mini 64 --epochs 8``) ``--runs`` times in a row,
-each in its own process, with the ``--rounds`` given, and prints each run's
+each in its own process, with the ``--rounds`` (and ``--min-lead``) given, and prints each run's
 verdict line, its ranking by median step and the machine's load average, then
 whether the verdicts agree.  Stability is what ``--rounds``' default must give
 on a quiet machine (docs/BENCHMARKS.md):
@@ -30,13 +30,14 @@ EXAMPLES = ROOT / "examples"
 CONFIGS = ["single", "data", "model", "hybrid"]
 
 
-def command(rounds: int, epochs: int, save: Path) -> list[str]:
+def command(rounds: int, epochs: int, save: Path, min_lead: str | None) -> list[str]:
     params = [str(EXAMPLES / ("digits-hybrid-params.cfg" if c == "hybrid" else
                               "digits-params.cfg")) for c in CONFIGS]
     return [sys.executable, str(ROOT / "convnet.py"), "--compare",
             *[str(EXAMPLES / f"digits-{c}.cfg") for c in CONFIGS], "--layer-params", *params,
             "--gpu", "0,1", "--mini", "64", "--epochs", str(epochs), "--test-freq", "1",
-            "--no-progress", "--rounds", str(rounds), "--save-path", str(save)]
+            "--no-progress", "--rounds", str(rounds), "--save-path", str(save),
+            *(["--min-lead", min_lead] if min_lead is not None else [])]
 
 
 VERDICT = re.compile(r"^(?P<clear>\S+) is fastest, [\d.]+x \S+, clear"
@@ -62,6 +63,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--min-lead", default=None, metavar="PERCENT",
+                    help="passed to --compare (default: its own)")
     args = ap.parse_args()
     outcomes = []
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -69,7 +72,7 @@ def main() -> int:
         load = os.getloadavg()[0]
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
-            done = subprocess.run(command(args.rounds, args.epochs, Path(tmp) / "c"),
+            done = subprocess.run(command(args.rounds, args.epochs, Path(tmp) / "c", args.min_lead),
                                   capture_output=True, text=True, env=env, cwd=tmp)
             seconds = time.perf_counter() - start
         if done.returncode:
@@ -80,7 +83,8 @@ def main() -> int:
               f"{seconds:.0f} s): {line}")
         print(f"    measured: {ranking(done.stdout)}")
     same = len(set(outcomes)) == 1
-    print(f"--rounds {args.rounds}: {'the same verdict' if same else 'verdicts differ'} "
+    lead = "" if args.min_lead is None else f" --min-lead {args.min_lead}"
+    print(f"--rounds {args.rounds}{lead}: {'the same verdict' if same else 'verdicts differ'} "
           f"in {args.runs} runs ({'; '.join(outcomes)})")
     return 0 if same else 1
 

@@ -102,6 +102,11 @@ def max_test_err(text: str) -> float:
     return _finite(text, 0.0, 1.0, hint=" (a fraction: 0.05 means 5%)")
 
 
+def min_lead(text: str) -> float:
+    """--min-lead PERCENT: a lead given in per cent (0 to 1000), as a share."""
+    return _finite(text, 0.0, 1000.0, hint=" (per cent: 10 means a 10% lead)") / 100
+
+
 def rank_timeout(text: str) -> float | None:
     """--rank-timeout SECONDS: a positive number, or 0 for no bound (None)."""
     seconds = _finite(text, low=0.0, hint=" (seconds; 0 waits without a bound)")

@@ -55,6 +55,9 @@ def run_command(args: argparse.Namespace) -> int:
     if args.rounds is not None:
         raise UsageError("--rounds sets how many rounds --compare times its configs in: "
                          "give it with --compare")
+    if args.min_lead is not None:
+        raise UsageError("--min-lead sets the lead --compare's verdict calls clear: "
+                         "give it with --compare")
     opts = resolve_options(args)
     comm, _ = launch.processes()
     comm.wait_limit = opts.rank_timeout

@@ -27,7 +27,7 @@ from convnet.app.command_line.original_flags import SHORT_FLAGS, retired_flag_hi
 from convnet.app.invocation import program_name
 from convnet.app.option_values import (BACKEND_NAMES, DEFAULT_STALENESS, batch_range,
                                        color_noise, data_dims, flag, gpu_list, layer_name,
-                                       max_test_err, non_negative_int, positive_int,
+                                       max_test_err, min_lead, non_negative_int, positive_int,
                                        provider_name, rank_timeout, scalar_mean, slow_device,
                                        sync_mode)
 from convnet.app.run.signals import Terminated, stop_handlers
@@ -311,6 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "(A B C, A B C, ...) and rank them by their median step; more "
                             "rounds tell closer configs apart (default 20; at least 6 for a "
                             "winner to be called clear, see docs/COMPARE.md)")
+    tools.add_argument("--min-lead", type=min_lead, default=None, metavar="PERCENT",
+                       help="with --compare: call the fastest config a clear winner only "
+                            "when its lead over each other config is above PERCENT beyond "
+                            "the rounds' noise (default 10: smaller leads did not repeat "
+                            "from run to run on a 2-core machine; 0 counts any lead)")
     p.set_defaults(layer_params_list=None)
     tools.add_argument("--check-grads", type=flag, nargs="?", const=True, default=False,
                        metavar="0|1",

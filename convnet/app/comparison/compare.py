@@ -34,6 +34,7 @@ from convnet.app.comparison.measure import PROFILE_STEPS, first_minibatch, profi
 from convnet.app.comparison.plot import write_comparison_png
 from convnet.app.comparison.prediction import predict_steps
 from convnet.app.comparison.result import ConfigResult, trained
+from convnet.app.comparison.noise import DEFAULT_MIN_LEAD
 from convnet.app.comparison.rounds import DEFAULT_ROUNDS, time_in_rounds
 from convnet.app.comparison.table import comparison_table
 from convnet.app.comparison.verdict import equivalence_warnings
@@ -114,7 +115,8 @@ def compare(args: argparse.Namespace, out=print, provider=None,
             out("predicting each config's step with the simulator (docs/SIMULATE.md)")
             predict_steps(results, options, planned,
                           first_minibatch(provider, options[0].mini))
-        table = comparison_table(results, warnings)
+        table = comparison_table(results, warnings, DEFAULT_MIN_LEAD if args.min_lead is None
+                                 else args.min_lead)
         out("")
         out(table)
         picture = None

@@ -21,6 +21,15 @@ The fastest is held against every other config, not only the runner-up: where
 several are within the noise of it, the verdict names them all (in the order
 they were given), which reads the same from run to run while noise reorders
 them.
+
+A lead must also be large enough to repeat: a config clearly beats another only
+when the whole interval lies above ``1 + min_lead`` (``--min-lead``, by default
+:data:`DEFAULT_MIN_LEAD`).  On the 2-core machine the same pair of digits configs
+read 1.03x, 1.07x and 1.13x in three runs of 20 rounds, each interval excluding 1 in
+some runs and not in others, so a verdict that counted any lead beyond the noise
+changed from run to run (docs/BENCHMARKS.md); leads of a few per cent are ties on
+such a machine, as continuous-benchmarking tools call them (airspeed velocity's
+``--factor``, 1.1 by default).
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ from dataclasses import dataclass
 
 #: The least coverage of the interval of the median ratio.
 CONFIDENCE = 0.95
+
+#: The least lead, as a share, that a clear winner's whole interval must exceed.
+DEFAULT_MIN_LEAD = 0.10
 
 
 def interval_order(rounds: int, confidence: float = CONFIDENCE) -> int | None:
@@ -85,10 +97,11 @@ class Decision:
     wins: int  # rounds in which the fastest was faster
     rounds: int
     ratio_range: tuple[float, float]  # the least and greatest round's ratio
+    min_lead: float = 0.0  # the lead, as a share, the interval must lie above
 
     @property
     def clear(self) -> bool:
-        return self.interval is not None and self.interval[0] > 1.0
+        return self.interval is not None and self.interval[0] > 1.0 + self.min_lead
 
     @property
     def noise(self) -> float:
@@ -128,7 +141,10 @@ class Verdict:
             return self.first.text()
         names = ", ".join(self.tied[:-1]) + f" and {self.tied[-1]}"
         few = any(d.interval is None for d in self.ties)
-        why = f"within this machine's noise, ±{100 * self.noise:.0f}%"
+        lead = self.first.min_lead
+        why = (f"no lead of {100 * lead:.0f}% or more beyond this machine's noise, "
+               f"±{100 * self.noise:.0f}%" if lead else
+               f"within this machine's noise, ±{100 * self.noise:.0f}%")
         if few:
             why += (f"; {self.first.rounds} rounds cannot tell, give --rounds {MIN_ROUNDS} "
                     "or more")
@@ -138,28 +154,30 @@ class Verdict:
                 "rounds)")
 
 
-def decide(rounds: dict[str, list[float]]) -> Verdict | None:
+def decide(rounds: dict[str, list[float]],
+           min_lead: float = DEFAULT_MIN_LEAD) -> Verdict | None:
     """The fastest config (lowest median seconds per step over its rounds) against every
     other; ``rounds`` maps each config's name to its seconds per step, round by round,
     all of one length, in the order the configs were given.  The verdict is clear when
-    the fastest clearly beats every other; otherwise it names every config that the
-    fastest does not clearly beat (in the given order, so that the same outcome reads
-    the same).  None with fewer than two configs."""
+    the fastest clearly beats every other (by more than ``min_lead``); otherwise it
+    names every config that the fastest does not clearly beat (in the given order, so
+    that the same outcome reads the same).  None with fewer than two configs."""
     if len(rounds) < 2:
         return None
     order = sorted(rounds, key=lambda name: statistics.median(rounds[name]))
     x = order[0]
-    duels = [pair(x, rounds[x], y, rounds[y]) for y in order[1:]]
+    duels = [pair(x, rounds[x], y, rounds[y], min_lead) for y in order[1:]]
     ties = tuple(d for d in duels if not d.clear)
     tied = {x} | {d.runner_up for d in ties}
     return Verdict(duels[0], ties, tuple(name for name in rounds if name in tied))
 
 
-def pair(x: str, x_rounds: list[float], y: str, y_rounds: list[float]) -> Decision:
+def pair(x: str, x_rounds: list[float], y: str, y_rounds: list[float],
+         min_lead: float = 0.0) -> Decision:
     """Config ``x`` against config ``y`` (``x`` taken as the faster), from their seconds
-    per step in the same rounds."""
+    per step in the same rounds; clear only by more than ``min_lead``."""
     ratios = [b / a for a, b in zip(x_rounds, y_rounds)]
     return Decision(fastest=x, runner_up=y, ratio=statistics.median(ratios),
                     interval=median_interval(ratios),
                     wins=sum(q > 1.0 for q in ratios), rounds=len(ratios),
-                    ratio_range=(min(ratios), max(ratios)))
+                    ratio_range=(min(ratios), max(ratios)), min_lead=min_lead)

@@ -8,6 +8,7 @@ rows, profiled step times), so a test can recompute each cell.
 from __future__ import annotations
 
 from convnet.app.comparison.result import trained
+from convnet.app.comparison.noise import DEFAULT_MIN_LEAD
 from convnet.app.comparison.verdict import baseline, efficiency, speedup, verdict_lines
 from convnet.plan.report import human_bytes
 
@@ -132,9 +133,10 @@ def _numeric(cell: str) -> bool:
     return text.isdigit() or (text.startswith("-") and text[1:].isdigit())
 
 
-def comparison_table(results, warnings: list[str] = ()) -> str:
-    """The verdict, the two tables, what their columns mean, and ``warnings`` (what may
-    make the comparison mislead)."""
+def comparison_table(results, warnings: list[str] = (),
+                     min_lead: float = DEFAULT_MIN_LEAD) -> str:
+    """The verdict (a clear winner leads by more than ``min_lead``), the two tables, what
+    their columns mean, and ``warnings`` (what may make the comparison mislead)."""
     if not results:
         return "(nothing compared)"
     first, done = results[0], trained(results)
@@ -150,7 +152,7 @@ def comparison_table(results, warnings: list[str] = ()) -> str:
     lines += [""] + [f"{r.name}: training failed ({r.failure}), left out of the timing, "
                      "the ranking and the picture; the planner's figures stand"
                      for r in failed]
-    lines += verdict_lines(done, fmt_bytes) + [f"warning: {w}" for w in warnings]
+    lines += verdict_lines(done, fmt_bytes, min_lead) + [f"warning: {w}" for w in warnings]
     lines += ["", "Per device used (memory and traffic per minibatch from the planner; the "
                   f"profiled split of a step, % of the mean of {steps} profiled steps)"]
     lines += format_table(DEVICE_HEADER, device_rows(results))

@@ -15,7 +15,7 @@ line where the two disagree.
 
 from __future__ import annotations
 
-from convnet.app.comparison.noise import decide, pair
+from convnet.app.comparison.noise import DEFAULT_MIN_LEAD, decide, pair
 
 
 def baseline(results):
@@ -47,12 +47,13 @@ def fastest(results):
     return min(results, key=lambda r: r.median_step_seconds)
 
 
-def verdict_lines(results, fmt_bytes) -> list[str]:
-    """The decision (clear winner or not), what the winner pays, efficiencies above
-    100% explained, and the simulator's ranking beside the measured one."""
+def verdict_lines(results, fmt_bytes, min_lead: float = DEFAULT_MIN_LEAD) -> list[str]:
+    """The decision (a clear winner, by more than ``min_lead``, or not), what the winner
+    pays, efficiencies above 100% explained, and the simulator's ranking beside the
+    measured one."""
     if not results:
         return []
-    decision = decide({r.name: r.round_seconds for r in results})
+    decision = decide({r.name: r.round_seconds for r in results}, min_lead)
     lines = [decision.text() if decision else f"one config: {results[0].name}"]
     lines.append(_winner_line(fastest(results), baseline(results), fmt_bytes))
     lines += superlinear_notes(results)

@@ -34,6 +34,7 @@ from convnet.plan.planner import make_plan
 from convnet.app.run.log import CSV_COLUMNS
 from convnet.runtime.step.tasks import make_tasks
 from tests.support import ROOT
+from tests.support.cli import assert_clean_error, run_main
 
 EXAMPLES = ROOT / "examples"
 REFERENCE = EXAMPLES / "cuda-convnet2"
@@ -434,3 +435,16 @@ def test_unequal_configs_are_warned_about():
     compare(args, out=printed.append, profile_steps=1, predict=False)
     assert any(l.startswith("warning: digits-hybrid updates '") and "updatePeriod" in l
                for l in "\n".join(printed).splitlines())
+
+
+@pytest.mark.parametrize("option", [["--rounds", "5"], ["--min-lead", "5"]])
+def test_the_verdicts_options_need_compare(capsys, option):
+    code, _, err = run_main(capsys, "--layer-def", EXAMPLES / "digits-single.cfg",
+                            "--layer-params", EXAMPLES / "digits-params.cfg", *option)
+    assert_clean_error((code, err), 2, option[0], "give it with --compare")
+
+
+def test_a_negative_least_lead_is_refused(capsys):
+    code, _, err = run_main(capsys, "--compare", EXAMPLES / "digits-single.cfg",
+                            "--min-lead", "-1")
+    assert_clean_error((code, err), 2, "--min-lead", "expected a number in 0..1000, got '-1'")

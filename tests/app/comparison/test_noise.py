@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convnet.app.comparison.noise import (CONFIDENCE, MIN_ROUNDS, decide, interval_order,
-                                          median_interval, pair, spread)
+from convnet.app.comparison.noise import (CONFIDENCE, DEFAULT_MIN_LEAD, MIN_ROUNDS, decide,
+                                          interval_order, median_interval, pair, spread)
 
 
 def coverage(rounds: int, k: int) -> float:
@@ -45,7 +45,7 @@ def test_a_machine_wide_slow_phase_does_not_hide_a_winner():
     phase = [1, 1, 3, 3, 1, 2.5, 1, 1, 3, 1]
     x = [0.010 * p for p in phase]
     y = [0.0108 * p for p in phase]
-    verdict = decide({"a": x, "b": y})
+    verdict = decide({"a": x, "b": y}, min_lead=0.0)
     assert verdict.clear and verdict.first.ratio == pytest.approx(1.08)
     # unpaired, each config's own spread is huge
     assert spread(x) > 0.5
@@ -55,7 +55,7 @@ def test_equal_configs_under_noise_give_no_clear_winner():
     rng = random.Random(4)
     x = [0.01 * rng.uniform(0.8, 1.2) for _ in range(10)]
     y = [0.01 * rng.uniform(0.8, 1.2) for _ in range(10)]
-    verdict = decide({"a": x, "b": y})
+    verdict = decide({"a": x, "b": y}, min_lead=0.0)
     assert not verdict.clear
     text = verdict.text()
     # named in the order given, whichever came first by median
@@ -75,6 +75,35 @@ def test_every_config_within_the_noise_of_the_fastest_is_named():
     assert verdict.tied == ("a", "c") and not verdict.clear
     assert verdict.text().startswith("no clear winner between a and c (")
     assert decide({"c": c, "b": b, "a": a}).tied == ("c", "a")
+
+
+def test_a_lead_beyond_the_noise_but_under_the_least_lead_is_a_tie():
+    """A 5% lead in every one of 20 rounds is beyond the noise, but under the 10% that
+    repeats from run to run on a shared machine: a tie by default, clear with
+    --min-lead 0, and a 25% lead is clear either way."""
+    rng = random.Random(3)
+    x = [0.01 * rng.uniform(0.95, 1.05) for _ in range(20)]
+    y = [t * 1.05 * rng.uniform(0.99, 1.01) for t in x]
+    tie = decide({"a": x, "b": y})
+    assert DEFAULT_MIN_LEAD == 0.10 and tie.first.interval[0] > 1.0 and not tie.clear
+    assert tie.text().startswith("no clear winner between a and b (no lead of 10% or more "
+                                 "beyond this machine's noise, ±")
+    assert decide({"a": x, "b": y}, min_lead=0.0).clear
+    assert not decide({"a": x, "b": y}, min_lead=0.06).clear
+    z = [t * 1.25 for t in x]
+    assert decide({"a": x, "z": z}).clear and decide({"a": x, "z": z}, min_lead=0.2).clear
+    assert not decide({"a": x, "z": z}, min_lead=0.3).clear
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.001, 1.0), min_size=MIN_ROUNDS, max_size=20),
+       st.floats(1.0, 3.0), st.floats(0.0, 1.0))
+def test_a_clear_winner_leads_by_more_than_the_least_lead_in_its_whole_interval(
+        x, factor, lead):
+    decision = pair("a", x, "b", [t * factor for t in x], lead)
+    assert decision.clear == (decision.interval[0] > 1.0 + lead)
+    if decision.clear:
+        assert decision.ratio > 1.0 + lead
 
 
 def test_too_few_rounds_never_call_a_winner_clear():
