@@ -8,12 +8,14 @@ by default, or ``--configs DIR``: every ``layers-*.cfg`` with its
 at ``--mini 128``, the command runs ``--repeat`` times in its own process; the
 table gives each run's wall time (the target: under 30 s) and predicted step,
 and the largest step over the smallest (the target: within 1.10).  ``--extrapolation``
-instead predicts digits and the CIFAR-10 net at ``--mini 128`` from a profile at
-the whole minibatch and from the automatic (small) one, alternately, and prints
-how far apart they are:
+instead predicts the nets whose automatic profile is smaller than their minibatch
+(ImageNet 1gpu at 224x224 and ``--mini 128``: profiled at 16; CIFAR-10 at ``--mini
+1024``: at 512) from that profile and from one at the whole minibatch, alternately,
+and prints both beside the step measured at the whole minibatch (the sequential
+one-device step the whole profile times, median):
 
     .venv/bin/python bench/bench_simulate_time.py --repeat 2
-    .venv/bin/python bench/bench_simulate_time.py --extrapolation --repeat 3
+    .venv/bin/python bench/bench_simulate_time.py --extrapolation --repeat 2
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DIRS = [ROOT / "examples" / "cuda-convnet2", ROOT / "examples" / "cuda-convnet-v1"]
 
 
-def data_args(layer_def: Path) -> list[str]:
+def data_args(layer_def: Path, cases: int = 128) -> list[str]:
     if "imagenet" in layer_def.name:
         dims, classes = "3x224x224", "1000"
     else:
@@ -40,13 +42,14 @@ def data_args(layer_def: Path) -> list[str]:
         dims = "3x24x24" if re.search(r"^\s*type\s*=\s*local", text, re.M) else "3x32x32"
         classes = "10"
     return ["--data-provider", "dummy", "--data-dims", dims, "--num-classes", classes,
-            "--dummy-cases", "128"]
+            "--dummy-cases", str(cases)]
 
 
-def predict(layer_def: Path, params: Path, extra: list[str]) -> tuple[float, float]:
-    """(wall seconds, predicted step seconds) of one --print-plan=json --simulate run."""
+def simulation(layer_def: Path, params: Path, extra: list[str], mini: int = 128
+               ) -> tuple[float, dict]:
+    """(wall seconds, the JSON's simulation) of one --print-plan=json --simulate run."""
     command = [sys.executable, str(ROOT / "convnet.py"), "--layer-def", str(layer_def),
-               "--layer-params", str(params), "--mini", "128", "--print-plan=json",
+               "--layer-params", str(params), "--mini", str(mini), "--print-plan=json",
                "--simulate", *extra]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True,
@@ -54,7 +57,13 @@ def predict(layer_def: Path, params: Path, extra: list[str]) -> tuple[float, flo
     seconds = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"{layer_def.name}: {done.stderr.strip().splitlines()[-1]}")
-    return seconds, json.loads(done.stdout)["simulation"]["step_seconds"]
+    return seconds, json.loads(done.stdout)["simulation"]
+
+
+def predict(layer_def: Path, params: Path, extra: list[str]) -> tuple[float, float]:
+    """(wall seconds, predicted step seconds) of one --print-plan=json --simulate run."""
+    seconds, result = simulation(layer_def, params, extra)
+    return seconds, result["step_seconds"]
 
 
 def pairs(folders) -> list[tuple[Path, Path]]:
@@ -80,21 +89,25 @@ def timing(folders, repeat: int) -> None:
 
 
 def extrapolation(repeat: int) -> None:
-    examples = ROOT / "examples"
-    nets = [("digits", examples / "digits-single.cfg", examples / "digits-params.cfg", []),
-            ("cifar10-11pct", examples / "cuda-convnet2" / "layers-cifar10-11pct.cfg",
-             examples / "cuda-convnet2" / "layer-params-cifar10-11pct.cfg",
-             data_args(examples / "cuda-convnet2" / "layers-cifar10-11pct.cfg"))]
-    print(f"predicted step at --mini 128: profile at 128 against the automatic size "
-          f"(load average {os.getloadavg()[0]:.1f})")
-    for name, layer_def, params, extra in nets:
-        full, small = [], []
+    reference = ROOT / "examples" / "cuda-convnet2"
+    nets = [("imagenet-1gpu", "imagenet-1gpu", 128), ("cifar10-11pct", "cifar10-11pct", 1024)]
+    print(f"predicted step: automatic profile size against a profile at the whole minibatch "
+          f"and the step measured there (load average {os.getloadavg()[0]:.1f})")
+    for name, stem, mini in nets:
+        layer_def, params = reference / f"layers-{stem}.cfg", reference / f"layer-params-{stem}.cfg"
+        extra = data_args(layer_def, mini)
+        whole, small, measured, size = [], [], [], 0
         for _ in range(repeat):  # alternately, so that the machine's phases hit both
-            full.append(predict(layer_def, params, extra + ["--profile-mini", "128"])[1])
-            small.append(predict(layer_def, params, extra)[1])
-        f, s = statistics.median(full), statistics.median(small)
-        print(f"{name:<16} whole minibatch {1000 * f:8.1f} ms, automatic size "
-              f"{1000 * s:8.1f} ms: automatic / whole {s / f:.2f}")
+            _, result = simulation(layer_def, params, extra + ["--profile-mini", str(mini)], mini)
+            whole.append(result["step_seconds"])
+            measured.append(statistics.median(result["profiled_step_seconds"]))
+            _, result = simulation(layer_def, params, extra, mini)
+            small.append(result["step_seconds"])
+            size = int(result["profile_shard_size"])
+        w, s, m = (statistics.median(v) for v in (whole, small, measured))
+        print(f"{name:<14} --mini {mini:<5} profiled at {size:>4}: {1000 * s:8.1f} ms; at the "
+              f"whole minibatch {1000 * w:8.1f} ms; measured {1000 * m:8.1f} ms: "
+              f"automatic / whole {s / w:.2f}, automatic / measured {s / m:.2f}")
     print(f"(load average {os.getloadavg()[0]:.1f} at the end)")
 
 
