@@ -36,7 +36,7 @@ PROFILE_MULTIPLY_ADDS = 12e9
 LEAST_CASES_PER_DEVICE = 4
 
 #: Seconds of profile rounds: a round starts while it is expected to end within them.
-PROFILE_BUDGET_SECONDS = 12.0
+PROFILE_BUDGET_SECONDS = 20.0
 
 #: The most rounds a profile takes.
 MAX_ROUNDS = 5
