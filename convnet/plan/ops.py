@@ -193,6 +193,7 @@ class Plan:
     minibatch: int
     notes: list[str] = field(default_factory=list)
     micro_batches: int = 1  # M: pieces per shard (docs/PIPELINE.md)
+    schedule: str = "fill-drain"  # the pipeline schedule (convnet.plan.schedules.SCHEDULES)
 
     @property
     def shard_size(self) -> int:
