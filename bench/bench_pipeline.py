@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import harness  # noqa: E402  (bench/, next to this script)
-from convnet.plan.schedules import SCHEDULES  # noqa: E402
+from convnet.plan.schedules import DEFAULT_SCHEDULE, SCHEDULES  # noqa: E402
 
 REF = ROOT / "examples" / "cuda-convnet2"
 NETS = {"cifar": ("cifar10-11pct", 24, 10), "imagenet": ("imagenet-1gpu", 224, 1000)}
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     ap.add_argument("--net", choices=sorted(NETS), help=argparse.SUPPRESS)
     ap.add_argument("--placement", choices=["one", "data", "split"], help=argparse.SUPPRESS)
     ap.add_argument("--mini", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--schedule", choices=SCHEDULES, default=SCHEDULES[0],
+    ap.add_argument("--schedule", choices=SCHEDULES, default=DEFAULT_SCHEDULE,
                     help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:

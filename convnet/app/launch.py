@@ -24,7 +24,7 @@ import traceback
 
 from convnet.errors import ConvnetError, PlanError, UsageError
 from convnet.plan.planner import make_plan
-from convnet.plan.schedules import FILL_DRAIN
+from convnet.plan.schedules import DEFAULT_SCHEDULE
 from convnet.runtime.processes.cluster import Cluster, connect
 from convnet.runtime.processes.communicator import DEFAULT_WAIT_LIMIT, Communicator
 
@@ -53,7 +53,7 @@ def logical_gpus(gpus) -> tuple[int, ...]:
 
 
 def plan_across_ranks(net, gpus, minibatch: int, micro_batches: int = 1,
-                      schedule: str = FILL_DRAIN):
+                      schedule: str = DEFAULT_SCHEDULE):
     """The plan over every rank's devices; an error if a rank would have nothing to do."""
     cluster = cluster_for(gpus)
     if cluster.size == 1:

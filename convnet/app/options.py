@@ -26,7 +26,7 @@ from convnet.config import parse_net
 from convnet.errors import CheckpointError, UsageError
 from convnet.filekind import not_a_regular_file
 from convnet.outputs import refuse_existing
-from convnet.plan.schedules import SCHEDULES
+from convnet.plan.schedules import DEFAULT_SCHEDULE, SCHEDULES
 from convnet.simulate.hardware import device_kind
 
 #: What a config file a checkpoint names may be called.
@@ -126,7 +126,7 @@ RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "micro_batches", "pipel
 
 #: Built-in values of resumable options.  epochs, gpu and data_provider depend on
 #: other options and are filled in by :func:`resolve_options`.
-DEFAULTS = {"mini": 128, "micro_batches": 1, "pipeline_schedule": SCHEDULES[0], "seed": 0,
+DEFAULTS = {"mini": 128, "micro_batches": 1, "pipeline_schedule": DEFAULT_SCHEDULE, "seed": 0,
             "backend": "auto", "inner_size": 0, "color_noise": 0.0, "sync": "sync"}
 
 

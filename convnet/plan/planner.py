@@ -19,11 +19,11 @@ from convnet.config.model import LayerDef, NetConfig
 from convnet.errors import PlanError
 from convnet.plan.ops import LayerPlacement, Plan
 from convnet.plan.scheduler import Scheduler
-from convnet.plan.schedules import FILL_DRAIN, SCHEDULES
+from convnet.plan.schedules import DEFAULT_SCHEDULE, SCHEDULES
 
 
 def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int,
-              micro_batches: int = 1, schedule: str = FILL_DRAIN) -> Plan:
+              micro_batches: int = 1, schedule: str = DEFAULT_SCHEDULE) -> Plan:
     """Plan ``net`` on the logical devices ``0..len(gpus)-1`` for minibatches of ``minibatch``,
     each shard cut into ``micro_batches`` pieces that flow by ``schedule``
     (:mod:`convnet.plan.schedules`, docs/PIPELINE.md)."""

@@ -26,8 +26,11 @@ from __future__ import annotations
 
 FILL_DRAIN = "fill-drain"
 ONE_F_ONE_B = "1f1b"
-#: The schedules ``--pipeline-schedule`` takes; the first is the default.
+#: The schedules ``--pipeline-schedule`` takes.
 SCHEDULES = (FILL_DRAIN, ONE_F_ONE_B)
+#: The default: as many ticks as fill-drain, the same weights, fewer activations held
+#: (docs/PIPELINE.md, "Which schedule").
+DEFAULT_SCHEDULE = ONE_F_ONE_B
 
 Item = tuple[str, int]  # ("F" or "B", micro-batch)
 
@@ -78,4 +81,4 @@ def item_ticks(schedule: str, num_stages: int, micro_batches: int) -> dict[tuple
     return ticks
 
 
-__all__ = ["FILL_DRAIN", "ONE_F_ONE_B", "SCHEDULES", "item_ticks", "stage_sequence"]
+__all__ = ["DEFAULT_SCHEDULE", "FILL_DRAIN", "ONE_F_ONE_B", "SCHEDULES", "item_ticks", "stage_sequence"]

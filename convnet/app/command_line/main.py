@@ -140,9 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how the micro-batches flow: fill-drain runs every forward, then "
                           "every backward; 1f1b alternates them after a warm-up, so a stage "
                           "holds the activations of at most (stages after it + 1) "
-                          "micro-batches instead of M; the same weights either way; see "
-                          "docs/PIPELINE.md [resumable, may change on resume] "
-                          "(default: fill-drain)")
+                          "micro-batches instead of M; the same weights and as many ticks "
+                          "either way; see docs/PIPELINE.md [resumable, may change on resume] "
+                          "(default: 1f1b)")
     net.add_argument("--seed", type=non_negative_int, default=None, metavar="N",
                      help="seed of the initial weights, dropout masks and data augmentation "
                           "[resumable] (default: 0)")
