@@ -13,7 +13,9 @@ The executor is composed of its set-up (:mod:`convnet.runtime.step.executor_setu
 what it builds once and holds across steps), its task actions, and, here, the
 walk of a step's tasks with what a step returns: the costs summed over the
 shards (and over the processes), the features, checkpoint state.  It owns the
-per-step buffers (:class:`~convnet.runtime.step.records.StepBuffers`); the
+per-step buffers (:class:`~convnet.runtime.step.records.StepBuffers`; a training
+step drops each activation after its last reader,
+:mod:`convnet.runtime.step.activation_frees`); the
 weights and their gradients live in a :class:`~convnet.runtime.step.weights.WeightStore`,
 and the update rule is a :class:`~convnet.runtime.step.optimizer.MomentumSGD`.
 
