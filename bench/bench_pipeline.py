@@ -30,7 +30,8 @@ each device had its own memory, as GPUs do (CPU replicas in one process share
 one copy), and the activation memory each device held at its peak (the
 executor's own accounting, :class:`convnet.runtime.step.memory.MemoryMeter`:
 activations, what the layers keep for their backward calls, and gradients in
-flight), measured in one step before the timed ones (the meter slows a step).  The defaults are quick (a few steps); on a quiet machine run it with
+flight), measured in one step before the timed ones (the meter slows a step).
+The defaults are quick (a few steps); on a quiet machine run it with
 ``--rounds 5 --steps 6`` for steadier figures.
 """
 

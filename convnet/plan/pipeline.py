@@ -4,10 +4,11 @@ With ``--micro-batches M`` the scheduler (:mod:`convnet.plan.scheduler`) orders
 each pass in clock ticks, by the plan's schedule (:mod:`convnet.plan.schedules`):
 under fill-drain stage s forwards micro-batch m at tick m + s and, going back,
 works on it at tick M + last stage + m + (last stage - s); under 1F1B each stage
-alternates forwards and backwards.  This module shows that order per device as a grid (a row per stage the device holds, a column per
-tick, ``F3``/``B3`` for the forward/backward of micro-batch 3), and the share of
-ticks a device idles in (the bubble), counted as if every stage took the same
-time; ``--simulate`` predicts the real step from a profile.
+alternates forwards and backwards.  This module shows that order per device as
+a grid (a row per stage the device holds, a column per tick, ``F3``/``B3`` for the
+forward/backward of micro-batch 3), and the share of ticks a device idles in (the
+bubble), counted as if every stage took the same time; ``--simulate`` predicts the
+real step from a profile.
 """
 
 from __future__ import annotations

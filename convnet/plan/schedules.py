@@ -56,7 +56,8 @@ def _needs(kind: str, stage: int, micro: int, last: int) -> tuple[str, int, int]
     return ("B", stage + 1, micro) if stage < last else ("F", stage, micro)
 
 
-def item_ticks(schedule: str, num_stages: int, micro_batches: int) -> dict[tuple[str, int, int], int]:
+def item_ticks(schedule: str, num_stages: int,
+               micro_batches: int) -> dict[tuple[str, int, int], int]:
     """(kind, stage, micro-batch) -> the tick it runs in (see the module docstring)."""
     sequences = [stage_sequence(schedule, s, num_stages, micro_batches)
                  for s in range(num_stages)]
@@ -81,4 +82,5 @@ def item_ticks(schedule: str, num_stages: int, micro_batches: int) -> dict[tuple
     return ticks
 
 
-__all__ = ["DEFAULT_SCHEDULE", "FILL_DRAIN", "ONE_F_ONE_B", "SCHEDULES", "item_ticks", "stage_sequence"]
+__all__ = ["DEFAULT_SCHEDULE", "FILL_DRAIN", "ONE_F_ONE_B", "SCHEDULES", "item_ticks",
+           "stage_sequence"]

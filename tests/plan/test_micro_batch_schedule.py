@@ -3,11 +3,12 @@ micro-batch pinned to the plans made before micro-batches existed.
 
 On random fc chains placed layer by layer on random devices, and hybrid nets (a
 data-parallel first layer, then model-parallel layers with random
-``updatePeriod``), with a random micro-batch count, under either schedule: every (layer, piece) forward
-and backward runs exactly once, never a backward before its forward, never an
-update before the last gradient of its window nor after a forward of the next,
-as many updates as without micro-batches; and the stages of a chain really
-overlap (neither stage's work on neighbouring micro-batches waits for the other's).
+``updatePeriod``), with a random micro-batch count, under either schedule: every
+(layer, piece) forward and backward runs exactly once, never a backward before its
+forward, never an update before the last gradient of its window nor after a forward
+of the next, as many updates as without micro-batches; the stages of a chain really
+overlap (neither stage's work on neighbouring micro-batches waits for the other's);
+and under 1F1B a chain's stage s never holds more than min(M, S - s) micro-batches.
 """
 
 from __future__ import annotations
