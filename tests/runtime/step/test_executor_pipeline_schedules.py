@@ -7,7 +7,7 @@ after their last reader (convnet/runtime/step/activation_frees.py).
 * The executor's measured peak (its MemoryMeter) of the step's own buffers is lower
   under 1F1B than under fill-drain at M = 8 on a 2-stage split, and freeing lowers
   the peak of a plain step (M = 1) below what holding every activation to the end
-  of the step gave.
+  of the step gave; without a split, 1F1B holds one micro-batch at a time.
 """
 
 from __future__ import annotations
@@ -110,3 +110,13 @@ def test_freeing_after_the_last_reader_lowers_a_plain_steps_peak():
     freed = _step_peaks(net, (0,), 128, 1, "fill-drain")
     held = _step_peaks(net, (0,), 128, 1, "fill-drain", free=False)
     assert freed[0] < held[0]
+
+
+def test_1f1b_without_a_split_holds_one_micro_batch_at_a_time():
+    """One stage: 1F1B is gradient accumulation, F0 B0 F1 B1 ..., so a step holds about
+    1/M of the plain step's buffers; fill-drain holds them all at its turn."""
+    net = load_net(EXAMPLES / "digits-single.cfg", EXAMPLES / "digits-params.cfg",
+                   data_dims=DIMS, num_classes=10)
+    plain = _step_peaks(net, (0,), 128, 1, "fill-drain")[0]
+    assert _step_peaks(net, (0,), 128, 4, "1f1b")[0] < 0.3 * plain
+    assert _step_peaks(net, (0,), 128, 4, "fill-drain")[0] > 0.8 * plain
