@@ -1,6 +1,7 @@
 """Micro-batch pipelines against one device, data parallelism and the two-device bound.
 
     python bench/bench_pipeline.py [--nets cifar imagenet] [--micro 1 2 4 8]
+                                   [--schedules fill-drain 1f1b]
                                    [--rounds 2] [--steps 3] [--cifar-mini 128]
                                    [--imagenet-mini 32] [--cut LAYER] [--no-bound]
 
@@ -13,7 +14,9 @@ images, and ``layers-imagenet-1gpu.cfg`` on 3x224x224), on the two CPU devices:
   balances (:func:`convnet.plan.layer_cuts.balanced_cuts`: the CIFAR-10 net at
   conv2, the ImageNet net at conv4; ``--cut LAYER`` starts the second stage at
   LAYER instead), each minibatch's shard cut into m
-  micro-batches (``--micro-batches m``; m = 1 is the split without a pipeline);
+  micro-batches (``--micro-batches m``; m = 1 is the split without a pipeline)
+  that flow by each of ``--schedules`` (``--pipeline-schedule``; with m = 1 both
+  plan the same, so it runs once);
 * ``2 halves, no sync``: the machine's bound for two devices, as
   ``bench/bench_training.py`` measures it: two one-device executors each training
   half of the minibatch at the same time, never meeting.
@@ -24,7 +27,11 @@ take turns (``bench/harness.py``); the table gives the median step time, images/
 the ratios against one device and data parallelism, the share of the bound, and
 the weight state (weights, gradients, momentum) the busiest device holds as if
 each device had its own memory, as GPUs do (CPU replicas in one process share
-one copy).  The defaults are quick (a few steps); on a quiet machine run it with
+one copy), and the activation memory each device held at its peak (the
+executor's own accounting, :class:`convnet.runtime.step.memory.MemoryMeter`:
+activations, what the layers keep for their backward calls, and gradients in
+flight), measured in one step before the timed ones (the meter slows a step).
+The defaults are quick (a few steps); on a quiet machine run it with
 ``--rounds 5 --steps 6`` for steadier figures.
 """
 
@@ -40,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import harness  # noqa: E402  (bench/, next to this script)
+from convnet.plan.schedules import DEFAULT_SCHEDULE, SCHEDULES  # noqa: E402
 
 REF = ROOT / "examples" / "cuda-convnet2"
 NETS = {"cifar": ("cifar10-11pct", 24, 10), "imagenet": ("imagenet-1gpu", 224, 1000)}
@@ -87,13 +95,19 @@ def engine_worker(args) -> None:
     from convnet.runtime.devices.backends import make_devices
     from convnet.runtime.step.executor import Executor
 
+    from convnet.runtime.step.memory import MemoryMeter
+
     net, gpus = placed(load(args.net), args.placement, args.cut)
-    plan = make_plan(net, gpus, args.mini, args.micro)
+    plan = make_plan(net, gpus, args.mini, args.micro, args.schedule)
     weights = max(t.param_bytes for t in device_totals(plan, net))
     ex = Executor(net, plan, make_devices(gpus, "cpu"), seed=0, parallel=True)
     batch = make_batch(args.net, args.mini)
     ex.step(batch)
-    harness.reply({"ready": True, "weight_bytes": weights})
+    ex.memory = meter = MemoryMeter(ex)
+    ex.step(batch)
+    ex.memory = None
+    harness.reply({"ready": True, "weight_bytes": weights,
+                   "activation_bytes": [p.activation_bytes for p in meter.peaks]})
     try:
         harness.serve(lambda: ex.step(batch))
     finally:
@@ -120,7 +134,7 @@ def halves_worker(args) -> None:
             future.result()
 
     step()
-    harness.reply({"ready": True, "weight_bytes": 0})
+    harness.reply({"ready": True, "weight_bytes": 0, "activation_bytes": []})
     try:
         harness.serve(step)
     finally:
@@ -148,8 +162,11 @@ def bench_net(args, net_key: str) -> None:
 
     workers = [worker("one device", ["engine", "--placement", "one"]),
                worker("data-parallel", ["engine", "--placement", "data"])]
-    workers += [worker(f"split, M={m}", ["engine", "--placement", "split", "--micro", str(m)])
-                for m in args.micro]
+    workers += [worker(f"split, M={m}" + (f", {schedule}" if m > 1 else ""),
+                       ["engine", "--placement", "split", "--micro", str(m),
+                        "--schedule", schedule])
+                for m in args.micro
+                for schedule in (args.schedules if m > 1 else args.schedules[:1])]
     if not args.no_bound:
         workers.append(worker(BOUND, ["halves"]))
     try:
@@ -158,15 +175,18 @@ def bench_net(args, net_key: str) -> None:
         for w in workers:
             w.close()
     rate = {w.label: mini / statistics.median(walls[w.label]) for w in workers}
-    print(f"{'run':<18} {'step ms':>8} {'img/s':>7} {'x one':>6} {'/ data':>7} {'of bound':>9} "
-          f"{'weights/device':>15}")
+    print(f"{'run':<24} {'step ms':>8} {'img/s':>7} {'x one':>6} {'/ data':>7} {'of bound':>9} "
+          f"{'weights/device':>15} {'activations at peak, per device':>32}")
     for w in workers:
         bound = f"{rate[w.label] / rate[BOUND]:.0%}" if BOUND in rate else "-"
         weights = (f"{w.hello['weight_bytes'] / 2 ** 20:.1f} MiB" if w.hello["weight_bytes"]
                    else "-")
-        print(f"{w.label:<18} {1e3 * mini / rate[w.label]:8.1f} {rate[w.label]:7.1f} "
+        held = " / ".join(f"{b / 2 ** 20:.1f}" for b in w.hello["activation_bytes"])
+        held = f"{held} MiB" if held else "-"
+        print(f"{w.label:<24} {1e3 * mini / rate[w.label]:8.1f} {rate[w.label]:7.1f} "
               f"{rate[w.label] / rate['one device']:6.2f} "
-              f"{rate[w.label] / rate['data-parallel']:7.2f} {bound:>9} {weights:>15}")
+              f"{rate[w.label] / rate['data-parallel']:7.2f} {bound:>9} {weights:>15} "
+              f"{held:>32}")
 
 
 def main(argv=None) -> int:
@@ -174,6 +194,8 @@ def main(argv=None) -> int:
     ap.add_argument("--nets", nargs="+", choices=sorted(NETS), default=["cifar", "imagenet"])
     ap.add_argument("--micro", nargs="+", type=int, default=[1, 2, 4, 8],
                     help="micro-batch counts of the split (default 1 2 4 8)")
+    ap.add_argument("--schedules", nargs="+", choices=SCHEDULES, default=list(SCHEDULES),
+                    help="pipeline schedules of the split (default: all)")
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds (default 2)")
     ap.add_argument("--steps", type=int, default=3, help="steps per configuration and round")
     ap.add_argument("--cifar-mini", type=int, default=128)
@@ -185,6 +207,8 @@ def main(argv=None) -> int:
     ap.add_argument("--net", choices=sorted(NETS), help=argparse.SUPPRESS)
     ap.add_argument("--placement", choices=["one", "data", "split"], help=argparse.SUPPRESS)
     ap.add_argument("--mini", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--schedule", choices=SCHEDULES, default=DEFAULT_SCHEDULE,
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         args.micro = args.micro[0] if isinstance(args.micro, list) else args.micro

@@ -24,6 +24,7 @@ import traceback
 
 from convnet.errors import ConvnetError, PlanError, UsageError
 from convnet.plan.planner import make_plan
+from convnet.plan.schedules import DEFAULT_SCHEDULE
 from convnet.runtime.processes.cluster import Cluster, connect
 from convnet.runtime.processes.communicator import DEFAULT_WAIT_LIMIT, Communicator
 
@@ -51,15 +52,16 @@ def logical_gpus(gpus) -> tuple[int, ...]:
     return tuple(gpus) * process_count()
 
 
-def plan_across_ranks(net, gpus, minibatch: int, micro_batches: int = 1):
+def plan_across_ranks(net, gpus, minibatch: int, micro_batches: int = 1,
+                      schedule: str = DEFAULT_SCHEDULE):
     """The plan over every rank's devices; an error if a rank would have nothing to do."""
     cluster = cluster_for(gpus)
     if cluster.size == 1:
-        return make_plan(net, gpus, minibatch, micro_batches)
+        return make_plan(net, gpus, minibatch, micro_batches, schedule)
     layout = (f"{cluster.size} processes x --gpu {','.join(map(str, gpus))} give "
               f"{cluster.num_devices} logical devices")
     try:
-        plan = make_plan(net, logical_gpus(gpus), minibatch, micro_batches)
+        plan = make_plan(net, logical_gpus(gpus), minibatch, micro_batches, schedule)
     except PlanError as error:
         error.message = f"{error.message} ({layout})"
         raise

@@ -26,6 +26,7 @@ from convnet.config import parse_net
 from convnet.errors import CheckpointError, UsageError
 from convnet.filekind import not_a_regular_file
 from convnet.outputs import refuse_existing
+from convnet.plan.schedules import DEFAULT_SCHEDULE, SCHEDULES
 from convnet.simulate.hardware import device_kind
 
 #: What a config file a checkpoint names may be called.
@@ -59,6 +60,7 @@ class RunOptions:
     backend: str
     mini: int
     micro_batches: int  # pieces per shard (docs/PIPELINE.md)
+    pipeline_schedule: str  # how the micro-batches flow (convnet.plan.schedules.SCHEDULES)
     seed: int
     sync: str  # "sync", "local:K" or "async:S" (see option_values.sync_mode)
     # data
@@ -117,15 +119,15 @@ class RunOptions:
 PROVIDER_OPTIONS = {"data_path": ("cifar", "convnet-batches", "image"), "dummy_cases": ("dummy",)}
 
 #: Options a checkpoint remembers; on resume a command-line value wins.
-RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "micro_batches", "seed", "data_provider",
-             "data_path", "data_dims", "num_classes", "dummy_cases", "train_range", "test_range",
-             "inner_size", "color_noise", "scalar_mean", "epochs", "test_freq", "logreg_name",
-             "backend", "sync")
+RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "micro_batches", "pipeline_schedule",
+             "seed", "data_provider", "data_path", "data_dims", "num_classes", "dummy_cases",
+             "train_range", "test_range", "inner_size", "color_noise", "scalar_mean", "epochs",
+             "test_freq", "logreg_name", "backend", "sync")
 
 #: Built-in values of resumable options.  epochs, gpu and data_provider depend on
 #: other options and are filled in by :func:`resolve_options`.
-DEFAULTS = {"mini": 128, "micro_batches": 1, "seed": 0, "backend": "auto", "inner_size": 0,
-            "color_noise": 0.0, "sync": "sync"}
+DEFAULTS = {"mini": 128, "micro_batches": 1, "pipeline_schedule": DEFAULT_SCHEDULE, "seed": 0,
+            "backend": "auto", "inner_size": 0, "color_noise": 0.0, "sync": "sync"}
 
 
 def _saved_int(check):
@@ -161,10 +163,12 @@ def _saved_gpu(value) -> tuple[int, ...]:
     return gpu_list(",".join(map(str, value)))
 
 
-def _saved_backend(value) -> str:
-    if value not in BACKEND_NAMES:
-        raise ValueError(value)
-    return value
+def _saved_choice(choices):
+    def decode(value):
+        if value not in choices:
+            raise ValueError(value)
+        return value
+    return decode
 
 
 #: How a saved option's JSON value becomes an option value again, held to the rules
@@ -174,6 +178,7 @@ _DECODE_SAVED = {
     "data_path": _saved_text(Path), "gpu": _saved_gpu,
     "mini": _saved_int(positive_int),
     "micro_batches": _saved_int(positive_int),
+    "pipeline_schedule": _saved_choice(SCHEDULES),
     "seed": _saved_int(non_negative_int),
     "data_provider": _saved_text(provider_name),
     "data_dims": _saved_text(data_dims),
@@ -186,7 +191,7 @@ _DECODE_SAVED = {
     "scalar_mean": _saved_number(scalar_mean),
     "epochs": _saved_int(positive_int),
     "test_freq": _saved_int(positive_int),
-    "logreg_name": _saved_text(), "backend": _saved_backend,
+    "logreg_name": _saved_text(), "backend": _saved_choice(BACKEND_NAMES),
     "sync": _saved_text(sync_mode),
 }
 

@@ -2,7 +2,10 @@
 
 The executor keeps, per device: the weights and momentum of its replicas (always);
 each replica's weight-gradient accumulator from its first backward call of the step
-to its update; every activation (loaded, computed or copied in) until the step ends;
+to its update; every activation (loaded, computed or copied in) until its last
+reader in the step has run (the forwards and backward calls that read it, the copies
+from it: :mod:`convnet.runtime.step.activation_frees`; one that nothing reads, such as a
+cost layer's output, until the step ends);
 what each layer's forward call leaves for its backward call (the layer type's
 :mod:`memory rule <convnet.config.layer_types.memory_rules>`: im2col columns, padded inputs,
 masks, norm denominators) until that backward call; the gradient of each activation
@@ -117,6 +120,13 @@ def memory_peaks(plan: Plan, net: NetConfig,
         if held + now[TEMPORARIES] > peaks[d].peak_bytes:
             peaks[d].peak_bytes, peaks[d].at_peak = held + now[TEMPORARIES], now
 
+    last_reads = _last_readers(plan, net)
+
+    def release(op) -> None:
+        """Free the activations ``op`` was the last reader of (again: a no-op)."""
+        for layer, shard, d in last_reads.get(op.index, ()):
+            devices[d].free("activations", (layer, shard))
+
     for op in plan.ops:
         if isinstance(op, Load):
             devices[op.device].add("activations", (op.layer, op.shard), op.nbytes)
@@ -145,6 +155,7 @@ def memory_peaks(plan: Plan, net: NetConfig,
                  * plan.piece_size)
             dev.free("kept_for_backward", (op.layer, op.shard))
             dev.free("gradients", (op.layer, op.shard))
+            release(op)
             if param_bytes[op.layer]:
                 note(op.device)
                 for category, key in dev.deferred:
@@ -165,6 +176,31 @@ def memory_peaks(plan: Plan, net: NetConfig,
             else:
                 for category, key in done:
                     devices[op.device].free(category, key)
+        release(op)
         for d in op.devices:
             note(d)
     return peaks
+
+
+def _activation_reads(op, net: NetConfig) -> list[tuple[str, int, int]]:
+    """The activations (layer, piece, device) an operation reads."""
+    if isinstance(op, Copy):
+        return [(op.layer, op.shard, op.src)]
+    if isinstance(op, Forward):
+        return [(i, op.shard, op.device) for i in net[op.layer].inputs]
+    if isinstance(op, Backward):
+        return [(op.layer, op.shard, op.device)] + [(i, op.shard, op.device)
+                                                    for i in net[op.layer].inputs]
+    return []
+
+
+def _last_readers(plan: Plan, net: NetConfig) -> dict[int, list[tuple[str, int, int]]]:
+    """Operation index -> the activations it is the last reader of in plan order."""
+    last: dict[tuple[str, int, int], int] = {}
+    for op in plan.ops:
+        for key in _activation_reads(op, net):
+            last[key] = op.index
+    out: dict[int, list[tuple[str, int, int]]] = {}
+    for key, index in last.items():
+        out.setdefault(index, []).append(key)
+    return out

@@ -41,6 +41,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from convnet.plan.schedules import DEFAULT_SCHEDULE
+
 FLOAT_BYTES = 4  # activations, gradients and weights are float32
 
 
@@ -193,6 +195,7 @@ class Plan:
     minibatch: int
     notes: list[str] = field(default_factory=list)
     micro_batches: int = 1  # M: pieces per shard (docs/PIPELINE.md)
+    schedule: str = DEFAULT_SCHEDULE  # how the micro-batches flow (convnet.plan.schedules)
 
     @property
     def shard_size(self) -> int:

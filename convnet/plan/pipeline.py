@@ -1,12 +1,14 @@
 """The micro-batch pipeline of a plan, for ``--print-plan`` (docs/PIPELINE.md).
 
 With ``--micro-batches M`` the scheduler (:mod:`convnet.plan.scheduler`) orders
-each pass in clock ticks: stage s forwards micro-batch m at tick m + s and,
-going back, works on it at tick m + (last stage - s).  This module shows that
-order per device as a grid (a row per stage the device holds, a column per
-tick, ``F3``/``B3`` for the forward/backward of micro-batch 3), and the share of
-ticks a device idles in (the bubble), counted as if every stage took the same
-time; ``--simulate`` predicts the real step from a profile.
+each pass in clock ticks, by the plan's schedule (:mod:`convnet.plan.schedules`):
+under fill-drain stage s forwards micro-batch m at tick m + s and, going back,
+works on it at tick M + last stage + m + (last stage - s); under 1F1B each stage
+alternates forwards and backwards.  This module shows that order per device as
+a grid (a row per stage the device holds, a column per tick, ``F3``/``B3`` for the
+forward/backward of micro-batch 3), and the share of ticks a device idles in (the
+bubble), counted as if every stage took the same time; ``--simulate`` predicts the
+real step from a profile.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ from convnet.config.model import NetConfig
 from convnet.plan.memory import memory_peaks
 from convnet.plan.ops import GradCopy, Plan, shard_bounds
 from convnet.plan.scheduler import layer_stages
+from convnet.plan.schedules import FILL_DRAIN, item_ticks
 
-SCHEDULE = "fill-drain"
+def _ticks(plan: Plan, net: NetConfig) -> dict[tuple[str, int, int], int]:
+    """(kind, stage, micro-batch) -> tick, by the plan's schedule."""
+    last = max(layer_stages(net, plan).values(), default=0)
+    return item_ticks(plan.schedule, last + 1, plan.micro_batches)
 
 
 def device_stages(plan: Plan, net: NetConfig) -> dict[int, list[int]]:
@@ -30,23 +36,20 @@ def device_stages(plan: Plan, net: NetConfig) -> dict[int, list[int]]:
 
 
 def tick_count(plan: Plan, net: NetConfig) -> int:
-    """Ticks of one pass: M + last stage going forward, as many coming back."""
-    last = max(layer_stages(net, plan).values(), default=0)
-    return 2 * (plan.micro_batches + last)
+    """Ticks of one pass (2 (M + last stage) under either schedule)."""
+    return max(_ticks(plan, net).values()) + 1
 
 
 def grid(plan: Plan, net: NetConfig, device: int) -> dict[int, list[str]]:
     """stage -> one cell per tick of a pass: ``Fm``, ``Bm`` or ``.`` (idle)."""
-    stages = layer_stages(net, plan)
-    last = max(stages.values(), default=0)
-    ticks = tick_count(plan, net)
-    back = ticks // 2
+    ticks = _ticks(plan, net)
+    count = max(ticks.values()) + 1
     rows = {}
     for stage in device_stages(plan, net)[device]:
-        cells = ["."] * ticks
-        for m in range(plan.micro_batches):
-            cells[m + stage] = f"F{m}"
-            cells[back + m + last - stage] = f"B{m}"
+        cells = ["."] * count
+        for (kind, s, m), tick in ticks.items():
+            if s == stage:
+                cells[tick] = f"{kind}{m}"
         rows[stage] = cells
     return rows
 
@@ -63,17 +66,24 @@ def gradient_backlog(plan: Plan, net: NetConfig) -> list[int]:
     """Per device, the bytes of gradients for other devices' layers it may hold beyond
     the estimate of :mod:`convnet.plan.memory`: that estimate follows the plan's order,
     in which each such gradient is pulled right after it is made, but a later stage
-    runs ahead of the stage before it, so in the worst case every micro-batch's
-    gradients of a pass wait for their pulls (all but one more than the estimate has)."""
+    runs ahead of the stage before it, so in the worst case the gradients of several
+    micro-batches wait for their pulls (all but one more than the estimate has): under
+    fill-drain every micro-batch's of a pass; under 1F1B the earlier stage s pulls
+    before each of its backwards and forwards at most min(M, S - s) micro-batches
+    ahead of them, which bounds how far the later stage can run ahead."""
+    stages = layer_stages(net, plan)
+    count = max(stages.values(), default=0) + 1
     per_pass: dict[tuple[int, int], int] = {}
     for op in plan.ops:
         if isinstance(op, GradCopy):
+            waiting = (plan.micro_batches if plan.schedule == FILL_DRAIN
+                       else min(plan.micro_batches, count - stages[op.layer]))
             key = (op.src, op.pass_index)
-            per_pass[key] = per_pass.get(key, 0) + op.nbytes
+            per_pass[key] = per_pass.get(key, 0) + op.nbytes * (waiting - 1)
     worst = [0] * plan.num_devices
     for (device, _), nbytes in per_pass.items():
         worst[device] = max(worst[device], nbytes)
-    return [w * (plan.micro_batches - 1) // plan.micro_batches for w in worst]
+    return [w // plan.micro_batches for w in worst]
 
 
 def pipeline_summary(plan: Plan, net: NetConfig) -> dict:
@@ -81,7 +91,7 @@ def pipeline_summary(plan: Plan, net: NetConfig) -> dict:
     peaks, backlog = memory_peaks(plan, net), gradient_backlog(plan, net)
     return {
         "micro_batches": plan.micro_batches,
-        "schedule": SCHEDULE,
+        "schedule": plan.schedule,
         "ticks_per_pass": tick_count(plan, net),
         "stages": layer_stages(net, plan),
         "devices": [{"device": d,
@@ -99,7 +109,7 @@ def pipeline_text(plan: Plan, net: NetConfig, byte_text) -> list[str]:
     peaks, backlog = memory_peaks(plan, net), gradient_backlog(plan, net)
     lines = [f"Pipeline: {plan.micro_batches} micro-batch(es) per shard "
              f"({', '.join(str(b - a) for a, b in _piece_sizes(plan))} cases), "
-             f"{SCHEDULE} schedule, {tick_count(plan, net)} ticks per pass",
+             f"{plan.schedule} schedule, {tick_count(plan, net)} ticks per pass",
              "Fm/Bm = forward/backward of micro-batch m, . = idle; bubble = idle ticks if "
              "every stage took as long (--simulate predicts the real step)"]
     for d in range(plan.num_devices):

@@ -19,12 +19,14 @@ from convnet.config.model import LayerDef, NetConfig
 from convnet.errors import PlanError
 from convnet.plan.ops import LayerPlacement, Plan
 from convnet.plan.scheduler import Scheduler
+from convnet.plan.schedules import DEFAULT_SCHEDULE, SCHEDULES
 
 
 def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int,
-              micro_batches: int = 1) -> Plan:
+              micro_batches: int = 1, schedule: str = DEFAULT_SCHEDULE) -> Plan:
     """Plan ``net`` on the logical devices ``0..len(gpus)-1`` for minibatches of ``minibatch``,
-    each shard cut into ``micro_batches`` pieces (docs/PIPELINE.md)."""
+    each shard cut into ``micro_batches`` pieces that flow by ``schedule``
+    (:mod:`convnet.plan.schedules`, docs/PIPELINE.md)."""
     gpus = tuple(int(g) for g in gpus)
     if not gpus:
         raise PlanError("--gpu lists no device")
@@ -42,6 +44,8 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int,
         raise PlanError(f"--micro-batches {micro_batches} must be between 1 and the "
                         f"{minibatch // rmax} case(s) of a shard (--mini {minibatch} cut into "
                         f"{rmax} shard(s)), so that every micro-batch has a case")
+    if schedule not in SCHEDULES:
+        raise PlanError(f"--pipeline-schedule {schedule} is not one of {', '.join(SCHEDULES)}")
     num_passes = rmax // rmin
     periods = {name: r // rmin for name, r in counts.items()}
     trainable = _trainable_upstream(net)
@@ -62,7 +66,8 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int,
     plan = Plan(layers=placements, ops=[], num_devices=len(gpus), physical_devices=gpus,
                 num_shards=rmax, num_passes=num_passes, rmin=rmin,
                 scheme=_net_scheme(schemes, devices, num_passes), minibatch=minibatch,
-                notes=_notes(net, sources, gpus), micro_batches=micro_batches)
+                notes=_notes(net, sources, gpus), micro_batches=micro_batches,
+                schedule=schedule)
     plan.ops = Scheduler(net, plan).build()
     return plan
 

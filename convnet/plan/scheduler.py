@@ -15,6 +15,7 @@ from collections import defaultdict
 from convnet.config.model import LayerDef, NetConfig
 from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy,
                               LayerPlacement, Load, Op, Plan, Update)
+from convnet.plan.schedules import item_ticks
 
 
 def layer_stages(net: NetConfig, plan: Plan) -> dict[str, int]:
@@ -33,12 +34,15 @@ def layer_stages(net: NetConfig, plan: Plan) -> dict[str, int]:
 class Scheduler:
     """Emits the operations of one minibatch and the dependencies between them.
 
-    Within each pass it is the fill-drain (GPipe) schedule, in clock ticks: a
-    layer's forward of micro-batch m comes at tick m + its stage, where a layer's
-    stage counts the device changes on the longest path from the data to it; all
-    forwards first, then the backward passes, in ticks m + (last stage - stage),
-    and a layer's update after its last micro-batch's backward.  Within a tick
-    the layers keep net order (reverse order going back), so the list stays a
+    Within each pass the operations follow the plan's pipeline schedule
+    (:mod:`convnet.plan.schedules`) in clock ticks, where a layer's stage counts
+    the device changes on the longest path from the data to it.  Under fill-drain
+    (GPipe) a layer's forward of micro-batch m comes at tick m + its stage, all
+    forwards first, then the backward passes, in ticks m + (last stage - stage);
+    under 1F1B each stage alternates forwards and backwards after a warm-up.  A
+    layer's update comes after its last micro-batch's backward.  Within a tick
+    the forwards come first, in net order, then the backwards in reverse net
+    order; the items of one tick never need each other, so the list stays a
     dependency order.  A device's worker runs its operations in list order, so a
     stage forwards micro-batch m + 1 while the next stage forwards m, also where
     the net comes back to an earlier device (docs/PIPELINE.md).  With one
@@ -57,19 +61,20 @@ class Scheduler:
         order = [l for l in self.net if not l.is_data and l.name in self.plan.layers]
         stages = layer_stages(self.net, self.plan) if self.plan.micro_batches > 1 else \
             {l.name: 0 for l in order}
-        last = max(stages.values(), default=0)
+        ticks = item_ticks(self.plan.schedule, max(stages.values(), default=0) + 1,
+                           self.plan.micro_batches)
         position = {l.name: i for i, l in enumerate(order)}
         micros = range(self.plan.micro_batches)
         for p in range(self.plan.num_passes):
-            forwards = [(m + stages[l.name], position[l.name], m, l) for m in micros
-                        for l in order if p % self.plan.layers[l.name].period == 0]
-            for _, _, m, ldef in sorted(forwards, key=lambda f: f[:2]):
-                self._forward(ldef, p, m)
-            backwards = [(m + last - stages[l.name], -position[l.name], m, l) for m in micros
-                         for l in order if self.plan.layers[l.name].needs_backward
+            forwards = [(ticks["F", stages[l.name], m], 0, position[l.name], m, l)
+                        for m in micros for l in order
+                        if p % self.plan.layers[l.name].period == 0]
+            backwards = [(ticks["B", stages[l.name], m], 1, -position[l.name], m, l)
+                         for m in micros for l in order
+                         if self.plan.layers[l.name].needs_backward
                          and (p + 1) % self.plan.layers[l.name].period == 0]
-            for _, _, m, ldef in sorted(backwards, key=lambda b: b[:2]):
-                self._backward(ldef, p, m)
+            for _, kind, _, m, ldef in sorted(forwards + backwards, key=lambda o: o[:3]):
+                (self._backward if kind else self._forward)(ldef, p, m)
         return self.ops
 
     def _shard_bytes(self, layer: str) -> int:

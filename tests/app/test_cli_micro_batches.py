@@ -1,5 +1,6 @@
-"""``--micro-batches M`` end to end (docs/PIPELINE.md): saved in the checkpoint, resumed
-with the same or another M, the sequential walk bitwise, the refusals one line each."""
+"""``--micro-batches M`` and ``--pipeline-schedule`` end to end (docs/PIPELINE.md): saved
+in the checkpoint, resumed with the same or another M or schedule, the sequential walk
+bitwise, the refusals one line each."""
 
 from __future__ import annotations
 
@@ -51,6 +52,32 @@ def test_resume_keeps_m_or_takes_another(split, pipelined_run, tmp_path):
     assert any(not np.array_equal(other[k], whole[k]) for k in weights)  # other sums
     for key in weights:
         np.testing.assert_allclose(other[key], whole[key], rtol=1e-3, atol=1e-5, err_msg=key)
+
+
+def test_the_checkpoint_keeps_the_schedule_and_a_resume_may_change_it(split, pipelined_run,
+                                                                     tmp_path):
+    """One epoch under fill-drain, resumed under 1F1B (the default the run of
+    ``pipelined_run`` took for both epochs): bitwise the same weights."""
+    assert checkpoint_arrays(pipelined_run / "checkpoint.npz")[1]["options"][
+        "pipeline_schedule"] == "1f1b"
+    first = tmp_path / "first"
+    ok(run_cli(*DUMMY, *split, "--micro-batches", "4", "--pipeline-schedule", "fill-drain",
+               "--epochs", "1", "--save-path", first))
+    assert checkpoint_arrays(first / "checkpoint.npz")[1]["options"][
+        "pipeline_schedule"] == "fill-drain"
+    assert "fill-drain schedule" in ok(run_cli("--load-file", first, "--print-plan")).stdout
+    ok(run_cli("--no-progress", "--load-file", first, "--epochs", "2", "--pipeline-schedule",
+               "1f1b", "--save-path", tmp_path / "other"))
+    other, meta = checkpoint_arrays(tmp_path / "other" / "checkpoint.npz")
+    assert meta["options"]["pipeline_schedule"] == "1f1b"
+    whole, _ = checkpoint_arrays(pipelined_run / "checkpoint.npz")
+    assert_same_arrays({k: v for k, v in whole.items() if k.startswith("weights/")},
+                       {k: v for k, v in other.items() if k.startswith("weights/")})
+
+
+def test_an_unknown_schedule_is_refused(split):
+    proc = run_cli(*DUMMY, *split, "--micro-batches", "2", "--pipeline-schedule", "gpipe")
+    assert_clean_error(proc, 2, "--pipeline-schedule", "gpipe")
 
 
 def test_async_with_micro_batches_is_refused(split):

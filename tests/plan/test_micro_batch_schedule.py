@@ -3,11 +3,12 @@ micro-batch pinned to the plans made before micro-batches existed.
 
 On random fc chains placed layer by layer on random devices, and hybrid nets (a
 data-parallel first layer, then model-parallel layers with random
-``updatePeriod``), with a random micro-batch count: every (layer, piece) forward
-and backward runs exactly once, never a backward before its forward, never an
-update before the last gradient of its window nor after a forward of the next,
-as many updates as without micro-batches; and the stages of a chain really
-overlap (neither stage's work on neighbouring micro-batches waits for the other's).
+``updatePeriod``), with a random micro-batch count, under either schedule: every
+(layer, piece) forward and backward runs exactly once, never a backward before its
+forward, never an update before the last gradient of its window nor after a forward
+of the next, as many updates as without micro-batches; the stages of a chain really
+overlap (neither stage's work on neighbouring micro-batches waits for the other's);
+and under 1F1B a chain's stage s never holds more than min(M, S - s) micro-batches.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from hypothesis import strategies as st
 from convnet.config import load_net
 from convnet.plan.ops import Backward, Forward, Update
 from convnet.plan.planner import make_plan
+from convnet.plan.scheduler import layer_stages
+from convnet.plan.schedules import SCHEDULES
 from tests.support import ROOT
 from tests.support.plans import fc_net, happens_before
 
@@ -29,7 +32,7 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 @st.composite
 def pipelined_nets(draw):
-    """(spec, devices, minibatch, micro_batches) of a chain or hybrid fc net."""
+    """(spec, devices, minibatch, micro_batches, schedule) of a chain or hybrid fc net."""
     hybrid = draw(st.booleans())
     num_devices = draw(st.integers(2 if hybrid else 1, 3))
     depth = draw(st.integers(1, 4))
@@ -48,15 +51,16 @@ def pipelined_nets(draw):
     shards = 2 if hybrid else 1
     per_shard = draw(st.integers(1, 6))
     micro_batches = draw(st.integers(1, per_shard))
-    return spec, num_devices, shards * per_shard, micro_batches
+    schedule = draw(st.sampled_from(SCHEDULES))
+    return spec, num_devices, shards * per_shard, micro_batches, schedule
 
 
 @SETTINGS
 @given(pipelined_nets())
 def test_the_schedule_runs_every_piece_once_and_in_order(case):
-    spec, num_devices, minibatch, micro_batches = case
+    spec, num_devices, minibatch, micro_batches, schedule = case
     net = fc_net(spec)
-    plan = make_plan(net, (0,) * num_devices, minibatch, micro_batches)
+    plan = make_plan(net, (0,) * num_devices, minibatch, micro_batches, schedule)
     plain = make_plan(net, (0,) * num_devices, minibatch)
     before = happens_before(plan)
     pieces = set(range(plan.num_pieces))
@@ -89,9 +93,9 @@ def test_the_schedule_runs_every_piece_once_and_in_order(case):
 def test_neighbouring_stages_overlap_on_neighbouring_micro_batches(case):
     """Where a layer reads one on another device, the reader's forward of micro-batch m
     and the producer's forward of m + 1 are ordered neither way: they can run at once."""
-    spec, num_devices, minibatch, micro_batches = case
+    spec, num_devices, minibatch, micro_batches, schedule = case
     net = fc_net(spec)
-    plan = make_plan(net, (0,) * num_devices, minibatch, micro_batches)
+    plan = make_plan(net, (0,) * num_devices, minibatch, micro_batches, schedule)
     before = happens_before(plan)
     forwards = _by_layer_and_piece(plan, Forward)
     for name, placement in plan.layers.items():
@@ -106,6 +110,26 @@ def test_neighbouring_stages_overlap_on_neighbouring_micro_batches(case):
                     reader = forwards[(name, plan.piece(shard, m))]
                     producer = forwards[(inp, plan.piece(shard, m + 1))]
                     assert not before(reader, producer) and not before(producer, reader)
+
+
+@SETTINGS
+@given(pipelined_nets())
+def test_1f1b_holds_at_most_the_stages_after_a_layer_plus_one_micro_batches(case):
+    """In a chain (one pass, one replica per layer), a layer of stage s under 1F1B has
+    forwarded at most min(M, S - s) pieces that it has not yet back-propagated, at
+    every point of the plan (fill-drain: all M)."""
+    spec, num_devices, minibatch, micro_batches, _ = case
+    net = fc_net(spec)
+    plan = make_plan(net, (0,) * num_devices, minibatch, micro_batches, "1f1b")
+    if plan.num_passes > 1 or plan.num_shards > 1:
+        return
+    stages = layer_stages(net, plan) if micro_batches > 1 else {}
+    count = max(stages.values(), default=0) + 1
+    held: dict[str, int] = {}
+    for op in plan.ops:
+        if isinstance(op, (Forward, Backward)) and plan.layers[op.layer].needs_backward:
+            held[op.layer] = held.get(op.layer, 0) + (1 if isinstance(op, Forward) else -1)
+            assert held[op.layer] <= min(micro_batches, count - stages.get(op.layer, 0))
 
 
 def _by_layer_and_piece(plan, kind):
@@ -141,6 +165,7 @@ def test_one_micro_batch_plans_what_was_planned_before(name, gpus, mini):
                                       else "digits-params.cfg")
         dims = {0: (1, 8, 8), 1: (1,)}
     net = load_net(layer_def, params, data_dims=dims, num_classes=10)
-    for plan in (make_plan(net, gpus, mini), make_plan(net, gpus, mini, 1)):
+    for plan in (make_plan(net, gpus, mini), make_plan(net, gpus, mini, 1),
+                 make_plan(net, gpus, mini, 1, "1f1b")):
         digest = hashlib.sha256(repr(plan.ops).encode()).hexdigest()[:16]
         assert digest == PLANS_BEFORE_MICRO_BATCHES[(name, gpus, mini)]

@@ -24,18 +24,29 @@ BACK_AND_FORTH = [("fc0", "fc", ["data"], [0], 0), ("fc1", "fc", ["fc0"], [1], 0
 
 def test_two_stages_of_four_micro_batches():
     net = fc_net(CHAIN)
-    plan = make_plan(net, (0, 0), 8, 4)
+    plan = make_plan(net, (0, 0), 8, 4, "fill-drain")
     assert grid(plan, net, 0) == {0: ["F0", "F1", "F2", "F3", ".", ".", "B0", "B1", "B2", "B3"]}
     assert grid(plan, net, 1) == {1: [".", "F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3", "."]}
     assert bubble_share(plan, net, 0) == bubble_share(plan, net, 1) == pytest.approx(1 / 5)
-    assert bubble_share(make_plan(net, (0, 0), 8, 8), net, 0) == pytest.approx(1 / 9)
+    assert bubble_share(make_plan(net, (0, 0), 8, 8, "fill-drain"), net, 0) == \
+        pytest.approx(1 / 9)
 
 
+def test_two_stages_of_four_micro_batches_one_forward_one_backward():
+    """1F1B: stage 0 warms up with 2 forwards, stage 1 with 1; the same 10 ticks."""
+    net = fc_net(CHAIN)
+    plan = make_plan(net, (0, 0), 8, 4, "1f1b")
+    assert grid(plan, net, 0) == {0: ["F0", "F1", ".", "B0", "F2", "B1", "F3", "B2", ".", "B3"]}
+    assert grid(plan, net, 1) == {1: [".", "F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3", "."]}
+    assert bubble_share(plan, net, 0) == bubble_share(plan, net, 1) == pytest.approx(1 / 5)
+
+
+@pytest.mark.parametrize("schedule", ["fill-drain", "1f1b"])
 @pytest.mark.parametrize("spec, micro_batches", [(CHAIN, 3), (BACK_AND_FORTH, 2),
                                                  (BACK_AND_FORTH, 4)])
-def test_the_grid_is_the_order_each_device_runs(spec, micro_batches):
+def test_the_grid_is_the_order_each_device_runs(spec, micro_batches, schedule):
     net = fc_net(spec)
-    plan = make_plan(net, (0, 0), 8, micro_batches)
+    plan = make_plan(net, (0, 0), 8, micro_batches, schedule)
     stages = layer_stages(net, plan)
     for device in range(plan.num_devices):
         ran = []
@@ -55,20 +66,28 @@ def test_the_grid_is_the_order_each_device_runs(spec, micro_batches):
 
 def test_print_plan_shows_the_pipeline_and_json_has_it():
     net = fc_net(CHAIN)
-    text = plan_text(make_plan(net, (0, 0), 8, 4), net)
+    text = plan_text(make_plan(net, (0, 0), 8, 4, "fill-drain"), net)
     assert "Pipeline: 4 micro-batch(es) per shard (2, 2, 2, 2 cases), fill-drain" in text
     assert "stage 1: .  F0 F1 F2 F3 B0 B1 B2 B3" in text
     assert "Pipeline" not in plan_text(make_plan(net, (0, 0), 8), net)
-    data = json.loads(plan_json(make_plan(net, (0, 0), 8, 4), net))
+    plan = make_plan(net, (0, 0), 8, 4)  # the default schedule: 1F1B
+    text = plan_text(plan, net)
+    assert "(2, 2, 2, 2 cases), 1f1b schedule, 10 ticks per pass" in text
+    assert "stage 1: .  F0 B0 F1 B1 F2 B2 F3 B3" in text
+    data = json.loads(plan_json(plan, net))
     assert data["micro_batches"] == 4
-    assert data["pipeline"] == json.loads(json.dumps(pipeline_summary(make_plan(net, (0, 0), 8, 4),
-                                                                      net)))
-    assert data["pipeline"]["devices"][1]["grid"]["1"][1] == "F0"
+    assert data["pipeline"] == json.loads(json.dumps(pipeline_summary(plan, net)))
+    assert data["pipeline"]["devices"][1]["grid"]["1"][:3] == [".", "F0", "B0"]
+    assert data["pipeline"]["schedule"] == "1f1b"
+    assert json.loads(plan_json(make_plan(net, (0, 0), 8, 4, "fill-drain"), net)
+                      )["pipeline"]["schedule"] == "fill-drain"
 
 
-@pytest.mark.parametrize("layer_def, micro_batches", [("digits-pipeline.cfg", 4),
-                                                      ("digits-data.cfg", 3)])
-def test_the_activation_estimate_holds_for_micro_batches(layer_def, micro_batches):
+@pytest.mark.parametrize("layer_def, micro_batches, schedule",
+                         [("digits-pipeline.cfg", 4, "fill-drain"),
+                          ("digits-pipeline.cfg", 4, "1f1b"), ("digits-pipeline.cfg", 8, "1f1b"),
+                          ("digits-data.cfg", 3, "fill-drain"), ("digits-data.cfg", 3, "1f1b")])
+def test_the_activation_estimate_holds_for_micro_batches(layer_def, micro_batches, schedule):
     """What the executor's accounting holds at each device's measured peak is at least
     80% of the activation memory --print-plan estimates (the bound without
     micro-batches, tests/plan/test_memory_estimate.py) and at most the estimate plus
@@ -89,7 +108,7 @@ def test_the_activation_estimate_holds_for_micro_batches(layer_def, micro_batche
     examples = ROOT / "examples"
     net = load_net(examples / layer_def, examples / "digits-params.cfg",
                    data_dims={0: (1, 8, 8), 1: (1,)}, num_classes=10)
-    plan = make_plan(net, (0, 1), 96, micro_batches)
+    plan = make_plan(net, (0, 1), 96, micro_batches, schedule)
     rng = np.random.default_rng(0)
     batch = [rng.standard_normal((96, 1, 8, 8)).astype(np.float32),
              rng.integers(0, 10, (96, 1)).astype(np.float32)]

@@ -46,3 +46,15 @@ def test_micro_batches_shorten_the_predicted_step_of_a_two_stage_split(tmp_path)
     # the stages take turns without micro-batches: every layer's 48 cases, forward and back
     layers = sum(1 for l in net if not l.is_data)
     assert steps[1] == pytest.approx(2 * layers * 48 * PER_CASE, rel=0.05)
+
+
+def test_1f1b_is_predicted_as_fast_as_fill_drain(tmp_path):
+    """The simulator walks the plan's task list, so it predicts the 1F1B order as it
+    runs; with costs proportional to the cases both schedules take the same ticks."""
+    net = _net(tmp_path)
+    costs = _costs(net)
+    for m in (2, 4, 8):
+        fill_drain = costs.predict(make_plan(net, (0, 1), 48, m, "fill-drain")).step_seconds
+        one_f_one_b = costs.predict(make_plan(net, (0, 1), 48, m, "1f1b")).step_seconds
+        assert one_f_one_b == pytest.approx(fill_drain, rel=0.05), m
+        assert one_f_one_b < costs.predict(make_plan(net, (0, 1), 48, 1)).step_seconds

@@ -32,6 +32,7 @@ from convnet.app.option_values import (BACKEND_NAMES, DEFAULT_STALENESS, batch_r
                                        sync_mode)
 from convnet.app.run.signals import Terminated, stop_handlers
 from convnet.errors import ConvnetError, OutOfMemoryError, UsageError
+from convnet.plan.schedules import SCHEDULES
 from convnet.runtime.processes.communicator import DEFAULT_WAIT_LIMIT
 from convnet.simulate.hardware import DEVICE_KINDS
 
@@ -132,9 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
                           "[resumable] (default: 128)")
     net.add_argument("--micro-batches", type=positive_int, default=None, metavar="M",
                      help="cut every shard of a minibatch into M micro-batches that flow "
-                          "through the devices as a pipeline (fill-drain); the weights update "
+                          "through the devices as a pipeline; the weights update "
                           "where they would without; see docs/PIPELINE.md [resumable, another "
                           "M may be given on resume] (default: 1)")
+    net.add_argument("--pipeline-schedule", choices=SCHEDULES, default=None,
+                     help="how the micro-batches flow: fill-drain runs every forward, then "
+                          "every backward; 1f1b alternates them after a warm-up, so a stage "
+                          "holds the activations of at most (stages after it + 1) "
+                          "micro-batches instead of M; the same weights and as many ticks "
+                          "either way; see docs/PIPELINE.md [resumable, may change on resume] "
+                          "(default: 1f1b)")
     net.add_argument("--seed", type=non_negative_int, default=None, metavar="N",
                      help="seed of the initial weights, dropout masks and data augmentation "
                           "[resumable] (default: 0)")

@@ -63,7 +63,8 @@ def screen(opts: RunOptions, net: NetConfig) -> tuple[list[tuple[Candidate, Plan
     for candidate in candidates(net, opts.auto_place) + pipeline_candidates(net, opts.auto_place):
         placed = candidate.apply(net)
         try:
-            plan = make_plan(placed, opts.gpu, opts.mini, candidate.micro_batches)
+            plan = make_plan(placed, opts.gpu, opts.mini, candidate.micro_batches,
+                             opts.pipeline_schedule)
         except PlanError as error:
             refused.append((candidate.name, f"not a valid plan: {error}"))
             continue

@@ -131,7 +131,8 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
     net = load_net_for(opts, provider)
     check_layer_syncs(net, opts.sync)
     try:
-        return net, launch.plan_across_ranks(net, opts.gpu, opts.mini, opts.micro_batches)
+        return net, launch.plan_across_ranks(net, opts.gpu, opts.mini, opts.micro_batches,
+                                                  opts.pipeline_schedule)
     except ConfigError as error:
         saved = opts.resume.saved_options.get("gpu") if opts.resume is not None else None
         needed = devices_needed(net)

@@ -13,7 +13,9 @@ The executor is composed of its set-up (:mod:`convnet.runtime.step.executor_setu
 what it builds once and holds across steps), its task actions, and, here, the
 walk of a step's tasks with what a step returns: the costs summed over the
 shards (and over the processes), the features, checkpoint state.  It owns the
-per-step buffers (:class:`~convnet.runtime.step.records.StepBuffers`); the
+per-step buffers (:class:`~convnet.runtime.step.records.StepBuffers`; a training
+step drops each activation after its last reader,
+:mod:`convnet.runtime.step.activation_frees`); the
 weights and their gradients live in a :class:`~convnet.runtime.step.weights.WeightStore`,
 and the update rule is a :class:`~convnet.runtime.step.optimizer.MomentumSGD`.
 
@@ -56,6 +58,7 @@ import time
 import numpy as np
 
 from convnet.plan.ops import piece_bounds, shard_bounds
+from convnet.runtime.step.activation_frees import ActivationReaders
 from convnet.runtime.step.batch_check import check_batch
 from convnet.runtime.step.executor_setup import ExecutorSetup
 from convnet.runtime.step.records import OpTiming, StepBuffers, StepResult
@@ -111,7 +114,8 @@ class Executor(ExecutorSetup, TaskActions):
         instead of the cases they cover (a shard whose update is its part of a larger
         minibatch's: M / R, so that every case weighs 1/M however the shards fell)."""
         result = self._execute(batch, self.train_tasks(), train=True, progress=progress,
-                               case_offset=case_offset, update_cases=update_cases)
+                               case_offset=case_offset, update_cases=update_cases,
+                               readers=self.train_readers())
         if self.exchange is not None:
             self.exchange.step_ended(self.step_count)
         self.step_count += 1
@@ -176,9 +180,11 @@ class Executor(ExecutorSetup, TaskActions):
         self.collectives.clear()
 
     def _execute(self, batch, tasks, train: bool, progress: float,
-                 case_offset: int = 0, update_cases: float | None = None) -> StepResult:
+                 case_offset: int = 0, update_cases: float | None = None,
+                 readers: ActivationReaders | None = None) -> StepResult:
         start = time.perf_counter()
-        buffers = self._run_tasks(batch, tasks, train, progress, case_offset, update_cases)
+        buffers = self._run_tasks(batch, tasks, train, progress, case_offset, update_cases,
+                                  readers)
         num_cases = buffers.bounds[-1][1]
         metrics = buffers.metrics
         if self.cluster.size > 1:  # each rank has the shards of its own cost layer replicas
@@ -195,7 +201,10 @@ class Executor(ExecutorSetup, TaskActions):
         return StepResult(num_cases, costs, time.perf_counter() - start)
 
     def _run_tasks(self, batch, tasks: list[Task], train: bool, progress: float,
-                   case_offset: int = 0, update_cases: float | None = None) -> StepBuffers:
+                   case_offset: int = 0, update_cases: float | None = None,
+                   readers: ActivationReaders | None = None) -> StepBuffers:
+        """Run ``tasks`` on ``batch``; with ``readers`` (a training step's), every
+        activation is dropped after its last reader (:mod:`.activation_frees`)."""
         num_cases = check_batch(self.net, self.plan, batch)
         plan = self.plan
         buffers = StepBuffers(batch=batch, bounds=shard_bounds(num_cases, plan.num_shards),
@@ -209,6 +218,7 @@ class Executor(ExecutorSetup, TaskActions):
         t0 = time.perf_counter()
         timings = [] if self.timings is not None else None
         meter = self.memory
+        frees = readers.countdown(buffers.acts) if readers is not None else None
 
         def run(task: Task, device: int | None) -> None:
             """Carry out ``task``; ``device`` is the calling worker's (None: all of the task's)."""
@@ -221,6 +231,8 @@ class Executor(ExecutorSetup, TaskActions):
                 for d in ([device] if device is not None else task.devices):
                     timings.append(OpTiming(d, task.kind, task.layer, began - t0,
                                             time.perf_counter() - t0))
+            if frees is not None:
+                frees.task_done(task)
             if meter is not None:
                 meter.sample(buffers)
 

@@ -23,6 +23,7 @@ from convnet.plan.ops import AllReduce, Copy, Forward, Load, Plan, Update
 from convnet.runtime.processes.cluster import Cluster, single_process
 from convnet.runtime.devices.collectives import ChunkedAllReduce, make_all_reduce
 from convnet.runtime.processes.increment_exchange import IncrementExchange
+from convnet.runtime.step.activation_frees import ActivationReaders
 from convnet.runtime.step.learning_rules import scale_rates
 from convnet.runtime.step.optimizer import MomentumSGD
 from convnet.runtime.step.rank_tasks import tasks_for_rank
@@ -112,6 +113,8 @@ class ExecutorSetup:
         # when a step first needs one: local layers with different K average at
         # different steps).
         self._tasks_by_sync: dict[tuple, list[Task]] = {}
+        # ... and who reads each activation in them (convnet.runtime.step.activation_frees)
+        self._readers_by_sync: dict[tuple, ActivationReaders] = {}
         self.train_tasks()  # the first step's, so that a plan it cannot run fails here
         self._eval_tasks = self._rank_tasks(make_tasks(
             [op for op in plan.ops if isinstance(op, FORWARD_OPS)], self._sharded))
@@ -155,12 +158,24 @@ class ExecutorSetup:
         return {layer: ReplicaSync.AVERAGE if (self.step_count + 1) % period == 0
                 else ReplicaSync.LOCAL for layer, period in self.local_periods.items()}
 
+    def _sync_key(self) -> tuple:
+        return tuple(sorted((layer, sync.value) for layer, sync in self.replica_syncs().items()))
+
     def train_tasks(self) -> list[Task]:
         """The tasks of the next training step (this process's share)."""
-        syncs = self.replica_syncs()
-        key = tuple(sorted((layer, sync.value) for layer, sync in syncs.items()))
+        key = self._sync_key()
         tasks = self._tasks_by_sync.get(key)
         if tasks is None:
             tasks = self._tasks_by_sync[key] = self._rank_tasks(
-                make_tasks(self.plan.ops, self._sharded, self._constrained, syncs))
+                make_tasks(self.plan.ops, self._sharded, self._constrained,
+                           self.replica_syncs()))
         return tasks
+
+    def train_readers(self) -> ActivationReaders:
+        """Who reads each activation in the next training step's tasks (what the step
+        frees its activations by)."""
+        key = self._sync_key()
+        readers = self._readers_by_sync.get(key)
+        if readers is None:
+            readers = self._readers_by_sync[key] = ActivationReaders(self.train_tasks(), self.net)
+        return readers

@@ -36,7 +36,9 @@ class OpTiming:
 
 @dataclass
 class StepBuffers:
-    """Everything one minibatch creates; dropped when the step ends."""
+    """Everything one minibatch creates; dropped when the step ends (a training step
+    drops each activation sooner, after its last reader:
+    :mod:`convnet.runtime.step.activation_frees`)."""
 
     batch: list
     bounds: list[tuple[int, int]]  # of each shard: what an update's numCases counts
