@@ -1,6 +1,7 @@
 """The options of one run, typed and complete, from the command line and a checkpoint.
 
-The parser leaves every option a checkpoint remembers (:data:`RESUMABLE`) at
+The parser leaves every option a checkpoint remembers
+(:data:`convnet.app.saved_options.RESUMABLE`) at
 ``None`` when it is not given, so that its value can be resolved here in this
 order: the command line, then the checkpoint of ``--load-file``, then the
 bundled example's value when no ``--layer-def`` is given, then the built-in
@@ -12,38 +13,18 @@ all read the :class:`RunOptions` it returns.
 from __future__ import annotations
 
 import argparse
-import json
 import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from convnet.app import bundled_example, launch
-from convnet.app.checkpoint import CheckpointReader, find_checkpoint, short_repr
-from convnet.app.option_values import (BACKEND_NAMES, MAX_DEVICES, batch_range, color_noise,
-                                       data_dims, gpu_list, non_negative_int, positive_int,
-                                       provider_name, scalar_mean, sync_mode)
+from convnet.app.option_values import MAX_DEVICES
+from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
-from convnet.errors import CheckpointError, UsageError
-from convnet.filekind import not_a_regular_file
+from convnet.errors import UsageError
 from convnet.outputs import refuse_existing
-from convnet.plan.schedules import DEFAULT_SCHEDULE, SCHEDULES
+from convnet.plan.schedules import DEFAULT_SCHEDULE
 from convnet.simulate.hardware import device_kind
-
-#: What a config file a checkpoint names may be called.
-CONFIG_SUFFIXES = (".cfg", ".ini", ".conf", ".cnf")
-#: Longest saved path or name taken from a checkpoint.
-MAX_SAVED_TEXT = 4096
-
-
-@dataclass(frozen=True)
-class Resume:
-    """The saved run that ``--load-file`` continues."""
-
-    checkpoint: Path  # the checkpoint file read (--load-file may name its folder)
-    keys: tuple[str, ...]  # its arrays (weights and momentum), read once the net is known
-    meta: dict  # the counters and options saved with them
-    saved_options: dict[str, object]  # the resumable options the checkpoint held, checked
-
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -118,115 +99,10 @@ class RunOptions:
 #: when the resumed run reads other data (it was the saved run's, not the user's).
 PROVIDER_OPTIONS = {"data_path": ("cifar", "convnet-batches", "image"), "dummy_cases": ("dummy",)}
 
-#: Options a checkpoint remembers; on resume a command-line value wins.
-RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "micro_batches", "pipeline_schedule",
-             "seed", "data_provider", "data_path", "data_dims", "num_classes", "dummy_cases",
-             "train_range", "test_range", "inner_size", "color_noise", "scalar_mean", "epochs",
-             "test_freq", "logreg_name", "backend", "sync")
-
 #: Built-in values of resumable options.  epochs, gpu and data_provider depend on
 #: other options and are filled in by :func:`resolve_options`.
 DEFAULTS = {"mini": 128, "micro_batches": 1, "pipeline_schedule": DEFAULT_SCHEDULE, "seed": 0,
             "backend": "auto", "inner_size": 0, "color_noise": 0.0, "sync": "sync"}
-
-
-def _saved_int(check):
-    """A saved integer option: a JSON integer (not a string or a float), held to
-    the command line's rule ``check``."""
-    def decode(value):
-        if type(value) is not int:
-            raise ValueError(value)
-        return check(str(value))
-    return decode
-
-
-def _saved_number(check):
-    def decode(value):
-        if type(value) not in (int, float):
-            raise ValueError(value)
-        return check(repr(value))
-    return decode
-
-
-def _saved_text(check=str):
-    def decode(value):
-        if not isinstance(value, str) or not value or len(value) > MAX_SAVED_TEXT:
-            raise ValueError(value)
-        return check(value)
-    return decode
-
-
-def _saved_gpu(value) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value or len(value) > MAX_DEVICES \
-            or any(type(v) is not int for v in value):
-        raise ValueError(value)
-    return gpu_list(",".join(map(str, value)))
-
-
-def _saved_choice(choices):
-    def decode(value):
-        if value not in choices:
-            raise ValueError(value)
-        return value
-    return decode
-
-
-#: How a saved option's JSON value becomes an option value again, held to the rules
-#: of the command line.
-_DECODE_SAVED = {
-    "layer_def": _saved_text(Path), "layer_params": _saved_text(Path),
-    "data_path": _saved_text(Path), "gpu": _saved_gpu,
-    "mini": _saved_int(positive_int),
-    "micro_batches": _saved_int(positive_int),
-    "pipeline_schedule": _saved_choice(SCHEDULES),
-    "seed": _saved_int(non_negative_int),
-    "data_provider": _saved_text(provider_name),
-    "data_dims": _saved_text(data_dims),
-    "num_classes": _saved_int(positive_int),
-    "dummy_cases": _saved_int(positive_int),
-    "train_range": _saved_text(batch_range),
-    "test_range": _saved_text(batch_range),
-    "inner_size": _saved_int(non_negative_int),
-    "color_noise": _saved_number(color_noise),
-    "scalar_mean": _saved_number(scalar_mean),
-    "epochs": _saved_int(positive_int),
-    "test_freq": _saved_int(positive_int),
-    "logreg_name": _saved_text(), "backend": _saved_choice(BACKEND_NAMES),
-    "sync": _saved_text(sync_mode),
-}
-
-
-def read_resume(load_file: Path) -> Resume:
-    """Read the checkpoint ``--load-file`` names, and check the options saved in it."""
-    checkpoint = find_checkpoint(load_file)
-    with CheckpointReader(checkpoint) as reader:
-        keys, meta = tuple(reader.keys), reader.meta
-    saved = meta.get("options")
-    if not isinstance(saved, dict):
-        raise CheckpointError(f"{checkpoint}: the checkpoint holds no training options")
-    options = {}
-    for key in RESUMABLE:
-        if saved.get(key) is None:
-            continue
-        try:
-            options[key] = _DECODE_SAVED[key](saved[key])
-        except (ValueError, TypeError, argparse.ArgumentTypeError):
-            raise CheckpointError(f"{checkpoint}: damaged checkpoint: saved option "
-                                  f"'{key}' has the bad value {short_repr(saved[key])}") from None
-    return Resume(checkpoint, keys, meta, options)
-
-
-def _check_saved_config_file(checkpoint: Path, key: str, path: Path) -> None:
-    """A config file named by a checkpoint is opened and parsed, and parse errors
-    quote lines of it, so it must at least look like a config file: a regular file
-    named like one (never, say, a system file a tampered checkpoint points at)."""
-    problem = not_a_regular_file(path)
-    if path.suffix.lower() not in CONFIG_SUFFIXES:
-        problem = f"is not named like a config file ({', '.join(CONFIG_SUFFIXES)})"
-    if problem is not None:
-        option = "--" + key.replace("_", "-")
-        raise CheckpointError(f"{checkpoint}: the saved {option} {path} {problem}; give "
-                              f"{option} FILE")
 
 
 def resolve_options(args: argparse.Namespace,
@@ -256,7 +132,7 @@ def resolve_options(args: argparse.Namespace,
             if values[key] is None:
                 values[key] = value
                 if key in ("layer_def", "layer_params"):
-                    _check_saved_config_file(resume.checkpoint, key, value)
+                    check_saved_config_file(resume.checkpoint, key, value)
     bundled = values["layer_def"] is None
     if bundled:
         values["layer_def"] = bundled_example.LAYER_DEF
@@ -426,17 +302,3 @@ def check_auto_place(opts: RunOptions) -> None:
     if not out.parent.is_dir():
         raise UsageError(f"--auto-place-out: the folder {out.parent} does not exist")
     refuse_existing(out, opts.overwrite, keep="give another --auto-place-out FILE")
-
-
-def options_for_checkpoint(opts: RunOptions) -> dict:
-    """The resumable options as JSON-able values (paths made absolute)."""
-    out = {}
-    for key in RESUMABLE:
-        value = getattr(opts, key)
-        if isinstance(value, Path):
-            value = str(value.resolve())
-        elif isinstance(value, tuple):
-            value = list(value)
-        out[key] = value
-    json.dumps(out)  # fail here, not at save time, if something is not serialisable
-    return out

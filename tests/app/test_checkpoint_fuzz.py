@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from convnet.app.checkpoint import load_checkpoint, save_checkpoint
 from convnet.app.command_line.main import build_parser
-from convnet.app.options import RESUMABLE, resolve_options
+from convnet.app.options import resolve_options
+from convnet.app.saved_options import RESUMABLE
 from convnet.app.run.resume_state import read_counters, read_state
 from convnet.errors import ConvnetError
 from tests.support.checkpoints import net_and_plan, npy_bytes, rebuild

@@ -8,7 +8,7 @@ layout the net needs (``weights/<layer>/<key>`` and ``momentum/<layer>/<key>``,
 float32, the shapes of :meth:`convnet.config.model.LayerDef.param_shapes`) and
 nothing else is decompressed; the counters must be numbers of the right kind
 in a sane range.  (The saved options are checked by
-:func:`convnet.app.options.read_resume`.)
+:func:`convnet.app.saved_options.read_resume`.)
 """
 
 from __future__ import annotations

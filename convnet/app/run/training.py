@@ -39,7 +39,8 @@ import numpy as np
 from convnet.app import launch
 from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from convnet.app.invocation import shown_path
-from convnet.app.options import Resume, RunOptions, options_for_checkpoint
+from convnet.app.options import RunOptions
+from convnet.app.saved_options import Resume, options_for_checkpoint
 from convnet.app.run.assembly import (TrainingExecutor, build_net_and_plan, make_data_provider,
                                       make_executor, reported_cost_layer, views_per_test_case)
 from convnet.app.run.features import check_feature_layer, write_features

@@ -22,7 +22,6 @@ from convnet.app.comparison.compare import compare
 from convnet.app.comparison.plot import comparison_figure, figure_pixels
 from convnet.app.comparison.table import ABSENT, fmt_bytes, fmt_ms
 from convnet.app.comparison.verdict import verdict_lines
-from convnet.errors import UsageError
 from tests.app.comparison.test_compare import (EXAMPLES, PNG_SIGNATURE, overlaps, parse_tables,
                                                text_boxes)
 
