@@ -115,7 +115,7 @@ class NetProfiler:
         least = min(LEAST_CASES_PER_DEVICE * len(opts.gpu), mini)  # as placed: shards
         size = automatic_size(mini, work, least)
         self.progress.say(f"profiling at {size} and {max(size // 2, 1)} cases "
-                          f"({work / 1e6:,.0f} M multiply-adds a case forward; "
+                          f"({work / 1e6:.3g} M multiply-adds a case forward; "
                           f"--profile-mini sets the size)")
         return size, large
 
