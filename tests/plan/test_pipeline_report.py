@@ -22,23 +22,19 @@ BACK_AND_FORTH = [("fc0", "fc", ["data"], [0], 0), ("fc1", "fc", ["fc0"], [1], 0
                   ("cost", "cost.logreg", ["labels", "probs"], [0], 0)]
 
 
-def test_two_stages_of_four_micro_batches():
+@pytest.mark.parametrize("schedule, stage0, stage1", [
+    ("fill-drain", ["F0", "F1", "F2", "F3", ".", ".", "B0", "B1", "B2", "B3"],
+     [".", "F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3", "."]),
+    # 1F1B: stage 0 warms up with 2 forwards, stage 1 with 1; the same 10 ticks
+    ("1f1b", ["F0", "F1", ".", "B0", "F2", "B1", "F3", "B2", ".", "B3"],
+     [".", "F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3", "."])])
+def test_two_stages_of_four_micro_batches(schedule, stage0, stage1):
     net = fc_net(CHAIN)
-    plan = make_plan(net, (0, 0), 8, 4, "fill-drain")
-    assert grid(plan, net, 0) == {0: ["F0", "F1", "F2", "F3", ".", ".", "B0", "B1", "B2", "B3"]}
-    assert grid(plan, net, 1) == {1: [".", "F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3", "."]}
+    plan = make_plan(net, (0, 0), 8, 4, schedule)
+    assert grid(plan, net, 0) == {0: stage0} and grid(plan, net, 1) == {1: stage1}
     assert bubble_share(plan, net, 0) == bubble_share(plan, net, 1) == pytest.approx(1 / 5)
-    assert bubble_share(make_plan(net, (0, 0), 8, 8, "fill-drain"), net, 0) == \
+    assert bubble_share(make_plan(net, (0, 0), 8, 8, schedule), net, 0) == \
         pytest.approx(1 / 9)
-
-
-def test_two_stages_of_four_micro_batches_one_forward_one_backward():
-    """1F1B: stage 0 warms up with 2 forwards, stage 1 with 1; the same 10 ticks."""
-    net = fc_net(CHAIN)
-    plan = make_plan(net, (0, 0), 8, 4, "1f1b")
-    assert grid(plan, net, 0) == {0: ["F0", "F1", ".", "B0", "F2", "B1", "F3", "B2", ".", "B3"]}
-    assert grid(plan, net, 1) == {1: [".", "F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3", "."]}
-    assert bubble_share(plan, net, 0) == bubble_share(plan, net, 1) == pytest.approx(1 / 5)
 
 
 @pytest.mark.parametrize("schedule", ["fill-drain", "1f1b"])
