@@ -30,6 +30,11 @@ CIFAR = EXAMPLES / "cuda-convnet2"
 HOST = HostFigures(cores=2, gemm_flops=1e11, copy_bandwidth=1e10)
 
 
+#: The profile's rounds budget in these tests: two or three rounds of the small nets
+#: (the command's own 20 s would take most of the suite's time for two predictions).
+TEST_PROFILE_SECONDS = 5.0
+
+
 def _options(config, gpu: str, params=PARAMS, mini: int = 128, extra=()):
     """The options of a prediction whose profile runs at the minibatch it predicts: these
     tests check the model, not the extrapolation from a smaller profile (which
@@ -374,7 +379,7 @@ def test_one_device_prediction_is_within_a_loose_factor_of_the_measured_step():
     """digits on one device.  Its two-device steps are not checked here: with other work
     holding a core they measure 2-3x their quiet time (docs/SIMULATE.md, part 1)."""
     opts, net, plan = _plan("digits-single.cfg", "0")
-    predicted = measure_costs(opts, net).predict(plan).step_seconds
+    predicted = measure_costs(opts, net, budget=TEST_PROFILE_SECONDS).predict(plan).step_seconds
     measured, = _measured(opts, [net])
     assert measured / 2 < predicted < measured * 2, (predicted, measured)
 
@@ -393,7 +398,7 @@ def test_cifar10_data_parallel_speedup_is_predicted_within_a_loose_factor():
     one = on_one_device(net)
     data = replace(net, layers={n: l if l.is_data else replace(l, gpu=(0, 1))
                                 for n, l in net.layers.items()})
-    costs = measure_costs(opts, net)
+    costs = measure_costs(opts, net, budget=TEST_PROFILE_SECONDS)
     predicted = [costs.predict(make_plan(n, opts.gpu, opts.mini)).step_seconds
                  for n in (one, data)]
     measured = _measured(opts, [one, data])
@@ -423,7 +428,7 @@ def test_the_imagenet_data_parallel_config_scaled_down_is_predicted_within_a_loo
                            "--num-classes", "1000", "--dummy-cases", "8"])
     net = assembly.load_net_for(opts)
     plan = make_plan(net, opts.gpu, opts.mini)
-    costs = measure_costs(opts, net)
+    costs = measure_costs(opts, net, budget=TEST_PROFILE_SECONDS)
     predicted = costs.predict(plan).step_seconds
     measured, = _measured(opts, [net], rounds=3)
     assert measured / 2 < predicted < measured * 2, (predicted, measured)

@@ -63,13 +63,14 @@ def is_large(mini: int, multiply_adds_per_case: int) -> bool:
     return mini * multiply_adds_per_case > PROFILE_MULTIPLY_ADDS
 
 
-def another_round(rounds: int, elapsed: float, last_round: float) -> bool:
+def another_round(rounds: int, elapsed: float, last_round: float,
+                  budget: float = PROFILE_BUDGET_SECONDS) -> bool:
     """Whether a profile that has taken ``rounds`` rounds in ``elapsed`` seconds, the
     last in ``last_round``, takes one more: always a first, then while one more as
-    long as the last ends within the budget."""
+    long as the last ends within ``budget`` seconds."""
     if rounds == 0:
         return True
-    return rounds < MAX_ROUNDS and elapsed + last_round <= PROFILE_BUDGET_SECONDS
+    return rounds < MAX_ROUNDS and elapsed + last_round <= budget
 
 
 class Progress:

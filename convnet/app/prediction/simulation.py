@@ -24,7 +24,8 @@ from convnet.plan.placements import Candidate, placed_layers
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import choose_backend
 from convnet.app.prediction.profile_size import (LARGE_NET_CONTENTION_STEPS,
-                                                 LEAST_CASES_PER_DEVICE, Progress,
+                                                 LEAST_CASES_PER_DEVICE,
+                                                 PROFILE_BUDGET_SECONDS, Progress,
                                                  another_round, automatic_size, is_large)
 from convnet.plan.layer_cuts import net_work
 from convnet.simulate.costs import (CONTENTION_STEPS, CONTENTION_WARMUP, CostModel, Profiler,
@@ -130,11 +131,11 @@ class NetProfiler:
         self.rounds += 1
         self.progress.say(f"round {self.rounds} done")
 
-    def run_rounds(self) -> None:
-        """Rounds while the next, as long as the last, fits the profile's time budget
-        (at least one)."""
+    def run_rounds(self, budget: float = PROFILE_BUDGET_SECONDS) -> None:
+        """Rounds while the next, as long as the last, fits ``budget`` seconds (at least
+        one)."""
         start, last = time.perf_counter(), 0.0
-        while another_round(self.rounds, time.perf_counter() - start, last):
+        while another_round(self.rounds, time.perf_counter() - start, last, budget):
             began = time.perf_counter()
             self.round()
             last = time.perf_counter() - began
@@ -158,13 +159,13 @@ class NetProfiler:
 
 
 def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate",
-                  quiet: bool = False) -> CostModel:
-    """The cost model of ``net`` from its profile in rounds (see :class:`NetProfiler`),
-    each said on stderr unless ``quiet``."""
+                  quiet: bool = False, budget: float = PROFILE_BUDGET_SECONDS) -> CostModel:
+    """The cost model of ``net`` from its profile in rounds while they fit ``budget``
+    seconds (see :class:`NetProfiler`), each said on stderr unless ``quiet``."""
     progress = Progress(f"{Path(opts.layer_def).name} for {option}", quiet=quiet)
     progress.say("starting (the net on one device; docs/SIMULATE.md)")
     with NetProfiler(opts, net, option, progress=progress) as profiler:
-        profiler.run_rounds()
+        profiler.run_rounds(budget)
         progress.say(f"{profiler.rounds} round(s) at {profiler.cases} and "
                      f"{max(profiler.cases // 2, 1)} cases, extrapolated to --mini "
                      f"{opts.mini}; done")
