@@ -119,6 +119,14 @@ class DummyProvider(DataProvider):
         """The class templates and further columns' values (the mean is zero)."""
         return self._templates.nbytes + sum(int(v.nbytes) for v in self._columns.values())
 
+    def num_cases(self, batch_id: int) -> int:
+        """Every dummy batch holds ``cases_per_batch`` cases: counted without making one
+        (``--print-plan`` counts the cases of a batch, and a batch of 512 ImageNet-sized
+        images takes seconds to draw)."""
+        _check_batch_number(batch_id)
+        self._check_available(batch_id)
+        return self.options.cases_per_batch
+
     def _batch_source(self, batch_id: int) -> str:
         return f"dummy batch {batch_id}"
 
@@ -126,11 +134,15 @@ class DummyProvider(DataProvider):
         return 0.0
 
     def _load(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
-        if batch_id < 0:
-            raise DataError(f"dummy data: batch numbers start at 0, got {batch_id}")
+        _check_batch_number(batch_id)
         rng = np.random.default_rng([self.options.seed, _BATCH_STREAM, batch_id])
         count = self.options.cases_per_batch
         labels = rng.integers(0, self.num_classes, count)
         images = rng.standard_normal((count,) + self.image_shape, dtype=np.float32)
         images += self._templates.for_labels(labels)
         return images, labels
+
+
+def _check_batch_number(batch_id: int) -> None:
+    if batch_id < 0:
+        raise DataError(f"dummy data: batch numbers start at 0, got {batch_id}")

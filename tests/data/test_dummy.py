@@ -23,6 +23,13 @@ def test_defaults():
     assert data.num_cases(4) == 512
 
 
+def test_cases_are_counted_without_drawing_a_batch_and_as_many_as_a_batch_holds():
+    data = dummy(cases_per_batch=7)
+    assert data.num_cases(2) == 7 == len(data.get_batch(2, train=True, epoch=0)[0])
+    with pytest.raises(DataError, match="batch numbers start at 0"):
+        data.num_cases(-1)
+
+
 def test_deterministic_per_batch_and_seed():
     a, b = dummy(seed=1), dummy(seed=1)
     np.testing.assert_array_equal(a.get_batch(3, True, 0)[0], b.get_batch(3, True, 0)[0])
