@@ -182,23 +182,25 @@ def memory_peaks(plan: Plan, net: NetConfig,
     return peaks
 
 
-def _activation_reads(op, net: NetConfig) -> list[tuple[str, int, int]]:
-    """The activations (layer, piece, device) an operation reads."""
+def activation_reads(op, net: NetConfig) -> tuple[tuple[str, int, int], ...]:
+    """The activations (layer, piece, device) an operation reads, once per read (an
+    input listed twice is read twice): the estimate's and the executor's
+    (:mod:`convnet.runtime.step.activation_frees`) rule for when one is freed."""
     if isinstance(op, Copy):
-        return [(op.layer, op.shard, op.src)]
+        return ((op.layer, op.shard, op.src),)
     if isinstance(op, Forward):
-        return [(i, op.shard, op.device) for i in net[op.layer].inputs]
+        return tuple((i, op.shard, op.device) for i in net[op.layer].inputs)
     if isinstance(op, Backward):
-        return [(op.layer, op.shard, op.device)] + [(i, op.shard, op.device)
-                                                    for i in net[op.layer].inputs]
-    return []
+        return ((op.layer, op.shard, op.device),) + tuple(
+            (i, op.shard, op.device) for i in net[op.layer].inputs)
+    return ()
 
 
 def _last_readers(plan: Plan, net: NetConfig) -> dict[int, list[tuple[str, int, int]]]:
     """Operation index -> the activations it is the last reader of in plan order."""
     last: dict[tuple[str, int, int], int] = {}
     for op in plan.ops:
-        for key in _activation_reads(op, net):
+        for key in activation_reads(op, net):
             last[key] = op.index
     out: dict[int, list[tuple[str, int, int]]] = {}
     for key, index in last.items():

@@ -295,8 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument("--profile-mini", type=positive_int, default=None, metavar="N",
                        help="with --simulate or --auto-place: profile the net at N and N/2 "
                             "cases and extrapolate each operation's time to --mini (default: "
-                            "chosen so that a profiled step takes about a quarter of a "
-                            "second; see docs/SIMULATE.md)")
+                            "the largest power of two up to --mini whose forward pass holds "
+                            "at most 12 G multiply-adds, counted from the config; see "
+                            "docs/SIMULATE.md)")
     tools.add_argument("--auto-place", type=positive_int, default=None, metavar="N",
                        help="rank a family of placements of the net on the N devices of --gpu "
                             "(one device, data-parallel, convolutional part data-parallel; "

@@ -26,20 +26,17 @@ import threading
 from collections import Counter
 
 from convnet.config.model import NetConfig
+from convnet.plan.memory import activation_reads
 from convnet.runtime.step.tasks import Task, TaskAction
 
 
-def activation_reads(task: Task, net: NetConfig) -> tuple[tuple, ...]:
-    """The activation keys (layer, piece, device) that ``task`` reads, once per read
-    (an input listed twice is read twice)."""
-    op, action = task.op, task.action
-    if action is TaskAction.COPY or (action is TaskAction.SEND and task.transfer.what == "act"):
-        return ((op.layer, op.shard, op.src),)
-    if action is TaskAction.FORWARD:
-        return tuple((i, op.shard, op.device) for i in net[op.layer].inputs)
-    if action is TaskAction.BACKWARD:
-        return ((op.layer, op.shard, op.device),) + tuple(
-            (i, op.shard, op.device) for i in net[op.layer].inputs)
+def task_activation_reads(task: Task, net: NetConfig) -> tuple[tuple, ...]:
+    """The activation keys (layer, piece, device) that ``task`` reads: its operation's
+    (:func:`convnet.plan.memory.activation_reads`), where the task carries the
+    operation out here; a send to another process reads what its copy reads."""
+    if task.action in (TaskAction.COPY, TaskAction.FORWARD, TaskAction.BACKWARD) or (
+            task.action is TaskAction.SEND and task.transfer.what == "act"):
+        return activation_reads(task.op, net)
     return ()
 
 
@@ -48,7 +45,7 @@ class ActivationReaders:
     the list makes of it (made once per task list, see the module docstring)."""
 
     def __init__(self, tasks: list[Task], net: NetConfig):
-        self.reads = {t.index: reads for t in tasks if (reads := activation_reads(t, net))}
+        self.reads = {t.index: reads for t in tasks if (reads := task_activation_reads(t, net))}
         self.counts = Counter(key for reads in self.reads.values() for key in reads)
 
     def countdown(self, acts: dict) -> StepFrees:
@@ -77,4 +74,4 @@ class StepFrees:
                     self._acts.pop(key, None)
 
 
-__all__ = ["ActivationReaders", "StepFrees", "activation_reads"]
+__all__ = ["ActivationReaders", "StepFrees", "task_activation_reads"]
