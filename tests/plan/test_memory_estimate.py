@@ -201,8 +201,9 @@ def test_the_accounting_counts_parameters_exactly_and_views_once(name):
                      if peak.device in (p.devices[:1] if name in shared else p.devices))
         assert peak.at_peak["weights"] == peak.at_peak["momentum"] == params * FLOAT_BYTES
         assert peak.peak_bytes == sum(peak.at_peak.values())
-        # every activation of a shard of 4 cases, the input images at least
-        assert peak.at_peak["activations"] >= 4 * 3 * 64 * 64 * FLOAT_BYTES
+        # (no claim on the activations at the peak: a training step frees each one after
+        # its last reader, so a device's peak may come during the all-reduce, after its
+        # backward pass freed them, or before, as the threads happen to run)
     assert meter.process_peak_bytes >= max(p.peak_bytes for p in meter.peaks)
     assert meter.process_peak_bytes <= sum(p.peak_bytes for p in meter.peaks)
     assert peak_rss_bytes() > meter.process_peak_bytes
