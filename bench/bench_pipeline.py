@@ -115,32 +115,10 @@ def engine_worker(args) -> None:
 
 
 def halves_worker(args) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from convnet.plan.planner import make_plan
-    from convnet.runtime.devices.backends import make_devices
-    from convnet.runtime.step.executor import Executor
-
     net, _ = placed(load(args.net), "one")
     half = args.mini // 2
-    plan = make_plan(net, (0,), half)
-    executors = [Executor(net, plan, make_devices((0,), "cpu"), seed=0, parallel=True)
-                 for _ in range(2)]
-    batches = [make_batch(args.net, half, seed) for seed in (0, 1)]
-    pool = ThreadPoolExecutor(2)
-
-    def step():
-        for future in [pool.submit(ex.step, b) for ex, b in zip(executors, batches)]:
-            future.result()
-
-    step()
-    harness.reply({"ready": True, "weight_bytes": 0, "activation_bytes": []})
-    try:
-        harness.serve(step)
-    finally:
-        pool.shutdown()
-        for ex in executors:
-            ex.close()
+    harness.serve_two_halves(net, [make_batch(args.net, half, seed) for seed in (0, 1)],
+                             {"ready": True, "weight_bytes": 0, "activation_bytes": []})
 
 
 def bench_net(args, net_key: str) -> None:

@@ -127,38 +127,12 @@ def make_batch(mini: int, size: int, seed: int = 0):
 # ------------------------------------------------------------------ workers
 
 def halves_worker(args) -> None:
-    """The machine's bound for two devices: two one-device executors, each training on
-    half of the minibatch on its own worker thread, at the same time, and never
-    meeting (no all-reduce, no shared weights).  A two-device step cannot beat
-    this on the same cores; what it loses against it is the executor's."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from convnet.runtime.devices.backends import make_devices
-    from convnet.runtime.step.executor import Executor
-    from convnet.plan.planner import make_plan
-
+    """The machine's bound for two devices (:func:`harness.serve_two_halves`)."""
     with tempfile.TemporaryDirectory() as tmp:
         net = load(1, args.size, Path(tmp))
     half = args.mini // 2
-    plan = make_plan(net, (0,), half)
-    executors = [Executor(net, plan, make_devices((0,), "cpu"), seed=0, parallel=True)
-                 for _ in range(2)]
-    batches = [make_batch(half, args.size, seed) for seed in (0, 1)]
-    pool = ThreadPoolExecutor(2)
-
-    def step():
-        for future in [pool.submit(ex.step, b) for ex, b in zip(executors, batches)]:
-            future.result()
-
-    for _ in range(2):
-        step()
-    harness.reply({"ready": True})
-    try:
-        harness.serve(step)
-    finally:
-        pool.shutdown()
-        for ex in executors:
-            ex.close()
+    harness.serve_two_halves(net, [make_batch(half, args.size, seed) for seed in (0, 1)],
+                             {"ready": True}, warmups=2)
 
 
 def engine_worker(args) -> None:

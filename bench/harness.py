@@ -91,6 +91,38 @@ def serve(step, profile=None, extra=None, memory=None) -> None:
             reply({"error": f"unknown command {line.strip()!r}"})
 
 
+def serve_two_halves(net, batches, ready: dict, warmups: int = 1) -> None:
+    """The machine's bound for two devices, served: two one-device executors of ``net``,
+    each training on its own half-minibatch of ``batches`` on its own worker thread, at
+    the same time, and never meeting (no all-reduce, no shared weights).  A two-device
+    step cannot beat this on the same cores; what it loses against it is the
+    executor's.  Replies ``ready`` after ``warmups`` steps."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from convnet.plan.planner import make_plan
+    from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step.executor import Executor
+
+    plan = make_plan(net, (0,), len(batches[0][0]))
+    executors = [Executor(net, plan, make_devices((0,), "cpu"), seed=0, parallel=True)
+                 for _ in batches]
+    pool = ThreadPoolExecutor(len(batches))
+
+    def step():
+        for future in [pool.submit(ex.step, b) for ex, b in zip(executors, batches)]:
+            future.result()
+
+    for _ in range(warmups):
+        step()
+    reply(ready)
+    try:
+        serve(step)
+    finally:
+        pool.shutdown()
+        for ex in executors:
+            ex.close()
+
+
 def resident_bytes() -> int:
     """The process's resident set size now (Linux /proc; 0 where unavailable)."""
     try:
