@@ -208,6 +208,10 @@ def test_a_killed_rank_ends_the_run_and_leaves_a_loadable_checkpoint(tmp_path, t
         assert "Traceback" not in errors, errors
         assert all(" rank 1 " in line for line in errors.splitlines()
                    if line.startswith("error: ")), errors
+    except (AssertionError, subprocess.TimeoutExpired) as failure:
+        job.kill()
+        job.wait()
+        raise AssertionError(f"{failure}\nthe run's stderr:\n{job.stderr.read()}") from None
     finally:
         if job.poll() is None:
             job.kill()
