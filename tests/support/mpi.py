@@ -69,9 +69,10 @@ def run_failing(n: int, program, args: list[str], folder: Path, out: str,
     return done.stderr
 
 
-def rank_pid(marker: str, rank: int) -> int | None:
-    """The pid of rank ``rank`` of the run started with ``env(CONVNET_TEST_RUN=marker)``
-    (read from /proc), or None while it has not started."""
+def rank_pids(marker: str) -> dict[int, int]:
+    """Rank -> pid of the ranks of the run started with ``env(CONVNET_TEST_RUN=marker)``
+    that are alive now (read from /proc)."""
+    pids = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -79,10 +80,16 @@ def rank_pid(marker: str, rank: int) -> int | None:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"CONVNET_TEST_RUN={marker}".encode() in environ and \
-                f"PMI_RANK={rank}".encode() in environ:
-            return int(entry.name)
-    return None
+        ranks = [v[len(b"PMI_RANK="):] for v in environ if v.startswith(b"PMI_RANK=")]
+        if f"CONVNET_TEST_RUN={marker}".encode() in environ and ranks:
+            pids[int(ranks[0])] = int(entry.name)
+    return pids
+
+
+def rank_pid(marker: str, rank: int) -> int | None:
+    """The pid of rank ``rank`` of the run started with ``env(CONVNET_TEST_RUN=marker)``,
+    or None while it has not started."""
+    return rank_pids(marker).get(rank)
 
 
 def run_alone(args: list[str], cwd, timeout: float = 120):
