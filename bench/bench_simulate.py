@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from convnet.app.run import assembly  # noqa: E402
-from convnet.app.command_line.main import build_parser  # noqa: E402
+from convnet.app.command_line.parser import build_parser  # noqa: E402
 from convnet.app.options import resolve_options  # noqa: E402
 from convnet.app.prediction.simulation import NetProfiler, first_minibatch, measure_costs  # noqa: E402
 from convnet.plan.planner import make_plan  # noqa: E402

@@ -103,7 +103,7 @@ def _scaled_rates(src: Path, out: Path, factor: float) -> Path:
 def _steps(args: list[str], processes: int = 1) -> int:
     """Training steps (minibatches) of a run (of ``processes`` processes): what its data
     batches cut into."""
-    from convnet.app.command_line.main import build_parser
+    from convnet.app.command_line.parser import build_parser
     from convnet.app.options import resolve_options
     from convnet.app.run.assembly import make_data_provider
     from convnet.app.run.minibatches import minibatch_bounds
@@ -150,7 +150,7 @@ def _layer_all_reduces(args: list[str], steps: int) -> int:
     """All-reduces of a run's replicated layers in ``steps`` steps, each layer's counted
     (its gradients every step, or its weights every K-th step under local:K): what
     ``--print-plan`` counts per minibatch, times the steps."""
-    from convnet.app.command_line.main import build_parser
+    from convnet.app.command_line.parser import build_parser
     from convnet.app.options import resolve_options
     from convnet.app.run.assembly import build_net_and_plan
     from convnet.config.values.typed import local_sgd_period

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from convnet.app import options as options_module
-from convnet.app.command_line.main import build_parser
+from convnet.app.command_line.parser import build_parser
 from convnet.app.options import resolve_options
 from convnet.app.prediction import auto_place
 from convnet.app.run.memory_limits import HostLimit

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convnet.app.checkpoint import load_checkpoint, save_checkpoint
-from convnet.app.command_line.main import build_parser
+from convnet.app.command_line.parser import build_parser
 from convnet.app.options import resolve_options
 from convnet.app.saved_options import RESUMABLE
 from convnet.app.run.resume_state import read_counters, read_state

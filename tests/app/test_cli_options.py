@@ -9,7 +9,8 @@ import re
 import pytest
 
 from tests.support.cli import assert_clean_error, ok, run_cli
-from convnet.app.command_line.main import build_parser, main
+from convnet.app.command_line.main import main
+from convnet.app.command_line.parser import build_parser
 from convnet.app.option_values import DEFAULT_STALENESS
 
 CUDA_CONVNET2_OPTIONS = ("--layer-def --layer-params --gpu --mini --epochs --data-provider --data-path "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from convnet.app.command_line.main import build_parser
+from convnet.app.command_line.parser import build_parser
 from convnet.app.options import resolve_options
 from convnet.app.run import training
 from convnet.app.run.log import read_log

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from convnet.app.command_line.main import build_parser
+from convnet.app.command_line.parser import build_parser
 from convnet.app.options import resolve_options
 from convnet.app.saved_options import Resume
 from convnet.app.rank_agreement import check_started_alike, disagreements, run_description

@@ -198,7 +198,7 @@ def test_print_plan_flags_a_plan_that_does_not_fit(huge):
 
 def test_cpu_devices_share_host_memory():
     from convnet.app.options import resolve_options
-    from convnet.app.command_line.main import build_parser
+    from convnet.app.command_line.parser import build_parser
     from convnet.app.run.assembly import build_net_and_plan
     from convnet.plan.report import device_totals
 
@@ -384,7 +384,7 @@ def test_config_numbers_are_ascii_and_momentum_at_most_one(tmp_path, which, key,
 @pytest.mark.parametrize("option, value", [("--mini", "１２８"), ("--gpu", "０"),
                                            ("--color-noise", "０.５"), ("--gpu", "0,70")])
 def test_option_numbers_are_ascii_and_devices_bounded(option, value):
-    from convnet.app.command_line.main import build_parser
+    from convnet.app.command_line.parser import build_parser
 
     with pytest.raises(UsageError, match=option):
         build_parser().parse_args([option, value])

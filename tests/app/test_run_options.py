@@ -9,7 +9,7 @@ import pytest
 
 from convnet.app import bundled_example
 from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
-from convnet.app.command_line.main import build_parser
+from convnet.app.command_line.parser import build_parser
 from convnet.app.options import RunOptions, resolve_options
 from convnet.app.saved_options import options_for_checkpoint
 from convnet.errors import CheckpointError, UsageError

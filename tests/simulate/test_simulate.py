@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.cli import EXAMPLES, run_cli
 from convnet.app.run import assembly
-from convnet.app.command_line.main import build_parser
+from convnet.app.command_line.parser import build_parser
 from convnet.app.options import resolve_options
 from convnet.app.prediction.simulation import data_parallel, first_minibatch, measure_costs, profiled_plan
 from convnet.config.model import on_one_device

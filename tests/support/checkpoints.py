@@ -42,7 +42,7 @@ def rebuild(source: Path, target: Path, members: dict[str, bytes] | None = None,
 
 def net_and_plan(load_file: Path):
     """The net and plan a ``--load-file`` of the saved DUMMY run resolves to."""
-    from convnet.app.command_line.main import build_parser
+    from convnet.app.command_line.parser import build_parser
     from convnet.app.options import resolve_options
     from convnet.app.run.assembly import build_net_and_plan
 

@@ -44,7 +44,7 @@ def measured_peak(args, timeout: float = 300) -> tuple[int, subprocess.Completed
 
 def estimated_peak(args) -> int:
     """The fit check's host-RAM figure for ``convnet.py args`` on CPU devices."""
-    from convnet.app.command_line.main import build_parser
+    from convnet.app.command_line.parser import build_parser
     from convnet.app.options import resolve_options
     from convnet.app.run import assembly
     from convnet.app.run.memory_fit import memory_pools, weight_sharing

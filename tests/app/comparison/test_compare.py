@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from convnet.app.command_line.main import build_parser, main
+from convnet.app.command_line.main import main
+from convnet.app.command_line.parser import build_parser
 from convnet.app.comparison.compare import compare
 from convnet.app.comparison.configs import config_pairs, run_names
 from convnet.plan.time_split import CATEGORY

@@ -17,7 +17,7 @@ import statistics
 
 import pytest
 
-from convnet.app.command_line.main import build_parser
+from convnet.app.command_line.parser import build_parser
 from convnet.app.comparison.compare import compare
 from convnet.app.comparison.plot import comparison_figure, figure_pixels
 from convnet.app.comparison.table import ABSENT, fmt_bytes, fmt_ms

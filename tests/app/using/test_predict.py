@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from convnet.app.command_line.main import build_parser, main
+from convnet.app.command_line.main import main
+from convnet.app.command_line.parser import build_parser
 from convnet.app.options import resolve_options
 from convnet.app.using.images import decode
 from convnet.app.using.saved_net import open_saved_net
