@@ -133,3 +133,17 @@ def test_the_decoded_size_is_bounded_in_bytes_before_decoding(monkeypatch, mode,
         assert loads == []
     else:
         assert square_jpeg(out.getvalue(), 8)[:2] == b"\xff\xd8"
+
+
+def test_a_class_folder_whose_name_is_not_utf8_names_its_class(tmp_path):
+    """Its bytes come back from ``batches.meta`` as Python named the folder (a lone
+    surrogate for the byte that is not UTF-8), which --predict shows escaped."""
+    from convnet.app.using.shown_names import shown_name
+    from convnet.data.cifar import read_label_names
+
+    mixed_tree(tmp_path / "src")
+    os.rename(tmp_path / "src" / "dog", os.fsdecode(bytes(tmp_path / "src") + b"/d\xffg"))
+    assert make_data(tmp_path / "src", tmp_path / "out")[0] == 0
+    names = read_label_names(str(tmp_path / "out"))
+    assert names == ["cat", os.fsdecode(b"d\xffg"), "emu"]
+    assert [shown_name(name) for name in names] == ["cat", "d\\xffg", "emu"]
