@@ -52,9 +52,10 @@ def run_in_order(tasks: Iterable[tuple[str, tuple]], workers: int) -> Iterator[C
     if workers <= 1:
         yield from map(do_task, tasks)
         return
-    pool = [_Worker() for _ in range(workers)]
+    pool: list[_Worker] = []
     ended = False
     try:
+        pool.extend(_Worker() for _ in range(workers))
         yield from _in_order(pool, iter(tasks), 3 * workers)
         ended = True
     finally:  # also when the consumer stops early (an error, Ctrl-C, SIGTERM)
