@@ -12,7 +12,8 @@ A photo tree may hold anything, so only regular files are read, none larger
 than :data:`MAX_FILE_BYTES` (checked before reading: a FIFO would block the run
 and a link to ``/dev/zero`` never end), and links are followed but every folder
 is read once: a link back into a folder being read (a loop) or to one already
-read is left out.  Whatever is left out is listed in the log with its reason.
+read is left out.  Whatever is left out (hidden entries and files beside the class
+folders too) is listed in the log with its reason.
 """
 
 from __future__ import annotations
@@ -123,11 +124,13 @@ def _is_image_name(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def _visible_entries(folder: str) -> list[os.DirEntry]:
-    """The entries of ``folder`` but the hidden ones, by name (``OSError`` if it cannot
-    be read)."""
+def _visible_entries(folder: str) -> tuple[list[os.DirEntry], list[tuple[str, str]]]:
+    """The entries of ``folder`` but the hidden ones, by name, and the hidden ones as
+    entries left out (``OSError`` if the folder cannot be read)."""
     with os.scandir(folder) as entries:
-        return sorted((e for e in entries if not e.name.startswith(".")), key=lambda e: e.name)
+        ordered = sorted(entries, key=lambda e: e.name)
+    return ([e for e in ordered if not e.name.startswith(".")],
+            [(e.path, _HIDDEN) for e in ordered if e.name.startswith(".")])
 
 
 def _folder_error(folder: str, error: OSError) -> DataError:
@@ -157,25 +160,27 @@ def _entry(path: str) -> _Entry:
 
 
 _READ_BEFORE = "a link to a folder read before (a loop, or a second link to it): not read again"
+_HIDDEN = "hidden (its name starts with '.')"
 
 
 def _class_folders(root: str, seen: set) -> tuple[list[str], list[tuple[str, str]]]:
     """The class folders of ``root`` (their folders added to ``seen``) and the entries
-    left out that are links to a folder read before."""
+    beside them left out, with why."""
     if not os.path.exists(root):
         raise DataError(f"{root}: the folder does not exist")
     if not os.path.isdir(root):
         raise DataError(f"{root}: not a folder")
     seen.add(_entry(root).key)
-    classes, left_out = [], []
+    classes = []
     try:
-        entries = _visible_entries(root)
+        entries, left_out = _visible_entries(root)
     except OSError as error:
         raise _folder_error(root, error) from None
     for entry in entries:
         found = _entry(entry.path)
         if found.kind != "folder":
-            continue  # files beside the class folders are not the tree's
+            left_out.append((entry.path, "not in a class folder"))
+            continue
         if found.key in seen:
             left_out.append((entry.path, _READ_BEFORE))
             continue
@@ -191,8 +196,9 @@ def _class_folders(root: str, seen: set) -> tuple[list[str], list[tuple[str, str
 def _class_files(folder: str, seen: set) -> tuple[list[ImageRef], list[tuple[str, str]]]:
     """Image files below one class folder, in sorted path order, and the entries left
     out with why (``seen``: the folders read so far, to which this adds)."""
-    images, others = [], []
-    for entry in _visible_entries(folder):
+    images = []
+    entries, others = _visible_entries(folder)
+    for entry in entries:
         found = _entry(entry.path)
         if found.kind == "folder":
             if found.key in seen:

@@ -45,7 +45,11 @@ HOSTILE = {
     "loop": (lambda p: p.symlink_to(".."), "cat/loop", False, READ_BEFORE),
     "self-link": (lambda p: p.symlink_to(p.name), "dog/self.png", False,
                   "cannot read it (Too many levels of symbolic links)"),
-    "second-link": (lambda p: p.symlink_to("../cat"), "dog/cats", False, READ_BEFORE)}
+    "second-link": (lambda p: p.symlink_to("../cat"), "dog/cats", False, READ_BEFORE),
+    "hidden": (lambda p: p.write_bytes(b"Finder's"), "dog/.DS_Store", False,
+               "hidden (its name starts with '.')"),
+    "beside-the-classes": (lambda p: p.write_text("notes"), "README.txt", False,
+                           "not in a class folder")}
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and links")
