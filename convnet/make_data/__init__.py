@@ -7,8 +7,9 @@ from a folder tree) and ``ilsvrc`` (from the ILSVRC-2012 tars), ``convert`` (one
 to a square RGB JPEG), ``statistics`` (``data_mean`` and ``color_pca``), ``layout``
 (which images go into which numbered batch), ``target`` (the target folder: what it may
 hold, the settings file), ``writer`` (a batch folder written whole), ``skip_log``
-(the log of skipped images), ``work`` (the worker processes), ``run`` (putting them
-together) and ``cli`` (the command line).
+(the log of skipped images), ``work`` (what the worker processes do), ``pool`` (the
+worker processes), ``run`` (putting them together), ``cli`` (the command line) and
+``launcher`` (its start, also of ``__main__``).
 
 An application on top of the engine, beside ``convnet.app``: it may import
 ``convnet.data`` (the safe unpickler, batch ranges) and the modules directly in

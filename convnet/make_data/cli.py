@@ -1,14 +1,15 @@
 """The command line of ``python -m convnet.make_data`` (installed as ``convnet-make-data``).
 
 Every user error ends as one line on stderr (``error: ...``) and the error type's
-exit status; Ctrl-C ends with "interrupted" and 130, leaving complete batches and
-no half-written one.
+exit status; Ctrl-C ends with "interrupted" and 130, SIGTERM with "terminated" and
+143, leaving complete batches and no half-written one (a rerun writes the rest).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from convnet.data.ranges import format_range
@@ -16,6 +17,7 @@ from convnet.errors import ConvnetError, UsageError
 from convnet.make_data.layout import (DEFAULT_BATCH_SIZE, DEFAULT_QUALITY,
                                       DEFAULT_SUB_BATCH_SIZE)
 from convnet.optional import require_for_make_data
+from convnet.stop_signals import STOP_EXITS, Terminated, raising_on_stop_signals
 
 
 class _Parser(argparse.ArgumentParser):
@@ -127,7 +129,8 @@ def report(summary, tgt_dir: str) -> str:
                 f"from an earlier run" if summary.kept_batches else "all written now")]
     if summary.skipped or summary.ignored:
         lines.append(f"skipped {summary.skipped} unreadable image(s), ignored "
-                     f"{summary.ignored} file(s) that are not images: see {summary.log_path}")
+                     f"{summary.ignored} file(s) or link(s) that are not images: see "
+                     f"{summary.log_path}")
     ranges = f"--train-range {format_range(summary.train_batches)}"
     if summary.test_batches:
         ranges += f" --test-range {format_range(summary.test_batches)}"
@@ -136,17 +139,25 @@ def report(summary, tgt_dir: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        options = options_from(argv)
-        from convnet.make_data.run import make_data
+    with raising_on_stop_signals():
+        try:
+            options = options_from(argv)
+            from convnet.make_data.run import make_data
 
-        print(report(make_data(options), options.tgt_dir))
-        return 0
-    except ConvnetError as error:
-        sys.stdout.flush()
-        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        sys.stdout.flush()
-        print("interrupted", file=sys.stderr)
-        return 130
+            print(report(make_data(options), options.tgt_dir))
+            return 0
+        except ConvnetError as error:
+            sys.stdout.flush()
+            print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+            return error.exit_code
+        except KeyboardInterrupt:
+            return _stopped(signal.SIGINT)
+        except Terminated:
+            return _stopped(signal.SIGTERM)
+
+
+def _stopped(signum: int) -> int:
+    code, line = STOP_EXITS[signum]
+    sys.stdout.flush()
+    print(line, file=sys.stderr)
+    return code

@@ -26,7 +26,8 @@ from convnet.make_data.skip_log import SkipLog
 from convnet.make_data.sources import DataSet, folder_dataset
 from convnet.make_data.statistics import PixelSums
 from convnet.make_data.target import LOG_FILE, META_FILE, prepare_target
-from convnet.make_data.work import ChunkResult, Conversion, run_in_order
+from convnet.make_data.pool import run_in_order
+from convnet.make_data.work import ChunkResult, Conversion
 from convnet.make_data.writer import (PICKLE_PROTOCOL, complete_parts,
                                       remove_leftovers, remove_other_batches, sub_batches,
                                       write_batch)

@@ -1,5 +1,5 @@
-"""``make-data.log``: the images left out of their batch and the files that are not
-images, one tab-separated line each.
+"""``make-data.log``: the images left out of their batch and the files and links
+that are not read as images, one tab-separated line each.
 
 Rewritten whole after every batch (through :func:`convnet.outputs.write_output`),
 so it is always true of the batches in the target, even when a run is stopped; a
@@ -14,15 +14,16 @@ from convnet.outputs import write_output
 
 class SkipLog:
     """The log file: a line per skipped image (its batch, its name, why) and per
-    ignored file (``ignored``, its path, why)."""
+    ignored file or link (``ignored``, its path, why)."""
 
     HEADER = "# make-data: images left out of their batch, and files that are not images\n"
 
-    def __init__(self, path: str, ignored: list[str], resumed: bool):
+    def __init__(self, path: str, ignored: list[tuple[str, str]], resumed: bool):
         """Start the log at ``path`` (written at once), keeping an earlier run's
-        lines when ``resumed``."""
+        lines when ``resumed``; ``ignored``: (path, why) of each entry of the sources
+        not taken as an image."""
         self.path = path
-        self._ignored = [f"ignored\t{name}\tnot an image file name" for name in ignored]
+        self._ignored = [f"ignored\t{name}\t{why}" for name, why in ignored]
         self._lines: dict[int, list[str]] = _earlier_lines(path) if resumed else {}
         self._write()
 

@@ -7,12 +7,20 @@ extracted.  This module scans a class-folder tree ``SRC/CLASS/...``: the
 classes, sorted by folder name, are the label ids 0, 1, ... and their names the
 ``label_names``; image files are found by their extension, in every folder
 below a class folder.
+
+A photo tree may hold anything, so only regular files are read, none larger
+than :data:`MAX_FILE_BYTES` (checked before reading: a FIFO would block the run
+and a link to ``/dev/zero`` never end), and links are followed but every folder
+is read once: a link back into a folder being read (a loop) or to one already
+read is left out.  Whatever is left out (hidden entries and files beside the class
+folders too) is listed in the log with its reason.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from typing import NamedTuple
 
 import numpy as np
@@ -23,6 +31,15 @@ from convnet.errors import DataError, UsageError
 #: folder is listed in the log as ignored.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".webp", ".tif",
                     ".tiff", ".ppm", ".pgm", ".pbm", ".pnm")
+
+#: The largest source file read (256 MiB, what an image at Pillow's 89-megapixel
+#: decompression-bomb limit takes decoded); a larger one is skipped unread.
+MAX_FILE_BYTES = 256 * 2 ** 20
+
+
+class SkippedSource(Exception):
+    """A source that is not read at all (not a regular file, or too large); the
+    message says why, for the log."""
 
 
 class ImageRef(NamedTuple):
@@ -45,20 +62,42 @@ class DataSet(NamedTuple):
     test: list[ImageRef]
     test_labels: list[int]
     label_names: list[str]
-    ignored: list[str]
+    ignored: list[tuple[str, str]]
     fingerprint: str
 
 
 def read_image_bytes(ref: ImageRef) -> bytes:
-    """The bytes of one source image (``OSError`` if the file cannot be read)."""
-    with open(ref.path, "rb") as file:
-        if ref.size < 0:
-            return file.read()
+    """The bytes of one source image: ``OSError`` if the file cannot be read, and
+    :class:`SkippedSource` if it is not a regular file or larger than
+    :data:`MAX_FILE_BYTES` (both found before reading: opening does not wait for a
+    FIFO's writer)."""
+    descriptor = os.open(ref.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(descriptor, "rb") as file:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise SkippedSource(f"not a regular file ({_file_kind(info.st_mode)})")
+        size = info.st_size if ref.size < 0 else ref.size
+        if size > MAX_FILE_BYTES:
+            raise SkippedSource(f"{_mib(size)}, larger than the {_mib(MAX_FILE_BYTES)} an "
+                                f"image file may be: not read")
         file.seek(ref.offset)
-        data = file.read(ref.size)
-    if len(data) != ref.size:
+        data = file.read(size + 1 if ref.size < 0 else size)  # + 1: a file that grew
+    if ref.size < 0 and len(data) > size:
+        raise SkippedSource("the file grew while it was read: not read")
+    if ref.size >= 0 and len(data) != ref.size:
         raise OSError(f"the file ends {ref.size - len(data)} bytes early")
     return data
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2 ** 20:.0f} MiB" if size >= 2 ** 20 else f"{size} bytes"
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISDIR, "a folder"))
+    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 def fingerprint(names: list[str], refs: list[ImageRef], labels: list[int],
@@ -85,57 +124,121 @@ def _is_image_name(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def _visible_entries(folder: str) -> list[os.DirEntry]:
+def _visible_entries(folder: str) -> tuple[list[os.DirEntry], list[tuple[str, str]]]:
+    """The entries of ``folder`` but the hidden ones, by name, and the hidden ones as
+    entries left out (``OSError`` if the folder cannot be read)."""
+    with os.scandir(folder) as entries:
+        ordered = sorted(entries, key=lambda e: e.name)
+    return ([e for e in ordered if not e.name.startswith(".")],
+            [(e.path, _HIDDEN) for e in ordered if e.name.startswith(".")])
+
+
+def _folder_error(folder: str, error: OSError) -> DataError:
+    return DataError(f"{folder}: cannot read the folder ({error.strerror or error})")
+
+
+class _Entry(NamedTuple):
+    """What a folder entry is, its links followed: ``"folder"`` (``key`` tells it
+    apart from every other folder), ``"file"`` (a regular file) or ``"other"``
+    (``why`` it is left out)."""
+
+    kind: str
+    key: tuple[int, int] | None = None
+    why: str = ""
+
+
+def _entry(path: str) -> _Entry:
     try:
-        with os.scandir(folder) as entries:
-            return sorted((e for e in entries if not e.name.startswith(".")),
-                          key=lambda e: e.name)
+        info = os.stat(path)  # follows links; a loop of links is ELOOP
     except OSError as error:
-        raise DataError(f"{folder}: cannot read the folder ({error.strerror or error})") from None
+        return _Entry("other", why=f"cannot read it ({error.strerror or error})")
+    if stat.S_ISDIR(info.st_mode):
+        return _Entry("folder", (info.st_dev, info.st_ino))
+    if stat.S_ISREG(info.st_mode):
+        return _Entry("file")
+    return _Entry("other", why=f"not a regular file ({_file_kind(info.st_mode)})")
 
 
-def _class_folders(root: str) -> list[str]:
+_READ_BEFORE = "a link to a folder read before (a loop, or a second link to it): not read again"
+_HIDDEN = "hidden (its name starts with '.')"
+
+
+def _class_folders(root: str, seen: set) -> tuple[list[str], list[tuple[str, str]]]:
+    """The class folders of ``root`` (their folders added to ``seen``) and the entries
+    beside them left out, with why."""
     if not os.path.exists(root):
         raise DataError(f"{root}: the folder does not exist")
     if not os.path.isdir(root):
         raise DataError(f"{root}: not a folder")
-    classes = [e.name for e in _visible_entries(root) if e.is_dir()]
+    seen.add(_entry(root).key)
+    classes = []
+    try:
+        entries, left_out = _visible_entries(root)
+    except OSError as error:
+        raise _folder_error(root, error) from None
+    for entry in entries:
+        found = _entry(entry.path)
+        if found.kind != "folder":
+            left_out.append((entry.path, "not in a class folder"))
+            continue
+        if found.key in seen:
+            left_out.append((entry.path, _READ_BEFORE))
+            continue
+        seen.add(found.key)
+        classes.append(entry.name)
     if not classes:
         raise DataError(f"{root}: no class folders: put each class's images in a folder of "
                         f"its own ({os.path.join(root, 'CLASS', 'image.jpg')}), or give the "
                         f"folder holding the ILSVRC-2012 tars")
-    return classes
+    return classes, left_out
 
 
-def _class_files(folder: str) -> tuple[list[ImageRef], list[str]]:
-    """Image files and other files below one class folder, in sorted path order."""
-    images, others = [], []
-    for entry in _visible_entries(folder):
-        if entry.is_dir():
-            more_images, more_others = _class_files(entry.path)
+def _class_files(folder: str, seen: set) -> tuple[list[ImageRef], list[tuple[str, str]]]:
+    """Image files below one class folder, in sorted path order, and the entries left
+    out with why (``seen``: the folders read so far, to which this adds)."""
+    images = []
+    entries, others = _visible_entries(folder)
+    for entry in entries:
+        found = _entry(entry.path)
+        if found.kind == "folder":
+            if found.key in seen:
+                others.append((entry.path, _READ_BEFORE))
+                continue
+            seen.add(found.key)
+            try:
+                more_images, more_others = _class_files(entry.path, seen)
+            except OSError as error:
+                others.append((entry.path, f"cannot read the folder ({error.strerror or error})"))
+                continue
             images += more_images
             others += more_others
-        elif _is_image_name(entry.name):
+        elif not _is_image_name(entry.name):
+            others.append((entry.path, "not an image file name"))
+        elif found.kind == "file":
             images.append(ImageRef(entry.path, entry.path))
         else:
-            others.append(entry.path)
+            others.append((entry.path, found.why))
     return images, others
 
 
 def scan_class_tree(root: str, classes: list[str] | None = None
-                    ) -> tuple[list[str], list[list[ImageRef]], list[str]]:
-    """(class names, each class's images, ignored files) of ``root``.  With
-    ``classes`` (the training classes), ``root`` is a test tree: each of its class
+                    ) -> tuple[list[str], list[list[ImageRef]], list[tuple[str, str]]]:
+    """(class names, each class's images, the entries left out with why) of ``root``.
+    With ``classes`` (the training classes), ``root`` is a test tree: each of its class
     folders must be one of them, and a class may be missing."""
-    names = _class_folders(root)
+    seen: set = set()
+    names, ignored = _class_folders(root, seen)
     if classes is not None:
         unknown = [name for name in names if name not in classes]
         if unknown:
             raise DataError(f"{os.path.join(root, unknown[0])}: a test class that the training "
                             f"folder does not have (its classes: {_some(classes)})")
-    per_class, ignored = [], []
+    per_class = []
     for name in names:
-        images, others = _class_files(os.path.join(root, name))
+        try:
+            images, others = _class_files(os.path.join(root, name), seen)
+        except OSError as error:
+            raise _folder_error(os.path.join(root, name), error) from None
         if not images:
             raise DataError(f"{os.path.join(root, name)}: the class folder holds no image files "
                             f"({', '.join(IMAGE_EXTENSIONS)}); add images or remove the folder")

@@ -216,6 +216,10 @@ def test_print_plan_says_async_is_not_bitwise_reproducible(capsys, fmt):
                 if line.startswith("Sync:"))
     assert "in a hybrid plan: the steps stay lockstep" in line
     assert "at most 4 step(s) late" in line and "NOT bitwise reproducible" in line
+    assert main(["--print-plan", "--sync", "async:0"]) == 0  # fixed order: reproducible
+    line = next(line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("Sync:"))
+    assert "NOT" not in line and "runs are bitwise reproducible and equal sync's" in line
 
 
 def test_unknown_option_from_the_real_command():

@@ -47,7 +47,8 @@ def test_the_console_script_starts_where_convnet_py_does():
 
 
 def test_the_make_data_command_starts_where_python_m_convnet_make_data_does():
+    """Both install the early signal handlers first (convnet.make_data.launcher)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["convnet-make-data"] == "convnet.make_data.cli:main"
-    assert "from convnet.make_data.cli import main" in \
+    assert project["scripts"]["convnet-make-data"] == "convnet.make_data.launcher:main"
+    assert "from convnet.make_data.launcher import main" in \
         (ROOT / "convnet" / "make_data" / "__main__.py").read_text()

@@ -212,8 +212,11 @@ def sync_text(sync: str, plan, net, processes: int = 1) -> str | None:
                 f"(the other layers keep their schedule); the replicated layers "
                 f"({', '.join(replicated)}) update from their own shards at once and add "
                 f"the other replicas' increments as they arrive, at most {staleness} step(s) "
-                f"late; NOT bitwise reproducible (the order of the updates depends on "
-                f"timing).")
+                + ("late; NOT bitwise reproducible (which updates a forward reads depends "
+                   "on timing)." if staleness else
+                   "late: each forward adds exactly the updates sync's weights hold there, "
+                   "by position and sender, so runs are bitwise reproducible and equal "
+                   "sync's up to float rounding."))
         if processes > 1:
             text += (f" Between the {processes} processes each update's increments go to "
                      f"every other process with a replica of its layer, instead of the "
@@ -222,7 +225,8 @@ def sync_text(sync: str, plan, net, processes: int = 1) -> str | None:
     text = (f"Sync: asynchronous: the {plan.num_shards} replicas train apart on shards of a "
             f"shared queue, each applying its own update at once and the others' as they "
             f"arrive, at most {staleness} step(s) ahead of the slowest; NOT bitwise "
-            f"reproducible (the order of the updates depends on timing).")
+            f"reproducible (which updates a shard starts from depends on timing"
+            + (", also under async:0, which is not sync" if not staleness else "") + ").")
     if processes > 1:
         update = sum(op.nbytes for op in plan.ops if isinstance(op, AllReduce))
         text += (f" Between the {processes} processes each shard's update "

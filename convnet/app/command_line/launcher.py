@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def main() -> int:
-    from convnet.app.run.signals import exit_cleanly_on_early_signals
+    from convnet.stop_signals import exit_cleanly_on_early_signals
 
     exit_cleanly_on_early_signals()
     from convnet.app.command_line.main import main as run_command_line

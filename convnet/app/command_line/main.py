@@ -22,9 +22,10 @@ import sys
 
 from convnet.app.command_line.parser import build_parser
 from convnet.app.option_values import rank_timeout
-from convnet.app.run.signals import Terminated, stop_handlers
+from convnet.app.run.signals import stop_handlers
 from convnet.errors import ConvnetError, OutOfMemoryError
 from convnet.runtime.processes.communicator import DEFAULT_WAIT_LIMIT
+from convnet.stop_signals import Terminated
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,14 +50,14 @@ from convnet.app.run.minibatches import minibatch_bounds
 from convnet.app.run.reporting import (draw_log_picture, interrupt_status,
                                        print_closing_summary, print_data_notes, print_opening)
 from convnet.app.run.resume_state import read_counters, read_state, unused_layers
-from convnet.app.run.signals import (Terminated, deferred_interrupt, interrupt_requested,
-                                     raise_if_stopped)
+from convnet.app.run.signals import deferred_interrupt, interrupt_requested, raise_if_stopped
 from convnet.config import parse_net
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher
 from convnet.errors import (CheckpointError, ConvnetError, DataError, NonFiniteDataError,
                             TrainingError)
 from convnet.plan.ops import Plan
+from convnet.stop_signals import Terminated
 
 
 def run(opts: RunOptions) -> int:

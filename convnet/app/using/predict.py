@@ -6,7 +6,8 @@ provider's test preprocessing (:meth:`~convnet.data.base.DataProvider.test_cases
 and the net's test-mode forward pass on the run's devices.  The terminal gets one
 line per image with its top ``--top`` classes; ``--predict-out`` gets every
 probability, written as the minibatches come and renamed onto its name only when
-every image is done (a failure leaves no half-written file).
+every image is done (a failure leaves no half-written file).  File and class names
+that are not UTF-8 are shown escaped in both (:mod:`~convnet.app.using.shown_names`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tqdm import tqdm
 from convnet.app.options import RunOptions
 from convnet.app.using.images import decode_batch, image_files
 from convnet.app.using.saved_net import SavedNet, open_saved_net, require_image_input
+from convnet.app.using.shown_names import shown_name
 from convnet.errors import DataError
 from convnet.optional import require_pillow
 from convnet.outputs import write_output
@@ -37,7 +39,7 @@ def csv_rows(files, probs: np.ndarray) -> bytes:
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     for path, row in zip(files, probs):
-        writer.writerow([str(path)] + [f"{p:.6g}" for p in row])
+        writer.writerow([shown_name(str(path))] + [f"{p:.6g}" for p in row])
     return text.getvalue().encode()
 
 
@@ -89,8 +91,8 @@ def predict_files(saved: SavedNet, files, image_module, rows) -> None:
             if good:
                 probs = saved.probabilities(saved.provider.test_cases_from_pixels(raw))
                 for path, p in zip(good, probs):
-                    bar.write(f"{path}  {top_classes_text(p, names, opts.top)}",
-                              file=sys.stdout)
+                    line = f"{shown_name(str(path))}  {top_classes_text(p, names, opts.top)}"
+                    bar.write(line, file=sys.stdout)
                 if rows is not None:
                     rows(csv_rows(good, probs))
             bar.update(min(step, len(files) - start))

@@ -15,6 +15,7 @@ import numpy as np
 from convnet.app.options import RunOptions
 from convnet.app.run.assembly import build_net_and_plan, make_data_provider, make_executor
 from convnet.app.run.training import Trainer
+from convnet.app.using.shown_names import shown_name
 from convnet.config import parse_net
 from convnet.config.model import NetConfig
 from convnet.errors import ConfigError, DataError
@@ -32,10 +33,12 @@ class SavedNet:
 
     @property
     def label_names(self) -> list[str]:
-        """The provider's class names, else the class numbers."""
+        """The provider's class names, else the class numbers, as every output can show
+        them (a class folder's name that is not UTF-8 escaped)."""
         names = list(getattr(self.provider, "label_names", []) or [])
         width = self.num_classes
-        return names[:width] if len(names) >= width else [str(k) for k in range(width)]
+        return [shown_name(str(name)) for name in names[:width]] if len(names) >= width \
+            else [str(k) for k in range(width)]
 
     @property
     def num_classes(self) -> int:

@@ -101,7 +101,8 @@ class Communicator(ABC):
 
     @abstractmethod
     def cancel(self, request) -> None:
-        """Give up a pending :meth:`irecv_bytes` (when the courier stops)."""
+        """Give up a pending :meth:`irecv_bytes` (when the courier stops); one that is
+        done already, or failed with its peer, is left as it is, never an error."""
 
     @abstractmethod
     def allgather(self, obj, what: str = "a collective") -> list:

@@ -1,4 +1,4 @@
-"""The replicated layers' updates of a lockstep net under ``--sync async:S``.
+"""The replicated layers' updates of a hybrid net under ``--sync async:S``.
 
 In a hybrid net the model-parallel layers need every shard of a pass at once,
 so the steps stay lockstep; only the exchange between the replicas of a
@@ -25,9 +25,16 @@ every one that has arrived at a position below n.  With S = 0 that is
 synchronous SGD's order: every other replica's update is added exactly
 where the all-reduce would have applied it.
 
-The courier delivers in posting order; the replicas add what they received
-in arrival order, so with S > 0 (and in general, float addition order) runs
-are not bitwise reproducible.  :meth:`IncrementExchange.drain` waits until
+*Order.*  Which increments a forward takes depends, with S > 0, on what has
+arrived by then; with S = 0 it does not (every one below the forward's position,
+and each only once).  A replica adds what it takes in a fixed order, by position
+and then by sender (the replica index), never in arrival order, which follows
+thread timing: float addition is not associative, and an addition order that
+changed from run to run moved the weights by a few float roundings and could flip
+a near-tie (a max-pool window) after them.  So S = 0 is bitwise reproducible, also
+across processes, and equal to synchronous SGD up to float rounding (the
+all-reduce sums in another order); with S > 0 runs are not reproducible.
+:meth:`IncrementExchange.drain` waits until
 everything posted has arrived, for a test, a checkpoint or features.  A
 courier that fails hands its error to every waiting and later call; nothing
 waits without watching for it.
@@ -109,10 +116,10 @@ class IncrementExchange:
         # layer -> U, the updates each replica makes (and positions it posts at) per step
         self._per_step = {layer: max(1, posts.get((layer, 0), 1)) for layer in replicas}
         self._cv = threading.Condition()
-        # (layer, receiver, position, arrays) to copy onto a replica here, or
-        # (layer, None, position, (sender, arrays)) to send to the other ranks
+        # (layer, receiver, position, sender, arrays) to copy onto a replica here, or
+        # (layer, None, position, sender, arrays) to send to the other ranks
         self._outbox: collections.deque = collections.deque()
-        # (layer, receiver) -> [(position, arrays on the receiver's device)] in arrival order
+        # (layer, receiver) -> [(position, sender, arrays on the receiver's device)]
         self._inbox: dict[tuple[str, int], list] = collections.defaultdict(list)
         # (layer, replica here) -> [step, updates it made in that step]
         self._own: dict[tuple[str, int], list[int]] = {}
@@ -153,9 +160,9 @@ class IncrementExchange:
             self._own[(layer, sender)] = [step, position - step * self._per_step[layer] + 1]
             for receiver in self.local[layer]:
                 if receiver != sender:
-                    self._outbox.append((layer, receiver, position, snapshot))
+                    self._outbox.append((layer, receiver, position, sender, snapshot))
             if self._link is not None and layer in self._link.peers:
-                self._outbox.append((layer, None, position, (sender, snapshot)))
+                self._outbox.append((layer, None, position, sender, snapshot))
             self._cv.notify_all()
 
     def step_ended(self, step: int) -> None:
@@ -170,7 +177,7 @@ class IncrementExchange:
         """The increments that replica ``receiver`` of ``layer`` adds before a forward in
         ``step`` after the updates it made so far: every one arrived at an earlier
         position, after waiting for those that would otherwise be more than S steps
-        late."""
+        late, in the order to add them (by position, then by sender)."""
         key = (layer, receiver)
         per_step = self._per_step[layer]
         with self._cv:
@@ -189,14 +196,14 @@ class IncrementExchange:
                 self._cv.wait(_POLL_SECONDS)
             self._raise_if_failed()
             inbox = self._inbox[key]
-            ready = [(i, arrays) for i, arrays in inbox if i < now]
-            self._inbox[key] = [(i, arrays) for i, arrays in inbox if i >= now]
-            for i, _ in ready:
+            ready = sorted((entry for entry in inbox if entry[0] < now), key=lambda e: e[:2])
+            self._inbox[key] = [entry for entry in inbox if entry[0] >= now]
+            for i, _, _ in ready:
                 late = (now - 1 - i) // per_step
                 self.record.max_late = max(self.record.max_late, late)
                 self.record.late_counts[late] += 1
                 self.record.added += 1
-        return [arrays for _, arrays in ready]
+        return [arrays for _, _, arrays in ready]
 
     def drain(self) -> None:
         """Wait until every increment posted to the replicas here has arrived (in a
@@ -289,12 +296,13 @@ class IncrementExchange:
                 self._failure = f" on rank {rank}: {why}"
             self._cv.notify_all()
 
-    def _arrived(self, layer: str, position: int, arrays: dict) -> None:
-        """(On the link's thread.)  An increment at ``position`` from another rank, as
-        host arrays: for the courier to copy onto every replica of ``layer`` here."""
+    def _arrived(self, layer: str, position: int, sender: int, arrays: dict) -> None:
+        """(On the link's thread.)  Replica ``sender``'s increment at ``position``, from
+        another rank, as host arrays: for the courier to copy onto every replica of
+        ``layer`` here."""
         with self._cv:
             for receiver in self.local[layer]:
-                self._outbox.append((layer, receiver, position, arrays))
+                self._outbox.append((layer, receiver, position, sender, arrays))
             self._cv.notify_all()
 
     def _serve(self) -> None:
@@ -305,22 +313,24 @@ class IncrementExchange:
                         self._cv.wait(_POLL_SECONDS)
                     if self._closing:
                         return
-                    layer, receiver, position, arrays = self._outbox.popleft()
+                    layer, receiver, position, sender, arrays = self._outbox.popleft()
                 if receiver is None:
-                    self._send_out(layer, position, *arrays)
+                    self._send_out(layer, position, sender, arrays)
                 else:
-                    self._deliver(layer, receiver, position, arrays)
+                    self._deliver(layer, receiver, position, sender, arrays)
         except BaseException as error:  # noqa: BLE001 - handed to every caller
             self._fail(error)
 
     def _send_out(self, layer: str, position: int, sender: int, snapshot: dict) -> None:
         source = self.devices[self.replicas[layer][sender]]
         source.activate()
-        self._link.send_increments(layer, position, {k: source.to_host(v)
-                                                 for k, v in snapshot.items()})
+        self._link.send_increments(layer, position, sender, {k: source.to_host(v)
+                                                         for k, v in snapshot.items()})
 
-    def _deliver(self, layer: str, receiver: int, position: int, arrays: dict) -> None:
-        """Copy ``arrays`` (of any device, or the host) onto replica ``receiver``."""
+    def _deliver(self, layer: str, receiver: int, position: int, sender: int,
+                 arrays: dict) -> None:
+        """Copy replica ``sender``'s ``arrays`` (of any device, or the host) onto replica
+        ``receiver``."""
         if self._delay is not None:
             self._delay()
         target = self.devices[self.replicas[layer][receiver]]
@@ -329,7 +339,7 @@ class IncrementExchange:
         target.synchronize()
         with self._cv:
             key = (layer, receiver)
-            self._inbox[key].append((position, arrived))
+            self._inbox[key].append((position, sender, arrived))
             self._got[key][position] += 1
             self._advance(key)
             self._cv.notify_all()

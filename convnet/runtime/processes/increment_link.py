@@ -6,7 +6,8 @@ copies a posted increment onto the replicas of its own rank and hands it to
 this rank's :class:`IncrementLink` for the others: one message per posted
 increment to every other rank that holds a replica of the layer (a rank
 with several such replicas gets it once and copies it onto each).  A
-message is the position of the update that posted it (a small JSON head; see
+message is the position of the update that posted it and the replica that
+posted it (a small JSON head; see
 :mod:`~convnet.runtime.processes.increment_exchange`), then the layer's
 increments as float32
 (:class:`~convnet.runtime.processes.message_layout.MessageLayout`); its tag is 1 + the
@@ -36,7 +37,7 @@ from convnet.runtime.processes.communicator import Communicator
 from convnet.runtime.processes.message_layout import MessageLayout
 from convnet.runtime.processes.polling_courier import PollingCourier
 
-HEAD_BYTES = 32  # {"position": ...}
+HEAD_BYTES = 64  # {"position": ..., "sender": ...}
 FAILED = 0  # the tag of the message that says this rank's exchange failed
 FAILURE_BYTES = 1024  # its text (why), cut to fit
 
@@ -47,9 +48,9 @@ class IncrementLink(PollingCourier):
 
     ``ranks`` maps every replicated layer to the rank of each of its replicas and
     ``shapes`` each layer with a replica on this rank to its increments' shapes (array
-    name -> shape).  ``deliver(layer, position, arrays)`` is called on the link's
-    thread with every increment that arrives (host arrays, which then belong to the
-    caller), ``failed_elsewhere(rank, why)`` when another rank's exchange failed, and
+    name -> shape).  ``deliver(layer, position, sender, arrays)`` is called on the
+    link's thread with every increment that arrives (host arrays, which then belong to
+    the caller), ``failed_elsewhere(rank, why)`` when another rank's exchange failed, and
     ``fail(error)`` if the link's thread raises.
     """
 
@@ -71,10 +72,11 @@ class IncrementLink(PollingCourier):
         receives.update({(FAILED, p): FAILURE_BYTES for p in self._neighbours})
         super().__init__(comm, receives, fail, "increment-link")
 
-    def send_increments(self, layer: str, position: int, arrays: dict) -> None:
-        """Send the increments a replica of ``layer`` posted at ``position`` (host arrays:
-        name -> array) to every other rank with a replica of the layer."""
-        message = self._layouts[layer].pack({"position": position}, {layer: arrays})
+    def send_increments(self, layer: str, position: int, sender: int, arrays: dict) -> None:
+        """Send the increments replica ``sender`` of ``layer`` posted at ``position`` (host
+        arrays: name -> array) to every other rank with a replica of the layer."""
+        message = self._layouts[layer].pack({"position": position, "sender": sender},
+                                            {layer: arrays})
         for p in self.peers[layer]:
             self.send(message, p, self._tags[layer])
 
@@ -95,7 +97,7 @@ class IncrementLink(PollingCourier):
             return
         layer = self._layers[tag]
         head, arrays = self._layouts[layer].unpack(message)
-        self._deliver(layer, head["position"], arrays[layer])
+        self._deliver(layer, head["position"], head["sender"], arrays[layer])
 
 
 __all__ = ["FAILED", "FAILURE_BYTES", "HEAD_BYTES", "IncrementLink"]

@@ -5,6 +5,7 @@ nothing."""
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from convnet.app.command_line.parser import build_parser
 from convnet.app.options import resolve_options
 from convnet.app.using.images import decode
 from convnet.app.using.saved_net import open_saved_net
-from convnet.data.digits import _split
+from convnet.data.digits import DigitsProvider, _split
 from convnet.optional import has_matplotlib, require_pillow
 from tests.support.cli import (HYBRID_DEF, HYBRID_PARAMS, SINGLE_DEF, SINGLE_PARAMS,
                                assert_clean_error, run_main, write_batch_folder)
@@ -114,6 +115,42 @@ def test_a_broken_file_named_on_the_command_line_stops_and_writes_nothing(run, t
                        tmp_path / "broken.jpg", "--predict-out", tmp_path / "p.csv")
     assert_clean_error((code, err), 1, "broken.jpg: cannot read it as an image")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.jpg", "digits"]
+
+
+def test_a_file_name_that_is_not_utf8_is_escaped_in_the_csv_and_on_the_terminal(
+        run, tmp_path, capsys):
+    """``bad\\xffname.png`` (a name from an old zip): the CSV is written, UTF-8, with the
+    byte shown as ``\\xff``, and so is the terminal's line (pytest's capture, like a
+    terminal in a UTF-8 locale, takes no lone surrogate)."""
+    digit_pngs(tmp_path / "digits", count=2)
+    os.rename(tmp_path / "digits" / "1.png", os.fsdecode(bytes(tmp_path / "digits") +
+                                                      b"/bad\xffname.png"))
+    code, out, _ = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
+                            "--predict-out", tmp_path / "p.csv")
+    assert code == 0
+    shown = f"{tmp_path / 'digits'}/bad\\xffname.png"
+    assert [r[0] for r in read_csv(tmp_path / "p.csv")[1]] == [
+        str(tmp_path / "digits" / "0.png"), shown]
+    assert out.splitlines()[1].startswith(f"{shown}  ")
+
+
+def test_class_names_that_are_not_utf8_are_escaped(run, tmp_path, capsys, monkeypatch):
+    """A class folder named ``bad\\xffname`` gives make-data's ``batches.meta`` that label
+    name (a lone surrogate for the byte); the CSV's header and the terminal show it
+    escaped (here on the digits, whose class 2 is given that name)."""
+    real_init = DigitsProvider.__init__
+
+    def renamed(self, options):
+        real_init(self, options)
+        self.label_names[2] = os.fsdecode(b"bad\xffname")
+
+    monkeypatch.setattr(DigitsProvider, "__init__", renamed)
+    digit_pngs(tmp_path / "digits", count=2)
+    code, out, _ = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
+                            "--predict-out", tmp_path / "p.csv", "--top", "10")
+    assert code == 0
+    assert read_csv(tmp_path / "p.csv")[0][3] == "bad\\xffname"
+    assert all("bad\\xffname " in line for line in out.splitlines())
 
 
 def test_a_missing_image_is_one_line(run, tmp_path, capsys):

@@ -137,6 +137,27 @@ def test_a_rank_stopped_before_mpi_starts_ends_the_run_after_the_bound(tmp_path)
                                  f"or far slower (--rank-timeout SECONDS sets the bound)"], err
 
 
+def test_closing_gives_up_only_the_receives_still_pending():
+    """A courier's receive that a test completed, or raised on when its peer was killed
+    mid-transfer, is MPI_REQUEST_NULL: closing the courier leaves it alone (``MPI_Cancel``
+    on it, "Invalid MPI_Request", replaced the run's one line naming the lost rank with
+    two chained tracebacks), and gives up a pending one."""
+    code = ("import numpy as np\n"
+            "from convnet.runtime.processes.mpi_comm import MpiCommunicator\n"
+            "comm = MpiCommunicator()\n"
+            "done = comm.irecv_bytes(np.zeros(4, np.uint8), 0, 7)\n"
+            "sent = comm.isend_bytes(np.ones(4, np.uint8), 0, 7)\n"
+            "while not (comm.test(done) and comm.test(sent)):\n"
+            "    pass\n"
+            "pending = comm.irecv_bytes(np.zeros(4, np.uint8), 0, 8)\n"
+            "comm.cancel(done)\n"
+            "comm.cancel(pending)\n"
+            "print(bool(done), bool(pending))\n")
+    done = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "False False\n", "")
+
+
 def test_an_mpi_error_from_a_lost_peer_names_the_rank():
     """MPICH's error when a peer dies mid-transfer (``process_vm_readv failed``) becomes
     one line naming the peer, not a traceback (the launcher usually ends the survivors

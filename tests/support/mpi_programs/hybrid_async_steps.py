@@ -137,11 +137,11 @@ def fail_send_of_step(executor: Executor, rank: int, step: int) -> None:
     link = executor.exchange._link
     send = link.send_increments
 
-    def failing(layer, position, arrays):
+    def failing(layer, position, sender, arrays):
         if executor.cluster.rank == rank and position == step:  # fc1 updates once a step
             time.sleep(LATE_FAILURE_SECONDS)
             raise OSError("link down")
-        send(layer, position, arrays)
+        send(layer, position, sender, arrays)
 
     link.send_increments = failing
 
