@@ -50,14 +50,19 @@ def array_module(*arrays):
     return np
 
 
+def cuda_device_count() -> int:
+    """The CUDA GPUs CuPy sees (after ``CUDA_VISIBLE_DEVICES``); 0 without CuPy or a driver."""
+    if _cupy is None:
+        return 0
+    try:
+        return int(_cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # noqa: BLE001 - no driver, no device
+        return 0
+
+
 def cupy_available() -> bool:
     """True when CuPy imports and sees at least one CUDA device."""
-    if _cupy is None:
-        return False
-    try:
-        return _cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - no driver, no device
-        return False
+    return cuda_device_count() > 0
 
 
 def array_module_name(xp) -> str:
@@ -109,5 +114,5 @@ def kernel(fn: Callable) -> Callable:
     return wrapper
 
 
-__all__ = ["array_module", "cupy_available", "array_module_name", "register_kernel",
-           "registered_kernels", "kernel"]
+__all__ = ["array_module", "cupy_available", "cuda_device_count", "array_module_name",
+           "register_kernel", "registered_kernels", "kernel"]
