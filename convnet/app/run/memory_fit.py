@@ -112,13 +112,16 @@ def memory_pools(plan: Plan, net: NetConfig, backend: str, local=lambda device: 
                            sum(sum(p.between_ops_at_peak.get(k, 0) for k in EVALUATION)
                                for p in peaks), data, limit, threads=len(peaks))]
     from convnet.runtime.devices.cuda import free_memory
+    from convnet.runtime.devices.cuda_failures import remember_estimate
 
     pools = []
     for physical in sorted({plan.physical_devices[p.device] for p in peaks}):
         mine = [p for p in peaks if plan.physical_devices[p.device] == physical]
-        pools.append(MemoryPool(f"GPU {physical}", tuple(p.device for p in mine),
-                                sum(p.peak_bytes for p in mine), free_memory(physical),
-                                f"GPU {physical}'s free memory"))
+        pool = MemoryPool(f"GPU {physical}", tuple(p.device for p in mine),
+                          sum(p.peak_bytes for p in mine), free_memory(physical),
+                          f"GPU {physical}'s free memory")
+        remember_estimate(physical, pool.needed, pool.available)  # for an out-of-memory error
+        pools.append(pool)
     if data is not None:
         pools.append(_host_pool((), 0, 0, data, limit))
     return pools
