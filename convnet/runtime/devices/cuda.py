@@ -184,7 +184,8 @@ class CudaDevice(Device):
             _registry.add(self)
         from convnet.kernels import cuda as cuda_kernels
 
-        cuda_kernels.install()
+        with cupy.cuda.Device(self.physical):  # the self-test runs on the first device's GPU
+            cuda_kernels.install()
 
     def __repr__(self) -> str:
         return f"cuda:{self.index}(gpu {self.physical})"
