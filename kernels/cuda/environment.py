@@ -32,7 +32,7 @@ def _version(call) -> str:
     try:
         return str(call())
     except Exception as error:  # noqa: BLE001 - a missing piece is reported, not fatal
-        return f"unavailable ({type(error).__name__}: {error})"
+        return f"unavailable ({type(error).__name__}: {' '.join(str(error).split())})"
 
 
 def driver_release() -> str:
@@ -116,7 +116,8 @@ def _gpu_count(lines: list[str]) -> int:
     try:
         return cupy.cuda.runtime.getDeviceCount()
     except Exception as error:  # noqa: BLE001 - no driver or no device: reported
-        lines.append(f"GPUs: unavailable ({type(error).__name__}: {error})")
+        lines.append(f"GPUs: unavailable ({type(error).__name__}: "
+                     f"{' '.join(str(error).split())})")
         return 0
 
 
