@@ -36,13 +36,6 @@ import warnings
 from convnet import kernels as _kernels
 from convnet.errors import OneLineWarning
 
-try:  # only to say whether CuPy imports; the overrides import it lazily
-    import cupy as _cupy  # noqa: F401
-    CUPY_IMPORT_ERROR: str | None = None
-except Exception as _error:  # noqa: BLE001 - any failure means "no CuPy"
-    _cupy = None
-    CUPY_IMPORT_ERROR = f"{type(_error).__name__}: {_error}"
-
 #: kernel name -> module holding its CuPy override
 OVERRIDES = {
     "conv_forward": "conv", "conv_backward": "conv",
@@ -73,8 +66,9 @@ def available() -> bool:
 
 def unavailable_reason() -> str:
     """Why :func:`install` cannot run here ('' when it can)."""
-    if _cupy is None:
-        return f"CuPy is not installed (pip install -e '.[gpu]'): {CUPY_IMPORT_ERROR}"
+    if _kernels.cupy_module() is None:
+        return (f"CuPy is not installed (pip install -e '.[gpu]'): "
+                f"{_kernels.cupy_import_error()}")
     if not available():
         return "CuPy is installed but finds no CUDA GPU"
     return ""
@@ -133,4 +127,4 @@ def uninstall() -> None:
 
 
 __all__ = ["OVERRIDES", "CudaKernelWarning", "CudaUnavailable", "available",
-           "unavailable_reason", "install", "self_test_result", "uninstall", "CUPY_IMPORT_ERROR"]
+           "unavailable_reason", "install", "self_test_result", "uninstall"]
