@@ -145,41 +145,41 @@ def text(summary: dict) -> list[str]:
         if stage == "example" and run.get("devices"):
             part += f"; {run['devices'].split('physical: ', 1)[-1]}"
         lines.append(part)
-    t = summary["tests"]
-    if t is None:
-        lines.append("tests: no result")
-    else:
-        lines.append(f"tests: {t['passed']} passed, {t['failed']} failed, {t['skipped']} "
-                     f"skipped" + (f"; failed: {', '.join(t['failed_tests'][:6])}"
-                                   + (" ..." if len(t["failed_tests"]) > 6 else "")
-                                   if t["failed_tests"] else ""))
-    bench = summary["bench"]
-    if bench is None:
-        lines.append("bench: no result")
-    else:
-        lines.append("bench: " + "; ".join(
-            f"{name} engine {_n(r['engine'])} img/s"
-            + (f", PyTorch {_n(r['torch'])} img/s, engine/PyTorch {r['ratio']:.2f}"
-               if r["ratio"] is not None else "") for name, r in bench.items()))
-    memory = summary["memory"]
-    if memory is None:
-        lines.append("memory: no result")
-    else:
-        lines.append("memory (CuPy pool, estimate): " + "; ".join(
-            f"{c['config']} mini {c['mini']} --gpu {c['gpus']}: {_n(c['pool_bytes'] / MIB)} "
-            f"MiB held, {_n(c['estimate_bytes'] / MIB)} MiB estimated "
-            f"({c['pool_bytes'] / c['estimate_bytes']:.2f})" for c in memory["configs"]))
-    data = summary["data"]
-    if data is None:
-        lines.append("data: no result")
-    elif data.get("error"):
-        lines.append(f"data: the run failed: {data['error'][:200]}")
-    else:
-        lines.append(f"data (--data-provider image, {data['config']}, --gpu {data['gpus']}): "
-                     f"waited {data['wait_seconds']:.2f} s for data, "
-                     f"{data['wait_percent']:.1f}% of {data['train_seconds']:.1f} s of training; "
-                     f"{_n(data.get('images_per_s'))} img/s")
+    for key, describe in (("tests", _tests_text), ("bench", _bench_text),
+                          ("memory", _memory_text), ("data", _data_text)):
+        value = summary[key]
+        lines.append(f"{key}: no result" if value is None else describe(value))
     return lines
+
+
+def _tests_text(t: dict) -> str:
+    failed = ""
+    if t["failed_tests"]:
+        failed = (f"; failed: {', '.join(t['failed_tests'][:6])}"
+                  + (" ..." if len(t["failed_tests"]) > 6 else ""))
+    return f"tests: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped{failed}"
+
+
+def _bench_text(bench: dict) -> str:
+    return "bench: " + "; ".join(
+        f"{name} engine {_n(r['engine'])} img/s"
+        + (f", PyTorch {_n(r['torch'])} img/s, engine/PyTorch {r['ratio']:.2f}"
+           if r["ratio"] is not None else "") for name, r in bench.items())
+
+
+def _memory_text(memory: dict) -> str:
+    return "memory (CuPy pool, estimate): " + "; ".join(
+        f"{c['config']} mini {c['mini']} --gpu {c['gpus']}: {_n(c['pool_bytes'] / MIB)} "
+        f"MiB held, {_n(c['estimate_bytes'] / MIB)} MiB estimated "
+        f"({c['pool_bytes'] / c['estimate_bytes']:.2f})" for c in memory["configs"])
+
+
+def _data_text(data: dict) -> str:
+    if data.get("error"):
+        return f"data: the run failed: {data['error'][:200]}"
+    return (f"data (--data-provider image, {data['config']}, --gpu {data['gpus']}): "
+            f"waited {data['wait_seconds']:.2f} s for data, {data['wait_percent']:.1f}% of "
+            f"{data['train_seconds']:.1f} s of training; {_n(data.get('images_per_s'))} img/s")
 
 
 def exit_status(summary: dict) -> int:

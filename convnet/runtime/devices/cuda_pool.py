@@ -86,17 +86,11 @@ class PoolModel:
         following = chunk.next
         if following is not None and following.free:
             self._remove_free(following)
-            chunk.size += following.size
-            chunk.next = following.next
-            if following.next is not None:
-                following.next.prev = chunk
+            _absorb(chunk, following)
         previous = chunk.prev
         if previous is not None and previous.free:
             self._remove_free(previous)
-            previous.size += chunk.size
-            previous.next = chunk.next
-            if chunk.next is not None:
-                chunk.next.prev = previous
+            _absorb(previous, chunk)
             chunk = previous
         self._add_free(chunk)
 
@@ -109,6 +103,14 @@ class PoolModel:
         self._free.remove(chunk.order())
         del self._chunks[(chunk.region, chunk.offset)]
         chunk.free = False
+
+
+def _absorb(chunk: _Chunk, following: _Chunk) -> None:
+    """Merge ``following``, the chunk right after ``chunk`` in its cudaMalloc, into it."""
+    chunk.size += following.size
+    chunk.next = following.next
+    if following.next is not None:
+        following.next.prev = chunk
 
 
 def step_buffers(plan, net, shared=frozenset()) -> tuple[dict, dict]:
