@@ -107,7 +107,7 @@ def self_test_result():
 
         result = self_test.run()
         if result.failed:
-            from .environment import compiler_text
+            from .versions import compiler_text
 
             warnings.warn(f"the CUDA kernels disagree with the generic kernels on "
                           f"{compiler_text()}: " + "; ".join(

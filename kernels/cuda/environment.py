@@ -21,69 +21,25 @@ import sys
 import warnings
 from pathlib import Path
 
+from .versions import compiler_text, cuda_version, driver_release, gpu_name, queried
+
 #: environment variables that change what the CUDA backend computes or how
 VARIABLES = ("CUPY_TF32", "CONVNET_CUDA_KERNELS", "CONVNET_ALLREDUCE", "CUDA_VISIBLE_DEVICES",
              "CUBLAS_WORKSPACE_CONFIG", "CUPY_CACHE_DIR")
-#: where the NVIDIA kernel module says its version (the driver's release, e.g. 580.65.06)
-DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
-
-
-def _version(call) -> str:
-    try:
-        return str(call())
-    except Exception as error:  # noqa: BLE001 - a missing piece is reported, not fatal
-        return f"unavailable ({type(error).__name__}: {' '.join(str(error).split())})"
-
-
-def driver_release() -> str:
-    """The NVIDIA driver's release ('580.65.06'), or 'unknown'."""
-    try:
-        text = DRIVER_VERSION_FILE.read_text()
-    except OSError:
-        return "unknown"
-    words = text.split()
-    for i, word in enumerate(words):
-        if word == "Module" and i + 1 < len(words):
-            return words[i + 1]
-    return "unknown"
-
-
-def _cuda_version(number: int) -> str:
-    """CUDA's version number (13000) as text ('13.0'); 0 is no driver."""
-    return f"{number // 1000}.{number % 1000 // 10}" if number else "none"
-
-
-def compiler_text(gpu: int | None = None) -> str:
-    """'GPU 0 (NVIDIA H200) with NVRTC 13.0, driver 580.65.06 (CUDA 13.0)': what
-    compiled and runs the kernels, for a warning about them."""
-    import cupy
-
-    rt = cupy.cuda.runtime
-    gpu = cupy.cuda.Device().id if gpu is None else gpu
-    name = _version(lambda: _gpu_name(rt.getDeviceProperties(gpu)))
-    nvrtc = _version(lambda: ".".join(map(str, cupy.cuda.nvrtc.getVersion())))
-    cuda = _version(lambda: _cuda_version(rt.driverGetVersion()))
-    return f"GPU {gpu} ({name}) with NVRTC {nvrtc}, driver {driver_release()} (CUDA {cuda})"
-
-
-def _gpu_name(props) -> str:
-    return props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-
-
 def describe() -> list[str]:
     """The report's lines (raises ImportError without CuPy)."""
     import numpy
     import cupy
 
     rt = cupy.cuda.runtime
-    cuda = _version(lambda: _cuda_version(rt.driverGetVersion()))
+    cuda = queried(lambda: cuda_version(rt.driverGetVersion()))
     lines = [f"python {platform.python_version()} ({sys.executable}), numpy {numpy.__version__}",
-             f"CuPy {cupy.__version__}, CUDA runtime {_version(rt.runtimeGetVersion)}, "
+             f"CuPy {cupy.__version__}, CUDA runtime {queried(rt.runtimeGetVersion)}, "
              f"driver {driver_release()} (CUDA {cuda}), "
-             f"NVRTC {_version(lambda: '.'.join(map(str, cupy.cuda.nvrtc.getVersion())))}"]
+             f"NVRTC {queried(lambda: '.'.join(map(str, cupy.cuda.nvrtc.getVersion())))}"]
     for index in range(_gpu_count(lines)):
         props = rt.getDeviceProperties(index)
-        lines.append(f"GPU {index}: {_gpu_name(props)}, compute capability "
+        lines.append(f"GPU {index}: {gpu_name(props)}, compute capability "
                      f"{props['major']}.{props['minor']}, {props['multiProcessorCount']} SMs, "
                      f"{props['totalGlobalMem'] / 2 ** 30:.1f} GiB")
 
@@ -97,14 +53,14 @@ def describe() -> list[str]:
                    if line.startswith("Reason:")]
         return "unavailable to this CuPy" + (f" ({reasons[0]})" if reasons else "")
 
-    lines.append(f"NCCL {_version(nccl)}")
+    lines.append(f"NCCL {queried(nccl)}")
 
     def torch_version():
         import torch
         return (f"{torch.__version__} (CUDA {torch.version.cuda}, "
                 f"cuDNN {torch.backends.cudnn.version()}, sees GPU: {torch.cuda.is_available()})")
 
-    lines.append(f"PyTorch {_version(torch_version)}")
+    lines.append(f"PyTorch {queried(torch_version)}")
     lines.append("environment: " + (", ".join(f"{v}={os.environ[v]}" for v in VARIABLES
                                               if v in os.environ) or "(none set)"))
     return lines

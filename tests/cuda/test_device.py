@@ -230,7 +230,7 @@ def test_the_cuda_kernel_package_imports_without_a_gpu_and_registers_nothing():
 
     before = kernels.registered_kernels()
     for module in ("sources", "kernel_set", "conv", "pool", "norm", "nn", "dropout",
-                   "neurons", "self_test", "environment"):
+                   "neurons", "self_test", "environment", "versions"):
         importlib.import_module(f"convnet.kernels.cuda.{module}")
     assert kernels.registered_kernels() == before
     reason = kernels.cuda.unavailable_reason()

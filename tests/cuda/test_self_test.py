@@ -15,7 +15,7 @@ import pytest
 
 from convnet import errors, kernels
 import convnet.kernels.cuda
-from convnet.kernels.cuda import environment, kernel_set, self_test
+from convnet.kernels.cuda import kernel_set, self_test, versions
 from convnet.kernels.cuda.kernel_set import KernelSet
 from tests.support.cuda_emulation import EmulatedKernel, compiler_available
 
@@ -83,7 +83,7 @@ def fresh_install(monkeypatch):
     """install() as on a GPU whose compiler is described by a stand-in, from scratch."""
     monkeypatch.setattr(kernels.cuda, "available", lambda: True)
     monkeypatch.setattr(kernels.cuda, "_self_test", None)
-    monkeypatch.setattr(environment, "compiler_text", lambda gpu=None: (
+    monkeypatch.setattr(versions, "compiler_text", lambda gpu=None: (
         "GPU 0 (NVIDIA H200) with NVRTC 13.0, driver 580.65.06 (CUDA 13.0)"))
     monkeypatch.delenv("CONVNET_CUDA_KERNELS", raising=False)
     yield
