@@ -239,3 +239,27 @@ def test_the_cuda_kernel_package_imports_without_a_gpu_and_registers_nothing():
         kernels.cuda.install()
     assert str(error.value) == reason
     assert kernels.registered_kernels() == before
+
+
+def test_a_cuda_error_at_the_end_of_step_wait_names_the_device(fake, monkeypatch):
+    """CUDA reports a failed kernel at the next wait: the device's own waits say where."""
+    import sys
+
+    from convnet.runtime.devices import cuda_failures
+    from tests.support.fake_cupy import cuda_runtime_error
+
+    dev = cuda_device.CudaDevice(1, 0)
+
+    def failing():
+        raise cuda_runtime_error()
+
+    monkeypatch.setattr(dev.stream, "synchronize", failing)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    with pytest.raises(Exception) as raised:
+        dev.synchronize()
+    try:
+        line = str(cuda_failures.as_device_error(raised.value))
+    finally:
+        cuda_failures._failed.clear()
+    assert line.startswith("CUDA error on GPU 0 during the wait for the kernels queued in the "
+                           "step on logical device 1: cudaErrorIllegalAddress")

@@ -68,18 +68,19 @@ def is_out_of_memory(error: BaseException) -> bool:
     return type(error).__name__ == "OutOfMemoryError" and isinstance(error, MemoryError)
 
 
-def note_running(error: BaseException, op, logical: int | None, physical: int | None) -> None:
-    """Record on a CUDA ``error`` the plan operation ``op`` that was running, on
+def note_running(error: BaseException, what: str, logical: int | None,
+                 physical: int | None) -> None:
+    """Record on a CUDA ``error`` what was running (``what``, e.g. :func:`op_text`), on
     logical device ``logical`` (GPU ``physical``); the innermost record is kept."""
     if cuda_error(error) is None or getattr(error, "convnet_running", None) is not None:
         return
     try:
-        error.convnet_running = (_op_text(op, logical), logical, physical)
+        error.convnet_running = (what, logical, physical)
     except AttributeError:  # an exception type without a __dict__: nothing recorded
         pass
 
 
-def _op_text(op, logical: int | None) -> str:
+def op_text(op, logical: int | None) -> str:
     """A plan operation in words (duck-typed on :mod:`convnet.plan.ops`' fields)."""
     kind, layer = op.kind, op.layer
     if kind in ("copy", "gradcopy"):
@@ -169,4 +170,4 @@ def _ignore_finaliser_error(unraisable) -> None:
 
 
 __all__ = ["CudaDeviceError", "as_device_error", "cuda_error", "failed",
-           "is_out_of_memory", "note_running", "remember_estimate"]
+           "is_out_of_memory", "note_running", "op_text", "remember_estimate"]
