@@ -16,7 +16,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from convnet import kernels
 from convnet.kernels import conv as kconv
 from convnet.kernels.conv import choice as conv_choice
 from convnet.kernels import nn as knn
