@@ -165,6 +165,10 @@ def main(argv=None) -> int:
     check = not args.no_check_finite
     results = {"gpu": gpu_name, "mini": args.mini, "steps": args.steps}
 
+    def save():  # after each part: a run stopped at a time limit keeps what it measured
+        if args.json is not None:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
+
     # 1. CIFAR-10, engine vs PyTorch
     dims, classes = (3, 32, 32), 10
     ips, first, start_weights, net = engine_run(*CIFAR, (args.gpu,), args.mini, dims, classes,
@@ -201,6 +205,7 @@ def main(argv=None) -> int:
             results.update(cifar10_torch_images_per_s=tips, torch_version=torch.__version__,
                            cifar10_first_cost_engine=engine_cost, cifar10_first_cost_torch=tfirst)
 
+    save()
     # 2. the hybrid ImageNet net, four logical devices on one GPU
     if not args.skip_alexnet:
         gpus = (args.gpu,) * 4
@@ -209,8 +214,7 @@ def main(argv=None) -> int:
         print(f"ImageNet hybrid (layers-imagenet-4gpu-data-model.cfg, 3x224x224, "
               f"--gpu {','.join(map(str, gpus))}): engine (CuPy) {ips4:9.1f} images/s")
         results["alexnet_hybrid_4_logical_images_per_s"] = ips4
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    save()
     return 0
 
 

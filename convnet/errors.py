@@ -64,17 +64,19 @@ def _cut(name: str) -> str:
     return name if len(name) <= NAME_LIMIT else name[:NAME_LIMIT] + "..."
 
 
-class ConfigWarning(UserWarning):
-    """A config that loads, but not quite as written (a key given twice, say).
+class OneLineWarning(UserWarning):
+    """A warning for the user of the program: issued through :mod:`warnings`, so that
+    library users can filter or record it; on the command line it is one
+    ``warning: ...`` line on stderr (see :func:`_one_line`), never a traceback or a
+    quoted source line."""
 
-    Issued through :mod:`warnings`, so that library users can filter or record
-    it; on the command line it is one ``warning: ...`` line on stderr (see
-    :func:`_one_line`), never a traceback or a quoted source line.
-    """
+
+class ConfigWarning(OneLineWarning):
+    """A config that loads, but not quite as written (a key given twice, say)."""
 
 
 def _one_line(message, category, filename, lineno, line=None) -> str:
-    if issubclass(category, ConfigWarning):
+    if issubclass(category, OneLineWarning):
         return f"warning: {message}\n"
     return _format_other(message, category, filename, lineno, line)
 

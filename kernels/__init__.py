@@ -27,37 +27,72 @@ temporaries of the conv and pool kernels).
 from __future__ import annotations
 
 import functools
+import sys
+import threading
 from typing import Callable
 
 import numpy as np
 
-try:  # CuPy is optional (the ``gpu`` extra).
-    import cupy as _cupy
-except Exception:  # noqa: BLE001 - any import failure means "no CuPy"
-    _cupy = None
+# CuPy is optional (the ``gpu`` extra) and costs a third of a second to import, so it is
+# imported when first needed (a CUDA device, the question whether there is a GPU), not
+# with this package: --help, a bad command line and --backend cpu runs never import it.
+_NOT_LOADED = object()
+_cupy = _NOT_LOADED  # the module, None when it does not import, or not tried yet
+_cupy_error = ""  # why it does not import
+_cupy_lock = threading.Lock()
+
+
+def cupy_module():
+    """The cupy module, imported on first call; None when it does not import
+    (:func:`cupy_import_error` says why)."""
+    global _cupy, _cupy_error
+    if _cupy is _NOT_LOADED:
+        with _cupy_lock:
+            if _cupy is _NOT_LOADED:
+                try:
+                    import cupy
+                except Exception as error:  # noqa: BLE001 - any failure means "no CuPy"
+                    _cupy_error = f"{type(error).__name__}: {error}"
+                    cupy = None
+                _cupy = cupy
+    return _cupy
+
+
+def cupy_import_error() -> str:
+    """Why CuPy does not import ('' when it does, or was not tried)."""
+    return _cupy_error
 
 
 def array_module(*arrays):
     """numpy, or cupy when any of ``arrays`` lives on a GPU.
 
-    A plain ``isinstance`` test rather than ``cupy.get_array_module``: that one imports
-    ``cupyx.scipy`` lazily on its first call, and when the worker threads of several
-    logical devices make that first call together, one of them can find the module
-    half-imported (``module 'cupyx' has no attribute 'scipy'``).
+    A CuPy array can only exist once CuPy is imported, so the test looks for the module
+    among those imported (never importing it here) and uses a plain ``isinstance``
+    rather than ``cupy.get_array_module``: that one imports ``cupyx.scipy`` lazily on its
+    first call, and when the worker threads of several logical devices make that first
+    call together, one of them can find the module half-imported (``module 'cupyx' has
+    no attribute 'scipy'``).
     """
-    if _cupy is not None and any(isinstance(a, _cupy.ndarray) for a in arrays):
-        return _cupy
+    ndarray = getattr(sys.modules.get("cupy"), "ndarray", None)
+    if ndarray is not None and any(isinstance(a, ndarray) for a in arrays):
+        return sys.modules["cupy"]
     return np
+
+
+def cuda_device_count() -> int:
+    """The CUDA GPUs CuPy sees (after ``CUDA_VISIBLE_DEVICES``); 0 without CuPy or a driver."""
+    cupy = cupy_module()
+    if cupy is None:
+        return 0
+    try:
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # noqa: BLE001 - no driver, no device
+        return 0
 
 
 def cupy_available() -> bool:
     """True when CuPy imports and sees at least one CUDA device."""
-    if _cupy is None:
-        return False
-    try:
-        return _cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - no driver, no device
-        return False
+    return cuda_device_count() > 0
 
 
 def array_module_name(xp) -> str:
@@ -109,5 +144,6 @@ def kernel(fn: Callable) -> Callable:
     return wrapper
 
 
-__all__ = ["array_module", "cupy_available", "array_module_name", "register_kernel",
-           "registered_kernels", "kernel"]
+__all__ = ["array_module", "cupy_available", "cuda_device_count", "cupy_import_error",
+           "cupy_module", "array_module_name", "register_kernel", "registered_kernels",
+           "kernel"]

@@ -24,6 +24,7 @@ from convnet.config import parse_net
 from convnet.errors import UsageError
 from convnet.outputs import refuse_existing
 from convnet.plan.schedules import DEFAULT_SCHEDULE
+from convnet.runtime.devices.backends import gpus_for_backend
 from convnet.simulate.hardware import device_kind
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ class RunOptions:
     export_onnx: Path | None
     # --load-file, read
     resume: Resume | None
+    #: how the logical devices were placed on the GPUs without --gpu (for the banner)
+    gpu_note: str | None = None
 
 
 #: Resumable options that only some data providers read: a saved value is dropped
@@ -112,7 +115,8 @@ def resolve_options(args: argparse.Namespace,
     ``config``, a (layer-def, layer-params) pair, stands in for the command
     line's config files (``--compare`` names several).
     """
-    values = {f.name: getattr(args, f.name) for f in fields(RunOptions) if f.name != "resume"}
+    values = {f.name: getattr(args, f.name) for f in fields(RunOptions)
+              if f.name not in ("resume", "gpu_note")}
     if values["predict"] is not None:
         values["predict"] = tuple(values["predict"])
     if isinstance(values["sync"], list):  # --sync takes several modes for --compare
@@ -142,10 +146,13 @@ def resolve_options(args: argparse.Namespace,
     for key, value in DEFAULTS.items():
         if values[key] is None:
             values[key] = value
-    if values["gpu"] is None:
+    given = values["gpu"] is not None  # on the command line or in the checkpoint
+    if not given:
         values["gpu"] = _default_gpus(values, bundled)
     elif values["auto_place"] is not None and len(values["gpu"]) > values["auto_place"]:
         values["gpu"] = values["gpu"][:values["auto_place"]]  # the first N of a longer list
+    # on CUDA, --gpu names physical GPUs: checked here, before anything touches a GPU
+    values["gpu"], gpu_note = gpus_for_backend(values["gpu"], given, values["backend"])
     if values["data_provider"] is None:
         if values["data_path"] is not None:
             raise UsageError("--data-path needs --data-provider (cifar, convnet-batches or "
@@ -158,7 +165,7 @@ def resolve_options(args: argparse.Namespace,
             if values["data_provider"] not in providers and values[key] is not None \
                     and resume.saved_options.get(key) == values[key]:
                 values[key] = None
-    opts = RunOptions(**values, resume=resume)
+    opts = RunOptions(**values, resume=resume, gpu_note=gpu_note)
     check_options(opts)
     return opts
 

@@ -38,8 +38,10 @@ data batches in flight, the provider's own arrays) is estimated by
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from convnet.config.layer_types.memory_rules import CPU_KERNELS, KernelMemory
 from convnet.config.model import NetConfig
 from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load,
                               Plan, Update)
@@ -69,40 +71,65 @@ class MemoryPeak:
         return sum(self.at_peak.get(k, 0) for k in STEP + (TEMPORARIES,))
 
 
+#: ``record(device, key, nbytes)`` when a buffer is made, ``record(device, key, -nbytes)``
+#: when it is dropped: the walk's buffers in the order the executor makes and drops them
+#: (what a model of an allocator replays: :mod:`convnet.runtime.devices.cuda_pool`).
+Recorder = Callable[[int, object, int], None]
+
+
 class _Device:
     """What one device holds, with running totals per category: the walk asks for the
     totals after every operation, and summing all held buffers each time made the
     estimate quadratic in the layer count."""
 
-    def __init__(self):
+    def __init__(self, index: int = 0, record: Recorder | None = None):
         self.held: dict[str, dict] = {k: {} for k in PARAMETERS + STEP}
         self.bytes: dict[str, int] = {k: 0 for k in PARAMETERS + STEP}
         self.deferred: list = []  # (category, key) freed after the next backward call
+        self.index, self.record = index, record
 
     def add(self, category: str, key, nbytes: int) -> None:
         if key not in self.held[category]:
             self.held[category][key] = nbytes
             self.bytes[category] += nbytes
+            if self.record is not None:
+                self.record(self.index, (category, key), nbytes)
 
     def free(self, category: str, key) -> None:
-        self.bytes[category] -= self.held[category].pop(key, 0)
+        nbytes = self.held[category].pop(key, 0)
+        self.bytes[category] -= nbytes
+        if self.record is not None and nbytes:
+            self.record(self.index, (category, key), -nbytes)
+
+    def step_ended(self) -> None:
+        """Drop everything but the weights and momentum (the step's buffers go)."""
+        for category in ("weight_grads",) + STEP:
+            for key in list(self.held[category]):
+                self.free(category, key)
 
     def totals(self) -> dict:
         return dict(self.bytes)
 
 
-def memory_peaks(plan: Plan, net: NetConfig,
-                 shared: frozenset[str] = frozenset()) -> list[MemoryPeak]:
+def memory_peaks(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
+                 kernels: KernelMemory = CPU_KERNELS,
+                 record: Recorder | None = None) -> list[MemoryPeak]:
     """Each device's estimated peak during one training step (see the module docstring).
 
     The replicas of the layers in ``shared`` hold one copy of the weights and momentum,
     on the first replica's device (what the executor does for synchronous replicas on
-    the CPU devices of one process, see :class:`convnet.runtime.step.weights.WeightStore`)."""
-    devices = [_Device() for _ in range(plan.num_devices)]
+    the CPU devices of one process, see :class:`convnet.runtime.step.weights.WeightStore`).
+    ``kernels`` says what the backend's kernels allocate (the CPU's, or
+    :data:`~convnet.config.layer_types.memory_rules.CUDA_KERNELS`); ``record``, if given,
+    hears of every buffer as it is made and dropped, temporaries included, and at the
+    end of the step of every one the step leaves."""
+    devices = [_Device(d, record) for d in range(plan.num_devices)]
     peaks = [MemoryPeak(d) for d in range(plan.num_devices)]
     shard_bytes = {name: net[name].outputs * plan.piece_size * FLOAT_BYTES for name in plan.layers}
     param_bytes = {name: p.param_count * FLOAT_BYTES for name, p in plan.layers.items()}
-    memory = {name: net[name].layer_type.memory(net[name]) for name in plan.layers}
+    memory = {name: kernels.layer(net[name]) for name in plan.layers}
+    update_temp = {name: kernels.update_temp(net[name]) for name in plan.layers
+                   if param_bytes[name]}
     for name, placement in plan.layers.items():
         for replica, d in enumerate(placement.devices):
             if param_bytes[name] and not (replica and name in shared):
@@ -114,6 +141,9 @@ def memory_peaks(plan: Plan, net: NetConfig,
         while a call runs that holds ``temporaries`` bytes besides."""
         now = devices[d].totals()
         held = sum(now.values())
+        if temporaries and record is not None:
+            record(d, (TEMPORARIES,), temporaries)
+            record(d, (TEMPORARIES,), -temporaries)
         if temporaries is None and held > peaks[d].between_ops_bytes:
             peaks[d].between_ops_bytes, peaks[d].between_ops_at_peak = held, dict(now)
         now[TEMPORARIES] = temporaries or 0
@@ -169,6 +199,8 @@ def memory_peaks(plan: Plan, net: NetConfig,
             for d in op.replica_devices:
                 devices[d].add("weight_grads", ("reduced", op.layer), share)
         elif isinstance(op, Update):
+            if update_temp[op.layer]:
+                note(op.device, update_temp[op.layer])
             done = [("weight_grads", (op.layer, op.replica)),
                     ("weight_grads", ("reduced", op.layer))]
             if len(plan.layers[op.layer].devices) > 1:  # may wait for the other replicas
@@ -179,6 +211,8 @@ def memory_peaks(plan: Plan, net: NetConfig,
         release(op)
         for d in op.devices:
             note(d)
+    for device in devices:
+        device.step_ended()
     return peaks
 
 

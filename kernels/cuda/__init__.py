@@ -21,22 +21,20 @@ Overrides (module: kernels replaced):
 
 Every other generic kernel runs on CuPy unchanged.  Setting the environment
 variable ``CONVNET_CUDA_KERNELS=generic`` makes :func:`install` register
-nothing, so a GPU run uses only the generic kernels (to compare the two).
+nothing, so a GPU run uses only the generic kernels (to compare the two).  Before
+registering, :func:`install` runs the self-test (:mod:`convnet.kernels.cuda.self_test`)
+once per process: a family whose machine code disagrees with the generic kernels on
+this GPU is not registered, with one warning.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
 
 from convnet import kernels as _kernels
-
-try:  # only to say whether CuPy imports; the overrides import it lazily
-    import cupy as _cupy  # noqa: F401
-    CUPY_IMPORT_ERROR: str | None = None
-except Exception as _error:  # noqa: BLE001 - any failure means "no CuPy"
-    _cupy = None
-    CUPY_IMPORT_ERROR = f"{type(_error).__name__}: {_error}"
+from convnet.errors import OneLineWarning
 
 #: kernel name -> module holding its CuPy override
 OVERRIDES = {
@@ -50,11 +48,15 @@ OVERRIDES = {
 }
 
 _install_lock = threading.Lock()
-_installed = False
+_self_test = None  # the SelfTest of this process, once run
 
 
 class CudaUnavailable(RuntimeError):
     """CuPy is missing or sees no GPU."""
+
+
+class CudaKernelWarning(OneLineWarning):
+    """A fused kernel family disagrees with the generic kernels on this GPU."""
 
 
 def available() -> bool:
@@ -64,39 +66,65 @@ def available() -> bool:
 
 def unavailable_reason() -> str:
     """Why :func:`install` cannot run here ('' when it can)."""
-    if _cupy is None:
-        return f"CuPy is not installed (pip install -e '.[gpu]'): {CUPY_IMPORT_ERROR}"
+    if _kernels.cupy_module() is None:
+        return (f"CuPy is not installed (pip install -e '.[gpu]'): "
+                f"{_kernels.cupy_import_error()}")
     if not available():
         return "CuPy is installed but finds no CUDA GPU"
     return ""
 
 
-def install(force: bool = False) -> bool:
-    """Register the CuPy overrides (once); False when ``CONVNET_CUDA_KERNELS=generic``."""
-    global _installed
+def install(force: bool = False, self_test: bool = True) -> bool:
+    """Register the CuPy overrides; False when ``CONVNET_CUDA_KERNELS=generic`` (unless
+    ``force``).  With ``self_test`` (the default) the families that fail the self-test
+    (:mod:`convnet.kernels.cuda.self_test`, run once per process on the current GPU)
+    stay on the generic kernels; without it every override is registered (the GPU tests
+    check the fused kernels themselves)."""
     if not available():
         raise CudaUnavailable(unavailable_reason())
     if os.environ.get("CONVNET_CUDA_KERNELS", "").strip().lower() == "generic" and not force:
         return False
     with _install_lock:
-        if not _installed:
-            import importlib
+        failed = {r.family for r in self_test_result().failed} if self_test else set()
+        import importlib
 
-            for name, module in OVERRIDES.items():
-                impl = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-                _kernels.register_kernel(name, "cupy")(impl)
-            _installed = True
+        for name, module in OVERRIDES.items():
+            if module in failed:
+                _kernels._OVERRIDES.pop((name, "cupy"), None)
+                continue
+            impl = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+            _kernels.register_kernel(name, "cupy")(impl)
     return True
+
+
+def self_test_result():
+    """This process's :class:`~convnet.kernels.cuda.self_test.SelfTest`, run on the
+    current GPU the first time it is asked for; a failure is warned about once, naming
+    the failing kernels, the GPU and the NVRTC and driver versions."""
+    global _self_test
+    if _self_test is None:
+        from . import self_test
+
+        result = self_test.run()
+        if result.failed:
+            from .versions import compiler_text
+
+            warnings.warn(f"the CUDA kernels disagree with the generic kernels on "
+                          f"{compiler_text()}: " + "; ".join(
+                              f"{r.kernel} ({r.family}): {r.detail}" for r in result.failed)
+                          + f"; the generic kernels run instead for "
+                          f"{', '.join(r.family for r in result.failed)} (slower, not "
+                          f"wrong); make gpu-check reports it", CudaKernelWarning, stacklevel=2)
+        _self_test = result
+    return _self_test
 
 
 def uninstall() -> None:
     """Remove the CuPy overrides again (the CUDA benchmark times the generic kernels too)."""
-    global _installed
     with _install_lock:
         for name in OVERRIDES:
             _kernels._OVERRIDES.pop((name, "cupy"), None)
-        _installed = False
 
 
-__all__ = ["OVERRIDES", "CudaUnavailable", "available", "unavailable_reason", "install",
-           "uninstall", "CUPY_IMPORT_ERROR"]
+__all__ = ["OVERRIDES", "CudaKernelWarning", "CudaUnavailable", "available",
+           "unavailable_reason", "install", "self_test_result", "uninstall"]

@@ -12,13 +12,10 @@ same order the results must be bitwise equal, and are.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 
 import numpy as np
 import pytest
 
-from convnet import kernels
 from convnet.kernels import conv as kconv
 from convnet.kernels.conv import choice as conv_choice
 from convnet.kernels import nn as knn
@@ -28,7 +25,8 @@ from convnet.kernels import random as krandom
 from convnet.kernels.cuda import OVERRIDES, kernel_set
 from convnet.kernels.neurons import NEURONS
 
-from tests.support.cuda_emulation import compiler_available, emulated_kernel_set
+from tests.support.cuda_emulation import (compiler_available, emulated_kernel_set, override,
+                                          overrides_for_numpy)
 from tests.support.cuda_cases import forward_backward, layer_cases
 from tests.support.layers import NEURON_SPECS
 
@@ -43,27 +41,6 @@ DTYPES = [np.float32, np.float64]
 def emulated():
     with kernel_set.using(emulated_kernel_set()) as emulated_kernels:
         yield emulated_kernels
-
-
-def _override(name):
-    return getattr(importlib.import_module(f"convnet.kernels.cuda.{OVERRIDES[name]}"), name)
-
-
-@contextlib.contextmanager
-def overrides_for_numpy():
-    """Dispatch the generic kernels to the CUDA overrides for numpy arrays (emulated)."""
-    added = []
-    with kernel_set.using(emulated_kernel_set()):
-        try:
-            for name in OVERRIDES:
-                key = (name, "numpy")
-                assert key not in kernels.registered_kernels()
-                kernels.register_kernel(name, "numpy")(_override(name))
-                added.append(key)
-            yield
-        finally:
-            for key in added:
-                kernels._OVERRIDES.pop(key, None)
 
 
 def _same(a, b):
@@ -102,11 +79,11 @@ def test_conv_is_bitwise_the_generic_nchw_conv(emulated, geometry, shared, dtype
     rng = np.random.default_rng(1)
     x, w, b, geom = _conv_inputs(rng, dtype, *geometry, shared=shared)
     y0, c0 = kconv.conv_forward.generic([x], [w], b, **geom)
-    y1, c1 = _override("conv_forward")([x], [w], b, **geom)
+    y1, c1 = override("conv_forward")([x], [w], b, **geom)
     _same(y0, y1)
     gy = rng.standard_normal(y0.shape).astype(dtype)
     r0 = kconv.conv_backward.generic(gy, [x], [w], c0, [True], shared_biases=shared, **geom)
-    r1 = _override("conv_backward")(gy, [x], [w], c1, [True], shared_biases=shared, **geom)
+    r1 = override("conv_backward")(gy, [x], [w], c1, [True], shared_biases=shared, **geom)
     for a, b_ in zip((r0[0][0], r0[1][0], r0[2]), (r1[0][0], r1[1][0], r1[2])):
         _same(a, b_)
 
@@ -117,11 +94,11 @@ def test_conv_agrees_with_the_generic_chwn_conv(emulated, geometry, monkeypatch)
     rng = np.random.default_rng(2)
     x, w, b, geom = _conv_inputs(rng, np.float64, *geometry)
     y0, c0 = kconv.conv_forward.generic([x], [w], b, **geom)
-    y1, c1 = _override("conv_forward")([x], [w], b, **geom)
+    y1, c1 = override("conv_forward")([x], [w], b, **geom)
     np.testing.assert_allclose(y1, y0, rtol=1e-12, atol=1e-12)
     gy = rng.standard_normal(y0.shape)
     r0 = kconv.conv_backward.generic(gy, [x], [w], c0, [True], **geom)
-    r1 = _override("conv_backward")(gy, [x], [w], c1, [True], **geom)
+    r1 = override("conv_backward")(gy, [x], [w], c1, [True], **geom)
     for a, b_ in zip((r0[0][0], r0[1][0], r0[2]), (r1[0][0], r1[1][0], r1[2])):
         np.testing.assert_allclose(b_, a, rtol=1e-12, atol=1e-12)
 
@@ -129,17 +106,17 @@ def test_conv_agrees_with_the_generic_chwn_conv(emulated, geometry, monkeypatch)
 def test_conv_backward_rebuilds_columns_without_a_cache(emulated):
     rng = np.random.default_rng(3)
     x, w, b, geom = _conv_inputs(rng, np.float32, *CONV_GEOMETRIES[1])
-    y, cache = _override("conv_forward")([x], [w], b, keep_cache=False, **geom)
+    y, cache = override("conv_forward")([x], [w], b, keep_cache=False, **geom)
     assert cache.cols == [None]
     gy = rng.standard_normal(y.shape).astype(np.float32)
-    _, cached = _override("conv_forward")([x], [w], b, **geom)
-    a = _override("conv_backward")(gy, [x], [w], cache, [False], **geom)
-    b_ = _override("conv_backward")(gy, [x], [w], cached, [False], **geom)
+    _, cached = override("conv_forward")([x], [w], b, **geom)
+    a = override("conv_backward")(gy, [x], [w], cache, [False], **geom)
+    b_ = override("conv_backward")(gy, [x], [w], cached, [False], **geom)
     assert a[0] == [None] and b_[0] == [None]
     _same(a[1][0], b_[1][0])
     # the generic forward's cache is accepted too (columns rebuilt)
     _, generic_cache = kconv.conv_forward.generic([x], [w], b, **geom)
-    c = _override("conv_backward")(gy, [x], [w], generic_cache, [False], **geom)
+    c = override("conv_backward")(gy, [x], [w], generic_cache, [False], **geom)
     _same(a[1][0], c[1][0])
 
 
@@ -149,11 +126,11 @@ def test_local_is_bitwise_the_generic_local(emulated, geometry, dtype):
     rng = np.random.default_rng(4)
     x, w, b, geom = _conv_inputs(rng, dtype, *geometry, local=True)
     y0, c0 = kconv.local_forward.generic([x], [w], b, **geom)
-    y1, c1 = _override("local_forward")([x], [w], b, **geom)
+    y1, c1 = override("local_forward")([x], [w], b, **geom)
     _same(y0, y1)
     gy = rng.standard_normal(y0.shape).astype(dtype)
     r0 = kconv.local_backward.generic(gy, [x], [w], c0, [True], **geom)
-    r1 = _override("local_backward")(gy, [x], [w], c1, [True], **geom)
+    r1 = override("local_backward")(gy, [x], [w], c1, [True], **geom)
     for a, b_ in zip((r0[0][0], r0[1][0], r0[2]), (r1[0][0], r1[1][0], r1[2])):
         _same(a, b_)
 
@@ -176,15 +153,15 @@ def test_pool_is_bitwise_the_generic_pool(emulated, kind, geometry, dtype):
     x[0, 0, :3, :3] = 0.5  # ties inside a window
     kw = dict(pool=kind, size=size, stride=stride, start=start, outputs=o)
     y0, c0 = kpool.pool_forward.generic(x, **kw)
-    y1, c1 = _override("pool_forward")(x, **kw)
+    y1, c1 = override("pool_forward")(x, **kw)
     _same(y0, y1)
     if kind == "maxabs":
         _same(c0, c1)
     gy = rng.standard_normal(y0.shape).astype(dtype)
     d0 = kpool.pool_backward.generic(gy, x, y0, c0, **kw)
-    _same(d0, _override("pool_backward")(gy, x, y1, c1, **kw))
+    _same(d0, override("pool_backward")(gy, x, y1, c1, **kw))
     if kind == "maxabs":  # the generic forward's uint8 offsets work as a cache too
-        _same(d0, _override("pool_backward")(gy, x, y1, c0, **kw))
+        _same(d0, override("pool_backward")(gy, x, y1, c0, **kw))
 
 
 # ---------------------------------------------------------------------- norms
@@ -200,10 +177,10 @@ def test_norms_agree_with_the_generic_norms(emulated, kind, size, pow_, dtype):
     x = rng.standard_normal((2, 10, 7, 7)).astype(dtype)
     kw = dict(kind=kind, size=size, scale=0.8, pow=pow_, min_div=1.5)
     y0, c0 = knorm.response_norm_forward.generic(x, **kw)
-    y1, c1 = _override("response_norm_forward")(x, **kw)
+    y1, c1 = override("response_norm_forward")(x, **kw)
     gy = rng.standard_normal(x.shape).astype(dtype)
     d0 = knorm.response_norm_backward.generic(gy, x, y0, c0, **kw)
-    d1 = _override("response_norm_backward")(gy, x, y1, c1, **kw)
+    d1 = override("response_norm_backward")(gy, x, y1, c1, **kw)
     if pow_ in (0.75, 0.5, 1.0):
         _same(y0, y1)
         _same(d0, d1)
@@ -224,14 +201,14 @@ def test_logreg_is_bitwise_the_generic_logreg(emulated, dtype, topk):
     probs[0, int(labels[0, 0])] = 0  # log of the floor
     probs[1] = 0.25  # ties in the case's favour
     for a, b in zip(knn.logreg_cost.generic(labels, probs, topk),
-                    _override("logreg_cost")(labels, probs, topk)):
+                    override("logreg_cost")(labels, probs, topk)):
         _same(a, b)
-    _same(knn.logreg_grad.generic(labels, probs, 0.7), _override("logreg_grad")(labels, probs, 0.7))
+    _same(knn.logreg_grad.generic(labels, probs, 0.7), override("logreg_grad")(labels, probs, 0.7))
 
 
 def test_logreg_label_out_of_range_gives_a_nan_cost(emulated):
     probs = np.full((2, 3), 1 / 3, np.float32)
-    cost, err1, _ = _override("logreg_cost")(np.array([[1.0], [3.0]], np.float32), probs)
+    cost, err1, _ = override("logreg_cost")(np.array([[1.0], [3.0]], np.float32), probs)
     assert np.isfinite(cost[0]) and np.isnan(cost[1]) and err1[1] == 1
 
 
@@ -243,7 +220,7 @@ def test_logreg_label_out_of_range_gives_a_nan_cost(emulated):
 def test_dropout_uniforms_are_bitwise_numpys(emulated, shape, offset, dtype):
     key = krandom.stream_key(3, 4, "drop")
     x = np.zeros(shape, dtype)
-    _same(krandom.uniform_like.generic(x, key, offset), _override("uniform_like")(x, key, offset))
+    _same(krandom.uniform_like.generic(x, key, offset), override("uniform_like")(x, key, offset))
 
 
 # -------------------------------------------------------------------- neurons
@@ -263,13 +240,13 @@ def test_fused_neurons_agree_with_the_generic_neurons(emulated, name, dtype):
     if name in ("sqrt", "log"):
         x = np.abs(x) + 0.1
     y0 = fn.forward(np, x.copy(), args, None)
-    y1 = _override("neuron_forward")(x.copy(), name, args)
+    y1 = override("neuron_forward")(x.copy(), name, args)
     inplace = x.copy()
-    y2 = _override("neuron_forward")(inplace, name, args, out=inplace)
+    y2 = override("neuron_forward")(inplace, name, args, out=inplace)
     assert y2 is inplace
     g = rng.standard_normal(x.shape).astype(dtype)
     d0 = fn.backward(np, g, x if fn.uses_input else None, y0, args)
-    d1 = _override("neuron_backward")(g, x if fn.uses_input else None, y1, name, args)
+    d1 = override("neuron_backward")(g, x if fn.uses_input else None, y1, name, args)
     eps = np.finfo(dtype).eps
     for got, want, scale in ((y1, y0, np.abs(x) + 1), (y2, y0, np.abs(x) + 1),
                              (d1, d0, np.abs(g) * (np.abs(x) + 1))):

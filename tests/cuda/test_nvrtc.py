@@ -124,3 +124,32 @@ def test_kernel_compiles_with_nvrtc(compile_like_cupy, name, variant):
     except CompileException as error:
         pytest.fail(f"NVRTC rejects {name} ({variant}):\n{error}", pytrace=False)
     assert binary[:4] == b"\x7fELF"
+
+
+def _ptx(spec) -> str:
+    """The PTX NVRTC makes of ``spec`` (float32) with CuPy's headers and options, for
+    sm_90: the stage before the machine code, where loop pragmas are still visible."""
+    from cupy._core import core
+    from cupy.cuda import compiler
+
+    source = "#include <cupy/carray.cuh>\n" + cupy_generated_source(spec, "float32")
+    options = core.assemble_cupy_compiler_options(tuple(spec.options))
+    program = compiler._NVRTCProgram(source, "", (), (), name_expressions=None, method="ptx")
+    ptx, _ = program.compile(options + (f"-arch=compute_{ARCH}",
+                                        "--device-as-default-execution-space"))
+    return ptx if isinstance(ptx, str) else ptx.decode()
+
+
+def test_the_pooling_backward_loops_are_never_unrolled():
+    """cvn_pool_bwd's window loops must not be unrolled: NVRTC 13.0-13.2 miscompile the
+    unrolled max branch (kernels/cuda/sources/pool.py).  The PTX carries a "nounroll"
+    pragma for each loop of the body, besides the one on CuPy's grid loop, which the
+    body without its pragmas does not have."""
+    import dataclasses
+
+    spec = SPECS["cvn_pool_bwd"]
+    assert spec.body.count("#pragma unroll 1") == 2
+    bare = dataclasses.replace(spec, body=spec.body.replace("#pragma unroll 1", ""))
+    guarded, unguarded = _ptx(spec).count('.pragma "nounroll"'), _ptx(bare).count(
+        '.pragma "nounroll"')
+    assert guarded >= unguarded + 2, (guarded, unguarded)

@@ -19,6 +19,7 @@ def test_array_module_is_numpy_for_host_arrays():
 
 FIRST_CALLS_FROM_THREADS = """
 import threading
+import cupy  # loaded, as in a run that asked whether there is a GPU
 import numpy as np
 from convnet.kernels import array_module
 barrier, errors = threading.Barrier(8), []
@@ -195,3 +196,45 @@ def test_neurons_dispatch_through_kernels():
         kernels._OVERRIDES.pop(("neuron_forward", "numpy"))
         kernels._OVERRIDES.pop(("neuron_backward", "numpy"))
     assert seen == [("f", "tanh", (1.5, 0.5)), ("b", "tanh", (1.5, 0.5))]
+
+
+HELP_WITHOUT_CUPY = """
+import runpy, sys
+sys.argv = ["convnet.py", "--help"]
+try:
+    runpy.run_path("convnet.py", run_name="__main__")
+except SystemExit:
+    pass
+import convnet.kernels, convnet.kernels.cuda, convnet.runtime.devices.backends
+assert convnet.runtime.devices.backends.choose_backend("cpu") == "cpu"
+print("cupy" in sys.modules, file=sys.stderr)
+"""
+
+
+def test_cupy_is_imported_only_when_a_gpu_is_asked_about():
+    """CuPy's import costs a third of a second: --help, the kernel packages and the CPU
+    backend's choice never pay it."""
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    proc = subprocess.run([sys.executable, "-c", HELP_WITHOUT_CUPY], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == "False"
+
+
+def test_array_module_finds_cupy_arrays_once_cupy_is_imported(monkeypatch):
+    import sys
+    import types
+
+    class ndarray:  # noqa: N801 - a stand-in for cupy.ndarray
+        shape, dtype = (2,), np.float32
+
+    fake = types.SimpleNamespace(ndarray=ndarray, __name__="cupy")
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    assert kernels.array_module(np.zeros(2), ndarray()) is fake
+    assert kernels.array_module(np.zeros(2)) is np
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))  # half-imported
+    assert kernels.array_module(ndarray()) is np

@@ -9,7 +9,9 @@ up to the accuracy of the device math library (``exp``, ``tanh``, ...); index
 arithmetic, window bounds, operation order and integer wrap-around are the
 same.  :func:`emulated_kernel_set` bundles it with numpy as a
 :class:`~convnet.kernels.cuda.kernel_set.KernelSet`, so the override functions of
-:mod:`convnet.kernels.cuda` run unchanged on machines without a GPU.
+:mod:`convnet.kernels.cuda` run unchanged on machines without a GPU;
+:func:`overrides_for_numpy` dispatches the generic kernels to them for numpy arrays,
+so the layer library runs the CUDA code path on the host.
 
 :func:`nvcc_source` writes the same body the way CuPy wraps it (a
 ``CUPY_FOR`` grid-stride loop, non-raw arguments as references to element
@@ -25,8 +27,10 @@ skip when it is not).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
+import importlib
 import os
 import shutil
 import subprocess
@@ -35,7 +39,9 @@ import threading
 
 import numpy as np
 
-from convnet.kernels.cuda.kernel_set import KernelSet
+from convnet import kernels
+from convnet.kernels.cuda import OVERRIDES
+from convnet.kernels.cuda.kernel_set import KernelSet, using
 from convnet.kernels.cuda.sources import KernelSpec, parse_params
 
 _C_TYPES = {
@@ -223,6 +229,28 @@ class EmulatedKernel:
 def emulated_kernel_set() -> KernelSet:
     """numpy plus host-compiled kernels, for :func:`convnet.kernels.cuda.kernel_set.using`."""
     return KernelSet("emulated", np, EmulatedKernel)
+
+
+def override(name):
+    """The CUDA override function of the generic kernel ``name``."""
+    return getattr(importlib.import_module(f"convnet.kernels.cuda.{OVERRIDES[name]}"), name)
+
+
+@contextlib.contextmanager
+def overrides_for_numpy():
+    """Dispatch the generic kernels to the CUDA overrides for numpy arrays (emulated)."""
+    added = []
+    with using(emulated_kernel_set()):
+        try:
+            for name in OVERRIDES:
+                key = (name, "numpy")
+                assert key not in kernels.registered_kernels()
+                kernels.register_kernel(name, "numpy")(override(name))
+                added.append(key)
+            yield
+        finally:
+            for key in added:
+                kernels._OVERRIDES.pop(key, None)
 
 
 # ------------------------------------------------------------------- nvcc check

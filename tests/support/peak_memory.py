@@ -1,7 +1,8 @@
 """A training run's measured peak memory beside the fit check's estimate of it.
 
 :func:`measured_peak` runs ``convnet.py ARGS`` in a child process (this module run as
-a program) that first imports what a run imports and makes one BLAS call, then reads
+a program) that first imports what a run imports (CuPy too, where installed: a run
+asks whether there is a GPU) and makes one BLAS call, then reads
 its resident size (the baseline), runs the command line in-process and reports its
 high-water mark (``VmHWM``) less the baseline: what the run itself added.
 :func:`estimated_peak` is the host-RAM figure the memory fit check compares with
@@ -63,7 +64,10 @@ def _child(argv: list[str]) -> int:
 
     import convnet.app.command_line.commands  # noqa: F401 - what a run imports
     import convnet.app.run.training  # noqa: F401
+    from convnet import kernels
     from convnet.app.command_line.main import main
+
+    kernels.cuda_device_count()  # --backend auto asks for a GPU: CuPy's import, where installed
 
     np.dot(np.ones((64, 64), np.float32), np.ones((64, 64), np.float32))
     baseline = _status_bytes("VmRSS")

@@ -24,7 +24,8 @@ from convnet.app.option_values import async_staleness
 from convnet.app.options import RunOptions, resolve_options
 from convnet.app.rank_agreement import check_started_alike
 from convnet.app.prediction.simulation import measure_costs
-from convnet.config.layer_types.memory_rules import winograd_conv_layers
+from convnet.config.layer_types.memory_rules import (CPU_KERNELS, CUDA_KERNELS,
+                                                     winograd_conv_layers)
 from convnet.config.values.typed import local_sgd_period
 from convnet.errors import ConvnetError, DataError, DeviceError, UsageError
 from convnet.kernels.conv import choice as conv_choice
@@ -94,8 +95,9 @@ def print_plan(opts: RunOptions) -> int:
     costs = measure_costs(opts, net) if opts.simulate else None
     sim = costs.predict(plan) if costs is not None else None
     tables, tables_source = run_tables(opts, net, plan)
+    kernels = CUDA_KERNELS if backend == "cuda" else CPU_KERNELS  # what they allocate
     if opts.print_plan == "json":
-        summary = plan_summary(plan, net, shared)
+        summary = plan_summary(plan, net, shared, kernels)
         summary["sync"] = opts.sync
         summary["layer_sync"] = layer_syncs(opts.sync, plan, net)
         note = sync_text(opts.sync, plan, net, cluster.size)
@@ -115,10 +117,10 @@ def print_plan(opts: RunOptions) -> int:
             summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
         print(json.dumps(summary, indent=1))
     elif cluster.size > 1:
-        print(plan_text(plan, net, shared) + "\n\n" +
+        print(plan_text(plan, net, shared, kernels) + "\n\n" +
               ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
-        print(plan_text(plan, net, shared))
+        print(plan_text(plan, net, shared, kernels))
     if opts.print_plan != "json" and data is not None:
         print("\n" + data.text(human_bytes))
     if opts.print_plan != "json" and pools:

@@ -7,7 +7,8 @@ never a traceback:
 
 * 2: a bad command line (unknown option, bad value, options that do not go
   together) or a config/plan error;
-* 1: anything else the user can fix (data, checkpoint, NaN cost, device);
+* 1: anything else the user can fix (data, checkpoint, NaN cost, device, a failing
+  CUDA call: :mod:`convnet.runtime.devices.cuda_failures`);
 * 130: interrupted (Ctrl-C); 143: terminated (SIGTERM).
 
 Options that a checkpoint remembers default to ``None`` here, so that on
@@ -61,7 +62,7 @@ def _main(argv: list[str] | None) -> int:
             return error.exit_code
         except MemoryError as failed:  # past the memory fit check: one line all the same
             _flush_stdout()
-            error = OutOfMemoryError.from_memory_error(failed)
+            error = _cuda_failure(failed) or OutOfMemoryError.from_memory_error(failed)
             print(f"error: {_one_line(error)}", file=sys.stderr)
             return error.exit_code
         except KeyboardInterrupt:
@@ -75,6 +76,21 @@ def _main(argv: list[str] | None) -> int:
         except BrokenPipeError:  # e.g. piped into `head`: the reader has what it wanted
             sys.stdout = None
             return 0
+        except Exception as raised:  # a CUDA failure is one line too; anything else a bug
+            error = _cuda_failure(raised)
+            if error is None:
+                raise
+            _flush_stdout()
+            print(f"error: {_one_line(error)}", file=sys.stderr)
+            return error.exit_code
+
+
+def _cuda_failure(error: BaseException) -> ConvnetError | None:
+    """The one line for a failing CUDA call (CuPy's error types), or None for any
+    other error."""
+    from convnet.runtime.devices.cuda_failures import as_device_error
+
+    return as_device_error(error)
 
 
 def _one_line(error: BaseException) -> str:

@@ -5,8 +5,9 @@ A net too big for the machine would otherwise start, load its data and die
 at the first large allocation.  The plan's estimate (:mod:`convnet.plan.memory`:
 each logical device's peak during a step, its kernels' temporaries included) is
 summed per physical memory of this process's machine (its CPU devices share the
-host's RAM; the logical devices on one GPU share that GPU; in a multi-process run
-only the process's own devices count); host RAM also holds the data pipeline's
+host's RAM; the logical devices on one GPU share that GPU, where the estimate is what
+CuPy's memory pool will hold for them, :mod:`convnet.runtime.devices.cuda_pool`; in a
+multi-process run only the process's own devices count); host RAM also holds the data pipeline's
 batches and arrays (:mod:`convnet.data.memory`), during a training step and, with the
 test's batches besides, during a test (whose devices hold only their weights,
 momentum and one forward pass's activations), and every CPU device's worker thread
@@ -61,9 +62,12 @@ class MemoryPool:
 
     def shortfall_text(self) -> str:
         devices = ",".join(map(str, self.devices)) or "none"
-        return (f"the plan needs about {human_bytes(self.needed)} of {self.name} (the peak "
-                f"of logical device(s) {devices} during a step, and the data in host "
-                f"memory), but {self.limit} leaves only {human_bytes(self.available)}")
+        what = (f"what CuPy's memory pool will hold for logical device(s) {devices}"
+                if self.name.startswith("GPU") else
+                f"the peak of logical device(s) {devices} during a step, and the data in "
+                "host memory")
+        return (f"the plan needs about {human_bytes(self.needed)} of {self.name} ({what}), "
+                f"but {self.limit} leaves only {human_bytes(self.available)}")
 
     def text(self) -> str:
         """One line for ``--print-plan``: what is needed, of what, and what is free."""
@@ -112,13 +116,19 @@ def memory_pools(plan: Plan, net: NetConfig, backend: str, local=lambda device: 
                            sum(sum(p.between_ops_at_peak.get(k, 0) for k in EVALUATION)
                                for p in peaks), data, limit, threads=len(peaks))]
     from convnet.runtime.devices.cuda import free_memory
+    from convnet.runtime.devices.cuda_failures import remember_estimate
+    from convnet.runtime.devices.cuda_pool import OUTSIDE_POOL_BYTES, pool_bytes
 
+    held = pool_bytes(plan, net, shared)  # what CuPy's pool holds per logical device
     pools = []
     for physical in sorted({plan.physical_devices[p.device] for p in peaks}):
-        mine = [p for p in peaks if plan.physical_devices[p.device] == physical]
-        pools.append(MemoryPool(f"GPU {physical}", tuple(p.device for p in mine),
-                                sum(p.peak_bytes for p in mine), free_memory(physical),
-                                f"GPU {physical}'s free memory"))
+        mine = [p.device for p in peaks if plan.physical_devices[p.device] == physical]
+        parts = (("CuPy's memory pool", sum(held[d] for d in mine)),
+                 ("beside it", len(mine) * OUTSIDE_POOL_BYTES))
+        pool = MemoryPool(f"GPU {physical}", tuple(mine), sum(n for _, n in parts),
+                          free_memory(physical), f"GPU {physical}'s free memory", parts)
+        remember_estimate(physical, pool.needed, pool.available)  # for an out-of-memory error
+        pools.append(pool)
     if data is not None:
         pools.append(_host_pool((), 0, 0, data, limit))
     return pools

@@ -33,7 +33,7 @@ def print_opening(log: RunLog, opts: RunOptions, plan: Plan, provider, batch_cas
     cluster = launch.cluster_for(opts.gpu)
     ranks = (cluster.devices_per_rank, cluster.hosts) if cluster.size > 1 else None
     for line in start_banner(opts.layer_def, plan, backend, provider, batch_cases, opts.epochs,
-                             save_dir, files, ranks):
+                             save_dir, files, ranks, opts.gpu_note):
         log.note(line)
     if opts.resume is not None:
         log.note(f"resuming {shown_path(opts.resume.checkpoint)} at "

@@ -71,10 +71,13 @@ def minibatch_line(plan: Plan, batch_cases: int) -> str:
 
 def start_banner(layer_def: Path, plan: Plan, backend: str, provider, batch_cases: int,
                  epochs: int, save_dir: Path | None, files: list[str],
-                 ranks: tuple[int, tuple[str, ...]] | None = None) -> list[str]:
+                 ranks: tuple[int, tuple[str, ...]] | None = None,
+                 device_note: str | None = None) -> list[str]:
+    """The banner; ``device_note`` says how the devices were placed when nobody said
+    (:func:`convnet.runtime.devices.backends.gpus_for_backend`)."""
     lines = [f"training {shown_path(layer_def)}: {plan.scheme} scheme; "
              f"{minibatch_line(plan, batch_cases)}",
-             device_line(backend, plan, ranks),
+             device_line(backend, plan, ranks) + (f" ({device_note})" if device_note else ""),
              f"data: {provider.name}, train batches {format_range(provider.train_batches)} "
              f"({batch_cases} cases in the first), test {format_range(provider.test_batches)};"
              f" {epochs} epoch(s)"]

@@ -248,3 +248,84 @@ def neuron_layer_memory(layer) -> LayerMemory:
 def data_memory(layer) -> LayerMemory:
     """Loaded by the executor, not computed."""
     return LayerMemory(False, 0)
+
+
+# ------------------------------------------------------------------ the CUDA kernels
+# The CUDA backend's replacement kernels (kernels/cuda/) allocate differently from the
+# CPU kernels above for the conv, local, pooling and normalisation layers; every other
+# layer runs the same generic code on CuPy.
+
+def cuda_conv_memory(layer) -> LayerMemory:
+    """Conv on CUDA (:mod:`convnet.kernels.cuda.conv`): the forward keeps each input's
+    columns (C fs^2, N p) for the backward pass, whatever the layer's shape; temporaries:
+    forward the GEMM's (F, N p) product, backward the output gradient as (F, N p) and,
+    per input gradient, the column gradient (C fs^2 p), gathered into the input
+    gradient without a padded copy."""
+    a = layer.attrs
+    p = a["modulesX"] ** 2
+    cols = [c * a["filterSize"][i] ** 2 * p for i, c in enumerate(kernel_channels(a))]
+    product = a["filters"] * p
+    return _with_neuron(layer, LayerMemory(True, FLOAT * sum(cols) + _fork_dropout_mask(layer),
+                                           FLOAT * product, FLOAT * product,
+                                           tuple(FLOAT * c for c in cols)))
+
+
+def cuda_local_memory(layer) -> LayerMemory:
+    """Locally-connected on CUDA: the columns as on the CPU; the column gradient is
+    gathered into the input gradient without a padded copy."""
+    cpu = local_memory(layer)
+    a = layer.attrs
+    cols = [c * a["filterSize"][i] ** 2 * a["modulesX"] ** 2
+            for i, c in enumerate(kernel_channels(a))]
+    return replace(cpu, input_grad_temp_per_case=tuple(FLOAT * c for c in cols))
+
+
+def cuda_pool_memory(layer) -> LayerMemory:
+    """Pooling on CUDA: maxabs records the winning offset as int32."""
+    if layer.attrs["pool"] != "maxabs":
+        return pool_memory(layer)
+    return _with_neuron(layer, LayerMemory(True, 4 * layer.outputs), keeps_output=True)
+
+
+def cuda_norm_memory(layer) -> LayerMemory:
+    """Normalisations on CUDA (:mod:`convnet.kernels.cuda.norm`): the forward keeps the
+    denominators (and cnorm the differences from the local mean); the backward pass
+    recomputes their power, and cnorm's holds one input-sized array while it runs."""
+    kept = 2 if layer.type == "cnorm" else 1
+    temp = FLOAT * _input_elements(layer) if layer.type == "cnorm" else 0
+    return _with_neuron(layer, LayerMemory(True, FLOAT * kept * _input_elements(layer),
+                                           backward_temp_per_case=temp), keeps_output=True)
+
+
+_CUDA_RULES = {conv_memory: cuda_conv_memory, local_memory: cuda_local_memory,
+               pool_memory: cuda_pool_memory, norm_memory: cuda_norm_memory}
+
+
+def cuda_memory(layer) -> LayerMemory:
+    """``layer``'s memory rule on the CUDA backend: the CUDA kernels' where they differ
+    from the CPU kernels, else the layer type's own."""
+    rule = layer.layer_type.memory
+    return _CUDA_RULES.get(rule, rule)(layer)
+
+
+def cuda_update_temp(layer) -> int:
+    """Bytes an update of ``layer``'s weights holds while it runs on CUDA
+    (:class:`convnet.runtime.step.optimizer.Optimizer` on CuPy arrays: the scaled gradient
+    and one more array of the same size, the decay term or the step, per weight array in
+    turn); the CPU update works through small blocks instead."""
+    sizes = [math.prod(shape) for shape in layer.param_shapes().values()]
+    return 2 * FLOAT * max(sizes, default=0)
+
+
+@dataclass(frozen=True)
+class KernelMemory:
+    """What a backend's kernels allocate: each layer's rule, and the bytes an update of
+    a layer's weights holds while it runs (what :func:`convnet.plan.memory.memory_peaks`
+    adds up)."""
+
+    layer: MemoryRule
+    update_temp: Callable[..., int]
+
+
+CPU_KERNELS = KernelMemory(lambda layer: layer.layer_type.memory(layer), lambda layer: 0)
+CUDA_KERNELS = KernelMemory(cuda_memory, cuda_update_temp)

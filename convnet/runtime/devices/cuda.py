@@ -73,6 +73,7 @@ import numpy as np
 
 from convnet.errors import DeviceError
 from convnet.runtime.devices.base import Device
+from convnet.runtime.devices.cuda_failures import note_running
 
 
 def _cupy():
@@ -184,7 +185,8 @@ class CudaDevice(Device):
             _registry.add(self)
         from convnet.kernels import cuda as cuda_kernels
 
-        cuda_kernels.install()
+        with cupy.cuda.Device(self.physical):  # the self-test runs on the first device's GPU
+            cuda_kernels.install()
 
     def __repr__(self) -> str:
         return f"cuda:{self.index}(gpu {self.physical})"
@@ -250,6 +252,10 @@ class CudaDevice(Device):
         cupy = self._cupy
         if not isinstance(array, cupy.ndarray):
             return np.asarray(array)
+        with self._naming_failures("a copy to the host"):
+            return self._to_host(cupy, array)
+
+    def _to_host(self, cupy, array) -> np.ndarray:
         src = int(array.device.id)
         if src == self.physical:
             events = self._producer_events(src)
@@ -263,11 +269,23 @@ class CudaDevice(Device):
 
     def synchronize(self) -> None:
         """Wait for everything queued on this device's stream."""
-        self.stream.synchronize()
+        with self._naming_failures("the wait for the kernels queued in the step"):
+            self.stream.synchronize()
         with self._pending_lock:
             self._pending.clear()
 
     # ------------------------------------------------------------ helpers
+    @contextlib.contextmanager
+    def _naming_failures(self, what: str):
+        """A CUDA error inside the block says it came from ``what`` on this device (CUDA
+        reports a kernel's failure at the next wait, which is often this one)."""
+        try:
+            yield
+        except Exception as error:
+            note_running(error, f"{what} on logical device {self.index}", self.index,
+                         self.physical)
+            raise
+
     def _producer_events(self, src: int) -> list:
         """Events just recorded on every stream that may have produced an array on GPU
         ``src``, except this device's own (its work is already in order)."""

@@ -58,6 +58,7 @@ import time
 import numpy as np
 
 from convnet.plan.ops import piece_bounds, shard_bounds
+from convnet.runtime.devices.cuda_failures import note_running, op_text
 from convnet.runtime.step.activation_frees import ActivationReaders
 from convnet.runtime.step.batch_check import check_batch
 from convnet.runtime.step.executor_setup import ExecutorSetup
@@ -223,7 +224,12 @@ class Executor(ExecutorSetup, TaskActions):
         def run(task: Task, device: int | None) -> None:
             """Carry out ``task``; ``device`` is the calling worker's (None: all of the task's)."""
             began = time.perf_counter()
-            actions[task.action](task, buffers, device)
+            try:
+                actions[task.action](task, buffers, device)
+            except Exception as error:  # a CUDA failure says which operation was running
+                on = device if device is not None else task.devices[0]
+                note_running(error, op_text(task.op, on), on, self.devices[on].physical)
+                raise
             if slowdown is not None:
                 slowdown.sleep_after([device] if device is not None else task.devices,
                                      step, began)

@@ -93,6 +93,17 @@ which = best_k;
 # kind 0 max (every pixel equal to its window's maximum gets the gradient),
 # 1 avg, 2 maxabs (the recorded offset gets it).  Outputs are visited in the
 # order kernels.pool.pool_backward adds them.
+#
+# Both loops carry "#pragma unroll 1" (never unrolled): NVRTC 13.0 to 13.2 miscompile
+# the unrolled inner loop of the max branch.  Their machine code computes the
+# remainder trip count of the unrolled loop from +outs where -outs belongs, so the loop
+# runs on into negative ox: every overlapping max pool (size 3, stride 2 in AlexNet and
+# the CIFAR-10 net) gets wrong input gradients and reads up to a row before y
+# (compute-sanitizer: an invalid read 4 bytes before the allocation, then
+# cudaErrorIllegalAddress in training).  The source is right (the host emulation and
+# nvcc agree with numpy) and NVRTC 13.5 compiles it correctly; the loops are a handful
+# of trips (ceil(size / stride)), so not unrolling them costs nothing measurable.  The
+# self-test (convnet.kernels.cuda.self_test) checks this kernel on every GPU it runs on.
 spec("cvn_pool_bwd",
      "raw T gy, raw T x, raw T y, raw int32 which, int32 img, int32 outs, int32 size, "
      "int32 stride, int32 start, int32 kind",
@@ -114,7 +125,9 @@ oy_lo = oy_lo > 0 ? oy_lo : 0;
 ox_lo = ox_lo > 0 ? ox_lo : 0;
 const T xv = x[idx];
 T sum = 0;
+#pragma unroll 1
 for (int oy = oy_hi; oy >= oy_lo; --oy) {
+  #pragma unroll 1
   for (int ox = ox_hi; ox >= ox_lo; --ox) {
     const long long o = (plane * outs + oy) * outs + ox;
     if (kind == 0) {
