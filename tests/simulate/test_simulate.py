@@ -20,8 +20,8 @@ from convnet.plan.memory import memory_peaks
 from convnet.plan.planner import make_plan
 from convnet.runtime.step.tasks import Task, TaskAction, make_tasks
 from convnet.runtime.step.records import OpTiming
-from convnet.simulate.costs import (ComputeProfile, CostModel, OpCost, Profiler, fixed_share,
-                                    measured_contention, wake_seconds)
+from convnet.simulate.costs import ComputeProfile, CostModel, OpCost, fixed_share
+from convnet.simulate.profiler import Profiler, measured_contention, wake_seconds
 from convnet.simulate.hardware import DEVICE_KINDS, LINKS, HostFigures, measure_host
 from convnet.simulate.schedule import simulate
 

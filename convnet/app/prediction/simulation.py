@@ -4,7 +4,7 @@ The profile runs the net with every layer on the first device of ``--gpu``
 and no ``updatePeriod`` (which may need replicas), or where the planner
 refuses that (pass layers), the net as placed; on one thread in plan
 order, with an executor of its own (its weights change), on the first
-training minibatch and on its first half; see :mod:`convnet.simulate.costs`
+training minibatch and on its first half; see :mod:`convnet.simulate.profiler`
 for what is measured and what is assumed.  Any placement of the net on any
 devices is predicted from that one profile.
 """
@@ -28,8 +28,9 @@ from convnet.app.prediction.profile_size import (LARGE_NET_CONTENTION_STEPS,
                                                  PROFILE_BUDGET_SECONDS, Progress,
                                                  another_round, automatic_size, is_large)
 from convnet.plan.layer_cuts import net_work
-from convnet.simulate.costs import (CONTENTION_STEPS, CONTENTION_WARMUP, CostModel, Profiler,
-                                    dispatch_seconds)
+from convnet.simulate.costs import CostModel
+from convnet.simulate.profiler import (CONTENTION_STEPS, CONTENTION_WARMUP, Profiler,
+                                       dispatch_seconds)
 from convnet.simulate.hardware import DEVICE_KINDS, device_kind, measure_host
 
 
