@@ -100,6 +100,7 @@ class ComputeProfile:
     wake: float = 0.0  # seconds for a worker waiting for another's task to run again
     step_overhead: float = 0.0  # seconds of a step outside its tasks (batch checks, costs)
     rounds: int = 0  # rounds of the profile the medians are over
+    run_share: float = 1.0  # the median share of its runnable time a profiled thread ran
 
     @classmethod
     def fit(cls, small: tuple[float, list], big: tuple[float, list], host: HostFigures,

@@ -29,6 +29,16 @@ lands in one phase.  The operations' times are the medians over every round;
 a round's contention is taken against the times alone of the same round, so
 that a slow phase slows both sides of the ratio, and the median over the
 rounds counts.
+
+Other work on the machine is taken out of every block: its timings are scaled by the
+share of its runnable time each thread really ran (:mod:`convnet.simulate.run_queue`),
+so that a profile under load reads the machine's own speed.  Without that, two
+predictions of the CIFAR-10 net half a minute apart, at a load of 3-4, read 401 and
+204 ms; docs/SIMULATE.md has the figures with it.
+
+Each round also gives a model of its own (:meth:`Profiler.round_profiles`): how far the
+predictions of those move is the noise within which ``--auto-place`` calls candidates
+a tie.
 """
 
 from __future__ import annotations
@@ -38,10 +48,12 @@ import time
 from dataclasses import replace
 
 from convnet.plan.ops import Plan
+from convnet.runtime.step.records import OpTiming
 from convnet.runtime.step.tasks import Task, TaskAction
 from convnet.runtime.step.workers import DeviceWorkers
 from convnet.simulate.costs import ComputeProfile, CostModel
 from convnet.simulate.hardware import DEVICE_KINDS, HostFigures
+from convnet.simulate.run_queue import Shares
 
 #: Profiled steps per block, at each of the two sizes, after one warm-up step.
 PROFILE_STEPS = 2
@@ -76,14 +88,27 @@ class Profiler:
                             for task in executor.train_tasks() if task.layer == name)}
         self._alone: list[tuple[list, list]] = []  # per round: (half steps, whole steps)
         self._together: list[list] = []  # per round: counted data-parallel steps
+        self._shares: list[float] = []  # every block's share of its runnable time, run
 
     def round(self) -> None:
-        self._alone.append((self._executor.timed_steps(self._half, PROFILE_STEPS),
-                            self._executor.timed_steps(self._batch, PROFILE_STEPS)))
+        self._alone.append((self._block(self._executor, self._half, PROFILE_STEPS),
+                            self._block(self._executor, self._batch, PROFILE_STEPS)))
         if self._data_parallel is not None:
             warmup, counted = self._contention_steps
-            steps = self._data_parallel[0].timed_steps(self._batch, warmup + counted)
+            steps = self._block(self._data_parallel[0], self._batch, warmup + counted)
             self._together.append(steps[warmup:])
+
+    def _block(self, executor, batch: list, steps: int) -> list[tuple[float, list]]:
+        """``steps`` timed steps of ``batch``, read at the machine's own speed: each
+        device's timings scaled by the share of its runnable time its thread ran."""
+        workers = executor.workers
+        ids = workers.thread_ids if workers is not None else [None]
+        with Shares(ids) as block:
+            runs = executor.timed_steps(batch, steps)
+        shares = block.shares
+        self._shares += shares
+        return [at_shares(run, shares if workers is not None else None, shares[0])
+                for run in runs]
 
     def _fit(self, small: list, big: list) -> ComputeProfile:
         shards = self._plan.num_shards
@@ -93,18 +118,45 @@ class Profiler:
             self._dispatch, self._sliced)
 
     def profile(self) -> ComputeProfile:
-        profile = replace(self._fit([s for small, _ in self._alone for s in small],
-                                    [s for _, big in self._alone for s in big]),
-                          rounds=len(self._alone))
+        """The profile over every round so far."""
+        return self._profile(self._alone, self._together)
+
+    def round_profiles(self) -> list[ComputeProfile]:
+        """One profile of each round alone: how far their predictions move is the
+        profile's noise."""
+        return [self._profile([alone], [together] if together is not None else [])
+                for alone, together in zip(self._alone, self._together or
+                                           [None] * len(self._alone))]
+
+    def _profile(self, alone: list[tuple[list, list]], together: list[list]
+                 ) -> ComputeProfile:
+        profile = replace(self._fit([s for small, _ in alone for s in small],
+                                    [s for _, big in alone for s in big]),
+                          rounds=len(alone),
+                          run_share=statistics.median(self._shares) if self._shares else 1.0)
         if self._data_parallel is None:
             return profile
         executor, plan = self._data_parallel
         tasks = executor.train_tasks()
-        start_wake, wake = wake_seconds(tasks, self._together)
+        start_wake, wake = wake_seconds(tasks, together)
         paired = [(CostModel(self._fit(*sizes), DEVICE_KINDS["measured"]), steps)
-                  for sizes, steps in zip(self._alone, self._together)]
+                  for sizes, steps in zip(alone, together)]
         return replace(profile, start_wake=start_wake, wake=wake,
                        contention=measured_contention(plan, tasks, paired))
+
+
+def at_shares(run: tuple[float, list[OpTiming]], by_device: list[float] | None,
+              whole: float) -> tuple[float, list[OpTiming]]:
+    """One timed step (its seconds, its timings) at the machine's own speed: every timing
+    of device d scaled by ``by_device[d]`` (or all by ``whole``, a step run on one
+    thread), the step's seconds by ``whole``."""
+    seconds, timings = run
+
+    def scale(t: OpTiming) -> OpTiming:
+        f = by_device[t.device] if by_device is not None else whole
+        return OpTiming(t.device, t.kind, t.layer, t.start * f, t.end * f)
+
+    return seconds * whole, [scale(t) for t in timings]
 
 
 def measured_contention(plan: Plan, tasks: list[Task],
@@ -184,7 +236,8 @@ def wake_seconds(tasks: list[Task], rounds: list[list[tuple[float, list]]]
 
 def dispatch_seconds(tasks: list, devices: list, repeats: int = 5) -> float:
     """Seconds per task that :class:`DeviceWorkers` takes to hand out ``tasks`` (run on
-    ``devices`` with no work), per task of the busiest device."""
+    ``devices`` with no work), per task of the busiest device, in the least disturbed
+    of ``repeats`` runs."""
     workers = DeviceWorkers(devices)
     try:
         times = []
@@ -195,4 +248,6 @@ def dispatch_seconds(tasks: list, devices: list, repeats: int = 5) -> float:
     finally:
         workers.close()
     per_device = max(sum(1 for t in tasks if d in t.devices) for d in range(len(devices)))
-    return statistics.median(times) / per_device
+    # The least of the repeats: other work on the machine only ever adds to a hand-out
+    # (a worker woken late), and the workers' own run counts are too small to scale by.
+    return min(times) / per_device
