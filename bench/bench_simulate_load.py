@@ -48,6 +48,8 @@ def main() -> None:
     parser.add_argument("--load", type=int, default=2, help="busy processes in a loaded run")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each kind")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--verbose", action="store_true",
+                        help="each run's profile figures (run share, contention, wake-ups)")
     args = parser.parse_args()
     print(f"--print-plan --simulate --gpu 0,1 --mini 128, alternately as the machine is and "
           f"with {args.load} busy process(es) beside it")
@@ -68,6 +70,12 @@ def main() -> None:
             predicted.append(ms)
             cells.append(f"{ms:.1f} ({'+' + str(args.load) if loaded else 'as is'}, "
                          f"load {before:.1f})")
+            if args.verbose:
+                print(f"  {name} run {i + 1}: ran {sim.get('profile_run_share', 1):.2f} of its "
+                      f"runnable time, contention {sim['contention_median']:.2f}, wake-ups "
+                      f"{1000 * sim['start_wake_seconds']:.2f} / {1000 * sim['wake_seconds']:.2f}"
+                      f" ms, profiled step {1000 * min(sim['profiled_step_seconds']):.1f} ms, "
+                      f"dispatch {1e6 * sim['dispatch_seconds_per_task']:.0f} us")
         print(f"{name:<15} " + "  ".join(cells) +
               f"  max/min {max(predicted) / min(predicted):.2f}")
 

@@ -17,7 +17,6 @@ from convnet.app.options import RunOptions
 from convnet.app.run.assembly import make_executor
 from convnet.app.run.folder import claim_run_folder
 from convnet.app.run.log import read_log
-from convnet.app.run.reporting import draw_log_picture
 from convnet.app.run.training import Trainer
 from convnet.errors import ConvnetError
 from convnet.plan.time_split import CATEGORIES, CATEGORY, DeviceTime
@@ -35,11 +34,10 @@ def train_config(result: ConfigResult, opts: RunOptions, provider, net, plan,
         executor = make_executor(opts, net, plan)
         try:
             trainer = Trainer(opts, provider, net, plan, executor, folder, announce=False)
-            if not keep_checkpoints:
-                trainer.checkpoint = None  # the log goes to the scratch folder; no checkpoints
+            if not keep_checkpoints:  # the log goes to the scratch folder: no checkpoints,
+                trainer.checkpoint = None  # and no picture (a kept run's has its own)
+                trainer.picture.enabled = False
             trainer.train()
-            if keep_checkpoints:  # each kept run's folder gets its picture, as a run's does
-                draw_log_picture(trainer.log, opts.layer_def)
             result.log_rows = read_log(result.log_path)
             if not result.log_rows:
                 raise ConvnetError(f"{result.name}: the run logged no test line to "

@@ -89,10 +89,12 @@ def read_log(path: Path) -> list[dict]:
             rows = list(csv.DictReader(f))
     except OSError as error:
         raise ConvnetError(f"cannot read the run log {path}: {error.strerror}") from None
-    out = []
-    for row in rows:
-        out.append({k: (int(v) if k in ("epoch", "batch") else float(v)) for k, v in row.items()})
-    return out
+    return [row_values(row) for row in rows]
+
+
+def row_values(row: dict[str, str]) -> dict:
+    """A CSV row's numbers: floats, the epoch and batch ints."""
+    return {k: (int(v) if k in ("epoch", "batch") else float(v)) for k, v in row.items()}
 
 
 def _append_no_follow(path: str, flags: int) -> int:
@@ -104,6 +106,14 @@ def _test_of_row(row: list[str]) -> tuple[int, int, float] | None:
     """(epoch, batch, test error) of a CSV row kept from a resumed run (None if unreadable)."""
     try:
         return int(row[5]), int(row[6]), float(row[9])
+    except ValueError:
+        return None
+
+
+def _history_row(row: list[str]) -> dict | None:
+    """A CSV row kept from a resumed run as :func:`read_log` reads it (None if unreadable)."""
+    try:
+        return row_values(dict(zip(CSV_COLUMNS, row)))
     except ValueError:
         return None
 
@@ -134,6 +144,9 @@ class RunLog:
         self._resume_rows: int | None = None
         self._started = False
         self.tests: list[tuple[int, int, float]] = []  # (epoch, batch, test error) logged
+        #: Every row of this run's log, resumed rows included, as :func:`read_log` reads
+        #: them (kept without a CSV too: the Python API's history).
+        self.history: list[dict] = []
 
     def resume_from(self, rows: int) -> None:
         """This run continues one whose checkpoint had logged ``rows`` CSV rows."""
@@ -200,6 +213,7 @@ class RunLog:
             raise CheckpointError(f"cannot write the log {self._csv_path}: "
                                   f"{error.strerror or error}") from None
         self.tests[:0] = [t for t in map(_test_of_row, kept) if t is not None]
+        self.history[:0] = [r for r in map(_history_row, kept) if r is not None]
         self.rows = len(kept)
         self._started = True
 
@@ -233,11 +247,12 @@ class RunLog:
                 f"lr {learning_rate:.3g}")
         write(line)
         self.tests.append((epoch, batch_id, test.error))
+        row = (f"{spent:.3f}", f"{self.cumulative_time:.3f}", f"{w.images_per_second:.1f}",
+               f"{w.mean_cost:.6f}", f"{w.mean_error:.6f}", str(epoch), str(batch_id),
+               f"{learning_rate:.6g}", f"{test.cost:.6f}", f"{test.error:.6f}")
         if self._csv_path is not None:
-            self._write_row((f"{spent:.3f}", f"{self.cumulative_time:.3f}",
-                             f"{w.images_per_second:.1f}", f"{w.mean_cost:.6f}",
-                             f"{w.mean_error:.6f}", epoch, batch_id, f"{learning_rate:.6g}",
-                             f"{test.cost:.6f}", f"{test.error:.6f}"))
+            self._write_row(row)
+        self.history.append(row_values(dict(zip(CSV_COLUMNS, row))))
         self.window = TrainWindow()
 
     def print_test_only(self, test: TestResult, views: int = 1) -> None:
