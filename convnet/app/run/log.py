@@ -235,7 +235,9 @@ class RunLog:
         w.seconds += totals["seconds"]
 
     def record(self, epoch: int, batch_id: int, test: TestResult, learning_rate: float,
-               write=print) -> None:
+               write=print, position: float | None = None) -> None:
+        """A test line, its CSV row and its :attr:`history` row; ``position`` is where the
+        run stands in epochs (e.g. 2.4), which the picture draws the row at."""
         w = self.window
         now = time.perf_counter()
         spent = now - self._interval_start
@@ -252,7 +254,10 @@ class RunLog:
                f"{learning_rate:.6g}", f"{test.cost:.6f}", f"{test.error:.6f}")
         if self._csv_path is not None:
             self._write_row(row)
-        self.history.append(row_values(dict(zip(CSV_COLUMNS, row))))
+        values = row_values(dict(zip(CSV_COLUMNS, row)))
+        if position is not None:
+            values["epoch_position"] = position
+        self.history.append(values)
         self.window = TrainWindow()
 
     def print_test_only(self, test: TestResult, views: int = 1) -> None:

@@ -257,8 +257,10 @@ class Trainer:
                     if (done + 1) % test_freq == 0 or self.batch_index == len(batches):
                         self._guarded(self._settle, batch_id=batch_id)
                         test_result = self._guarded(self.test, batch_id=batch_id)
+                        at = self.epoch - 1 + self.batch_index / len(batches)
                         self.log.record(self.epoch, batch_id, test_result,
-                                        self._learning_rate(progress), write=bar.write)
+                                        self._learning_rate(progress), write=bar.write,
+                                        position=at)
                         self.picture.update()
                         self._maybe_save(test_result.error, write=bar.write)
                     if interrupt_requested():
