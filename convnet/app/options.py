@@ -180,16 +180,22 @@ def _default_gpus(values: dict, bundled: bool) -> tuple[int, ...]:
     return tuple(range(min(named, MAX_DEVICES)))
 
 
+def tools_asked(opts: RunOptions) -> list[str]:
+    """The options given that ask for something other than training, each of which the
+    run does instead of training (``--print-plan``, ``--test-only``, ``--predict``, ...)."""
+    return [name for name, on in (("--print-plan", opts.print_plan),
+                                  ("--check-grads", opts.check_grads),
+                                  ("--test-only", opts.test_only),
+                                  ("--auto-place", opts.auto_place),
+                                  ("--predict", opts.predict),
+                                  ("--show-filters", opts.show_filters),
+                                  ("--show-preds", opts.show_preds),
+                                  ("--export-onnx", opts.export_onnx)) if on]
+
+
 def check_options(opts: RunOptions) -> None:
     """Refuse options that do not go together (exit 2), before any work is done."""
-    tools = [name for name, on in (("--print-plan", opts.print_plan),
-                                   ("--check-grads", opts.check_grads),
-                                   ("--test-only", opts.test_only),
-                                   ("--auto-place", opts.auto_place),
-                                   ("--predict", opts.predict),
-                                   ("--show-filters", opts.show_filters),
-                                   ("--show-preds", opts.show_preds),
-                                   ("--export-onnx", opts.export_onnx)) if on]
+    tools = tools_asked(opts)
     if len(tools) > 1:
         raise UsageError(f"{' and '.join(tools)} cannot be combined; give one of them")
     check_using_options(opts)
@@ -268,13 +274,18 @@ def check_using_options(opts: RunOptions) -> None:
         raise UsageError(f"{used[0]} draws a picture: give --out FILE.png")
     for option, path in (("--predict-out", opts.predict_out), ("--out", opts.out),
                          ("--export-onnx", opts.export_onnx)):
-        if path is None:
-            continue
-        if path.is_dir():
-            raise UsageError(f"{option}: {path} is a folder; give a file name")
-        if not path.parent.is_dir():
-            raise UsageError(f"{option}: the folder {path.parent} does not exist")
-        refuse_existing(path, opts.overwrite, keep=f"give another {option} FILE")
+        if path is not None:
+            check_output_file(option, path, opts.overwrite)
+
+
+def check_output_file(option: str, path: Path, overwrite: bool) -> None:
+    """A file ``option`` writes: a file name in a folder that exists, and one already
+    there only replaced with ``--overwrite``."""
+    if path.is_dir():
+        raise UsageError(f"{option}: {path} is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise UsageError(f"{option}: the folder {path.parent} does not exist")
+    refuse_existing(path, overwrite, keep=f"give another {option} FILE")
 
 
 def auto_place_output(opts: RunOptions) -> Path:

@@ -143,6 +143,7 @@ class RunLog:
         self._csv_path = save_dir / CSV_NAME if save_dir else None
         self._resume_rows: int | None = None
         self._started = False
+        self._kept = False  # the resumed rows are in tests and history
         self.tests: list[tuple[int, int, float]] = []  # (epoch, batch, test error) logged
         #: Every row of this run's log, resumed rows included, as :func:`read_log` reads
         #: them (kept without a CSV too: the Python API's history).
@@ -212,10 +213,22 @@ class RunLog:
         except OSError as error:
             raise CheckpointError(f"cannot write the log {self._csv_path}: "
                                   f"{error.strerror or error}") from None
-        self.tests[:0] = [t for t in map(_test_of_row, kept) if t is not None]
-        self.history[:0] = [r for r in map(_history_row, kept) if r is not None]
+        self._keep(kept)
         self.rows = len(kept)
         self._started = True
+
+    def read_resumed(self) -> None:
+        """The rows a resumed run keeps, in :attr:`tests` and :attr:`history`, for a run
+        that trains no further: nothing is written."""
+        if not self._started and self._csv_path is not None:
+            self._keep(self._start_csv())
+
+    def _keep(self, kept: list[list[str]]) -> None:
+        if self._kept:
+            return
+        self._kept = True
+        self.tests[:0] = [t for t in map(_test_of_row, kept) if t is not None]
+        self.history[:0] = [r for r in map(_history_row, kept) if r is not None]
 
     def _write_row(self, row) -> None:
         self.start()

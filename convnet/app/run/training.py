@@ -207,6 +207,7 @@ class Trainer:
         total_batches = opts.epochs * len(batches)
         done_before = (self.epoch - 1) * len(batches) + self.batch_index
         if done_before >= total_batches:
+            self.log.read_resumed()  # the run's result all the same (the Python API's)
             self.log.note(f"nothing to train: the checkpoint has trained "
                           f"{done_before / len(batches):g} of {opts.epochs} epoch(s); give "
                           "--epochs N to train further")
