@@ -76,6 +76,9 @@ def resolved_options(args: argparse.Namespace) -> RunOptions:
     if args.min_lead is not None:
         raise UsageError("--min-lead sets the lead --compare's verdict calls clear: "
                          "give it with --compare")
+    if args.verbose:
+        raise UsageError("--verbose prints every test line of --compare's configs (a "
+                         "training run prints them anyway): give it with --compare")
     opts = resolve_options(args)
     comm, _ = launch.processes()
     comm.wait_limit = opts.rank_timeout

@@ -26,14 +26,16 @@ PROFILE_STEPS = 10
 
 
 def train_config(result: ConfigResult, opts: RunOptions, provider, net, plan,
-                 keep_checkpoints: bool):
+                 keep_checkpoints: bool, test_lines: bool = True):
     """Train one config into ``result.log_path``'s folder, read its log rows into
     ``result`` (and, under async, the shards its replicas trained), and return its
-    executor, still open, for the rounds and the profile."""
+    executor, still open, for the rounds and the profile; ``test_lines``: print its
+    per-test lines."""
     with claim_run_folder(result.log_path.parent, overwrite=opts.overwrite) as folder:
         executor = make_executor(opts, net, plan)
         try:
-            trainer = Trainer(opts, provider, net, plan, executor, folder, announce=False)
+            trainer = Trainer(opts, provider, net, plan, executor, folder, announce=False,
+                              test_lines=test_lines)
             if not keep_checkpoints:  # the log goes to the scratch folder: no checkpoints,
                 trainer.checkpoint = None  # and no picture (a kept run's has its own)
                 trainer.picture.enabled = False
@@ -81,3 +83,10 @@ def profile(result: ConfigResult, executor, part: list, steps: int = PROFILE_STE
                     for s in sums]
     median = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
     result.timeline_seconds, result.timeline = median
+
+
+def trained_line(result: ConfigResult, epochs: int) -> str:
+    """What one config's training ended with, for the line --compare prints for it."""
+    last = result.log_rows[-1]
+    return (f"trained {epochs} epoch(s) in {last['cumulative_time']:.1f} s, last test: "
+            f"cost {last['test_cost']:.4f}, error {100 * last['test_error']:.2f}%")

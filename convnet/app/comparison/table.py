@@ -159,9 +159,12 @@ def comparison_table(results, warnings: list[str] = (),
     lines += ["", "copied: activations and gradients copied between devices; all-reduced: "
                   "ring all-reduce traffic, summed over devices.",
               "step ms: median seconds per training step over the rounds after training (each "
-              "round times every config in turn on the same minibatch); the ranking, img/s, "
-              "speedup and efficiency use it. spread: half the rounds' interquartile range.",
-              "speedup: img/s over the one-device config's; efficiency: speedup per "
+              "round times every config in turn on the same minibatch); img/s uses it. "
+              "spread: half the interquartile range of a config's rounds, as a share of its "
+              "median; the verdict's spread is the same measure of the round ratios (smaller: "
+              "a slow round slows every config).",
+              "speedup: the median over the rounds of the one-device config's step over this "
+              "config's (paired, as the verdict reads the rounds); efficiency: speedup per "
               "device used.",
               "predicted ms: the simulator's step from one short profile of the net "
               "(docs/SIMULATE.md).",

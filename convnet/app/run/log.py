@@ -131,9 +131,11 @@ class RunLog:
     an uninterrupted one.
     """
 
-    def __init__(self, save_dir: Path | None, cost_layer: str, plan=None, quiet: bool = False):
+    def __init__(self, save_dir: Path | None, cost_layer: str, plan=None, quiet: bool = False,
+                 test_lines: bool = True):
         self.cost_layer = cost_layer
         self.quiet = quiet
+        self.test_lines = test_lines  # print a line at every test (--compare: --verbose)
         self.cumulative_time = 0.0
         self.window = TrainWindow()
         self.rows = 0  # data rows in the CSV, for the checkpoint
@@ -260,7 +262,8 @@ class RunLog:
                 f"error {100 * w.mean_error:5.2f}%  |  test cost {test.cost:.4f} "
                 f"error {100 * test.error:5.2f}%  |  {w.images_per_second:7.0f} img/s  "
                 f"lr {learning_rate:.3g}")
-        write(line)
+        if self.test_lines:
+            write(line)
         self.tests.append((epoch, batch_id, test.error))
         row = (f"{spent:.3f}", f"{self.cumulative_time:.3f}", f"{w.images_per_second:.1f}",
                f"{w.mean_cost:.6f}", f"{w.mean_error:.6f}", str(epoch), str(batch_id),

@@ -115,7 +115,7 @@ class Trainer:
 
     def __init__(self, opts: RunOptions, provider, net: NetConfig, plan: Plan,
                  executor: TrainingExecutor, save_dir: Path | None = None, root: bool = True,
-                 announce: bool = True):
+                 announce: bool = True, test_lines: bool = True):
         self.opts = opts
         self.root = root
         self.announce = announce  # the banner and the closing summary (--compare has its own)
@@ -137,7 +137,8 @@ class Trainer:
         self._per_batch = 1  # minibatches per data batch, for the progress bar
         self.data_wait = 0.0  # seconds the loop waited for a training batch
         self.train_seconds = 0.0  # seconds it spent training batches
-        self.log = RunLog(save_dir, self.cost_layer, plan, quiet=opts.no_progress)
+        self.log = RunLog(save_dir, self.cost_layer, plan, quiet=opts.no_progress,
+                          test_lines=test_lines)
         self.picture = LivePicture(self.log, opts.layer_def)  # log.png, redrawn at each test
         if opts.profile:
             executor.timings = []  # the executor records op timings from now on
