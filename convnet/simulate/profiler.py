@@ -99,16 +99,16 @@ class Profiler:
             self._together.append(steps[warmup:])
 
     def _block(self, executor, batch: list, steps: int) -> list[tuple[float, list]]:
-        """``steps`` timed steps of ``batch``, read at the machine's own speed: each
-        device's timings scaled by the share of its runnable time its thread ran."""
+        """``steps`` timed steps of ``batch``, read at the machine's own speed: scaled by
+        the share of its runnable time the thread running them ran (for parallel
+        workers, their mean: one factor for the whole block keeps the order of the
+        workers' tasks, from which the wake-ups are read)."""
         workers = executor.workers
-        ids = workers.thread_ids if workers is not None else [None]
-        with Shares(ids) as block:
+        with Shares(workers.thread_ids if workers is not None else [None]) as block:
             runs = executor.timed_steps(batch, steps)
-        shares = block.shares
-        self._shares += shares
-        return [at_shares(run, shares if workers is not None else None, shares[0])
-                for run in runs]
+        share = statistics.mean(block.shares)
+        self._shares.append(share)
+        return [at_share(run, share) for run in runs]
 
     def _fit(self, small: list, big: list) -> ComputeProfile:
         shards = self._plan.num_shards
@@ -145,18 +145,13 @@ class Profiler:
                        contention=measured_contention(plan, tasks, paired))
 
 
-def at_shares(run: tuple[float, list[OpTiming]], by_device: list[float] | None,
-              whole: float) -> tuple[float, list[OpTiming]]:
-    """One timed step (its seconds, its timings) at the machine's own speed: every timing
-    of device d scaled by ``by_device[d]`` (or all by ``whole``, a step run on one
-    thread), the step's seconds by ``whole``."""
+def at_share(run: tuple[float, list[OpTiming]], share: float
+             ) -> tuple[float, list[OpTiming]]:
+    """One timed step (its seconds, its timings) at the machine's own speed: every time
+    scaled by ``share``."""
     seconds, timings = run
-
-    def scale(t: OpTiming) -> OpTiming:
-        f = by_device[t.device] if by_device is not None else whole
-        return OpTiming(t.device, t.kind, t.layer, t.start * f, t.end * f)
-
-    return seconds * whole, [scale(t) for t in timings]
+    return seconds * share, [OpTiming(t.device, t.kind, t.layer, t.start * share,
+                                      t.end * share) for t in timings]
 
 
 def measured_contention(plan: Plan, tasks: list[Task],

@@ -302,15 +302,14 @@ def test_a_threads_share_is_what_it_ran_of_its_runnable_time():
     assert counts is None or counts.ran > 0  # this thread has run
 
 
-def test_a_parallel_steps_timings_are_scaled_per_device():
-    from convnet.simulate.profiler import at_shares
+def test_a_steps_timings_are_scaled_alike():
+    from convnet.simulate.profiler import at_share
 
     run = (0.01, [OpTiming(0, "forward", "a", 0.0, 0.004), OpTiming(1, "forward", "a",
-                                                                      0.001, 0.005)])
-    seconds, timings = at_shares(run, [0.5, 1.0], 0.75)
-    assert seconds == pytest.approx(0.0075)
-    assert [(t.start, t.end) for t in timings] == [(0.0, pytest.approx(0.002)),
-                                                   (0.001, 0.005)]
+                                                                      0.002, 0.006)])
+    seconds, timings = at_share(run, 0.5)
+    assert seconds == pytest.approx(0.005)
+    assert [(t.start, t.end) for t in timings] == [(0.0, 0.002), (0.001, 0.003)]
 
 
 def test_the_fit_keeps_each_figure_in_its_place():

@@ -142,6 +142,15 @@ class NetProfiler:
             last = time.perf_counter() - began
 
     def cost_model(self) -> CostModel:
+        """The model from every round so far."""
+        return CostModel(self._profiler.profile(), self._kind())
+
+    def round_models(self) -> list[CostModel]:
+        """One model per round alone: how far their predictions move is the noise of
+        the model's (``--auto-place`` calls candidates within it a tie)."""
+        return [CostModel(profile, self._kind()) for profile in self._profiler.round_profiles()]
+
+    def _kind(self):
         if self._opts.simulate_devices:
             kind = device_kind(self._opts.simulate_devices)
         elif self._cpu:
@@ -150,7 +159,7 @@ class NetProfiler:
             kind = replace(DEVICE_KINDS["gpu-pcie3"], name="measured", speed=1.0,
                            source="the GPU the net was profiled on; its compute times as "
                                   "measured")
-        return CostModel(self._profiler.profile(), kind)
+        return kind
 
     def close(self) -> None:
         if self._executor is not None:
@@ -163,6 +172,13 @@ def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate",
                   quiet: bool = False, budget: float = PROFILE_BUDGET_SECONDS) -> CostModel:
     """The cost model of ``net`` from its profile in rounds while they fit ``budget``
     seconds (see :class:`NetProfiler`), each said on stderr unless ``quiet``."""
+    return measure_cost_models(opts, net, option, quiet, budget)[0]
+
+
+def measure_cost_models(opts: RunOptions, net: NetConfig, option: str = "--simulate",
+                        quiet: bool = False, budget: float = PROFILE_BUDGET_SECONDS
+                        ) -> tuple[CostModel, list[CostModel]]:
+    """As :func:`measure_costs`, with the model of each round alone beside it."""
     progress = Progress(f"{Path(opts.layer_def).name} for {option}", quiet=quiet)
     progress.say("starting (the net on one device; docs/SIMULATE.md)")
     with NetProfiler(opts, net, option, progress=progress) as profiler:
@@ -170,4 +186,4 @@ def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate",
         progress.say(f"{profiler.rounds} round(s) at {profiler.cases} and "
                      f"{max(profiler.cases // 2, 1)} cases, extrapolated to --mini "
                      f"{opts.mini}; done")
-        return profiler.cost_model()
+        return profiler.cost_model(), profiler.round_models()
