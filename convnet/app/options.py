@@ -22,6 +22,7 @@ from convnet.app.option_values import MAX_DEVICES
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
 from convnet.errors import UsageError
+from convnet.optional import require_tensorboard
 from convnet.outputs import refuse_existing
 from convnet.plan.schedules import DEFAULT_SCHEDULE
 from convnet.simulate.hardware import device_kind
@@ -68,6 +69,7 @@ class RunOptions:
     logreg_name: str | None
     write_features: str | None
     feature_path: Path | None
+    tensorboard: Path | None  # the folder of TensorBoard event files
     profile: bool
     sequential: bool
     slow_device: tuple[int | None, float] | None  # test-only: (logical device or None for
@@ -205,6 +207,10 @@ def check_options(opts: RunOptions) -> None:
     if opts.feature_path is not None and not opts.write_features:
         raise UsageError("--feature-path is the folder for --write-features LAYER; give "
                          "--write-features too")
+    if opts.tensorboard is not None:
+        require_tensorboard("--tensorboard")
+        if opts.tensorboard.exists() and not opts.tensorboard.is_dir():
+            raise UsageError(f"--tensorboard: {opts.tensorboard} is not a folder")
     if opts.multiview_test and not opts.inner_size:
         raise UsageError("--multiview-test tests on crops: give --inner-size too (e.g. the "
                          "image size for centre and mirror views)")

@@ -47,6 +47,7 @@ from convnet.app.run.features import check_feature_layer, write_features
 from convnet.app.run.folder import check_run_folder, claim_run_folder
 from convnet.app.run.log import RunLog, TestResult, progress_bar
 from convnet.app.run.evaluation import Evaluator
+from convnet.app.run.event_files import EventFiles
 from convnet.app.run.minibatches import minibatch_bounds, minibatches
 from convnet.app.run.live_picture import LivePicture
 from convnet.app.run.reporting import (interrupt_status, print_closing_summary,
@@ -81,6 +82,7 @@ def execute(opts: RunOptions) -> Trainer:
     provider = make_data_provider(opts)
     net, plan = build_net_and_plan(opts, provider)
     executor = make_executor(opts, net, plan, provider)
+    trainer = None
     try:
         trainer = Trainer(opts, provider, net, plan, executor, save_dir, root=launch.is_root())
         if opts.resume is not None:
@@ -97,6 +99,8 @@ def execute(opts: RunOptions) -> Trainer:
                 write_features(opts, provider, trainer.features, trainer.log, trainer.root)
         return trainer
     finally:
+        if trainer is not None:
+            trainer.events.close()
         executor.close()
         provider.close()
 
@@ -140,6 +144,7 @@ class Trainer:
         self.log = RunLog(save_dir, self.cost_layer, plan, quiet=opts.no_progress,
                           test_lines=test_lines)
         self.picture = LivePicture(self.log, opts.layer_def)  # log.png, redrawn at each test
+        self.events = EventFiles(opts.tensorboard if root else None)  # --tensorboard
         if opts.profile:
             executor.timings = []  # the executor records op timings from now on
 
@@ -264,6 +269,7 @@ class Trainer:
                                         self._learning_rate(progress), write=bar.write,
                                         position=at)
                         self.picture.update()
+                        self.events.add(self.log.history[-1], self.executor.step_count)
                         self._maybe_save(test_result.error, write=bar.write)
                     if interrupt_requested():
                         raise StopAtBatchEnd()
