@@ -35,7 +35,7 @@ from convnet.app.comparison.measure import (PROFILE_STEPS, first_minibatch, prof
 from convnet.app.comparison.plot import write_comparison_png
 from convnet.app.comparison.prediction import predict_steps
 from convnet.app.comparison.result import ConfigResult, trained
-from convnet.app.comparison.noise import DEFAULT_MIN_LEAD
+from convnet.app.comparison.noise import DEFAULT_MIN_LEAD, paired_steps
 from convnet.app.comparison.rounds import DEFAULT_ROUNDS, time_in_rounds
 from convnet.app.comparison.table import comparison_table
 from convnet.app.comparison.verdict import equivalence_warnings
@@ -164,8 +164,10 @@ def measure_all(results: list[ConfigResult], options: list[RunOptions], planned,
         batch = first_minibatch(provider, options[0].mini)
         out(f"timing {len(done)} config(s) in {rounds} interleaved rounds")
         samples = time_in_rounds(executors, batch, rounds)
+        steps = paired_steps({r.name: seconds for r, seconds in zip(done, samples)})
         for result, executor, seconds in zip(done, executors, samples):
             result.round_seconds = seconds
+            result.paired_step = steps[result.name]
             result.profile_cases = len(batch[0])
             if result.lockstep:
                 profile(result, executor, batch, profile_steps)

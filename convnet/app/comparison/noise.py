@@ -24,8 +24,9 @@ The fastest is the config that the rounds pair in its favour against each other
 (the median of each other config's round ratios to it at least 1: it was faster in
 at least half the rounds against each), not merely the lowest median step: on a
 machine whose speed moves in phases, a config can have the lower median and still
-lose most rounds to another.  (Where no config is ahead of every other, the one
-ahead of the most, then the lowest median.)  It is held against every other config,
+lose most rounds to another.  Every config's step is read the same way
+(:func:`paired_steps`: the reference's median step times the config's median round
+ratio to it), so the fastest has the lowest step shown.  It is held against every other config,
 not only the runner-up: where several are within the noise of it, the verdict names
 them all (in the order they were given), which reads the same from run to run while
 noise reorders them.
@@ -162,9 +163,13 @@ class Verdict:
         d = self.first
         interval = (f", {100 * CONFIDENCE:.0f}% interval {d.interval[0]:.2f}-"
                     f"{d.interval[1]:.2f}" if d.interval is not None else "")
+        widest = max(self.ties, key=lambda t: t.noise)
+        spreads = f"the ratios' spread ±{100 * d.noise:.1f}%"
+        if widest.noise > d.noise:
+            spreads += f", ±{100 * widest.noise:.1f}% against {widest.runner_up}"
         return (f"no clear winner between {names} ({why}; median of the round ratios: "
                 f"{d.fastest} {d.ratio:.2f}x {d.runner_up}, faster in {d.wins} of {d.rounds} "
-                f"rounds{interval}; the ratios' spread ±{100 * self.noise:.1f}%)")
+                f"rounds{interval}; {spreads})")
 
 
 def decide(rounds: dict[str, list[float]],
@@ -186,14 +191,32 @@ def decide(rounds: dict[str, list[float]],
     return Verdict(duels[0], ties, tuple(name for name in rounds if name in tied))
 
 
-def leader(rounds: dict[str, list[float]]) -> str:
+def reference(rounds: dict[str, list[float]]) -> str:
     """The config the rounds pair in favour of against the most others (the median of
-    their round ratios to it at least 1), then the lowest median step (see the module)."""
+    their round ratios to it at least 1), then the lowest median step."""
     def ahead_of(x: str) -> int:
         return sum(statistics.median(b / a for a, b in zip(rounds[x], rounds[y])) >= 1.0
                    for y in rounds if y != x)
 
     return min(rounds, key=lambda x: (-ahead_of(x), statistics.median(rounds[x])))
+
+
+def paired_steps(rounds: dict[str, list[float]]) -> dict[str, float]:
+    """Each config's step read from the rounds paired: the :func:`reference` config's
+    median step times the median over the rounds of this config's step over the
+    reference's, so that every config's figure rests on the same rounds (a slow round
+    slows both sides of each ratio) and two figures compare as the rounds pair them."""
+    ref = reference(rounds)
+    base = statistics.median(rounds[ref])
+    return {name: base * statistics.median(c / r for c, r in zip(times, rounds[ref]))
+            for name, times in rounds.items()}
+
+
+def leader(rounds: dict[str, list[float]]) -> str:
+    """The config with the lowest :func:`paired_steps` figure (the reference, unless the
+    rounds run in a circle), the first given of equals."""
+    steps = paired_steps(rounds)
+    return min(rounds, key=lambda name: steps[name])
 
 
 def pair(x: str, x_rounds: list[float], y: str, y_rounds: list[float],

@@ -122,8 +122,9 @@ def _rows(result) -> int:
 def _step_bars(ax, results, colours) -> None:
     xs = range(len(results))
     steps = [1000 * r.median_step_seconds for r in results]
-    errors = [[1000 * (r.median_step_seconds - _quartile(r, 0)) for r in results],
-              [1000 * (_quartile(r, 2) - r.median_step_seconds) for r in results]]
+    # the rounds' quartiles about the paired step, which may lie outside them
+    errors = [[1000 * max(r.median_step_seconds - _quartile(r, 0), 0.0) for r in results],
+              [1000 * max(_quartile(r, 2) - r.median_step_seconds, 0.0) for r in results]]
     ax.bar(list(xs), steps, 0.6, color=colours, yerr=errors, capsize=3,
            error_kw={"elinewidth": 0.8})
     # The numbers of the error panel's legend (names as long as the ImageNet configs'
@@ -163,7 +164,7 @@ def _gantt(ax, result, span_ms: float, last: bool) -> None:
     ax.set_ylim(len(devices) - 0.5, -0.5)
     ax.set_xlim(0, span_ms)
     ax.set_title(f"{result.name}: {result.scheme}, {result.num_passes} pass(es); step "
-                 f"{1000 * result.median_step_seconds:.2f} ms (median of the rounds); "
+                 f"{1000 * result.median_step_seconds:.2f} ms (from the rounds, paired); "
                  f"profiled split of a step of {result.profile_cases} cases, "
                  f"per-op timing on = {step_ms:.1f} ms", fontsize=9, loc="left")
     ax.grid(axis="x", alpha=0.3)

@@ -158,13 +158,15 @@ def comparison_table(results, warnings: list[str] = (),
     lines += format_table(DEVICE_HEADER, device_rows(results))
     lines += ["", "copied: activations and gradients copied between devices; all-reduced: "
                   "ring all-reduce traffic, summed over devices.",
-              "step ms: median seconds per training step over the rounds after training (each "
-              "round times every config in turn on the same minibatch); img/s uses it. "
-              "spread: half the interquartile range of a config's rounds, as a share of its "
+              "step ms: seconds per training step from the rounds after training (each round "
+              "times every config in turn on the same minibatch), read paired: the reference "
+              "config's median step times the median over the rounds of this config's step "
+              "over the reference's (the reference: the config faster in at least half the "
+              "rounds against the most others); img/s, speedup and the ranking use it. "
+              "spread: half the interquartile range of a config's rounds, as a share of their "
               "median; the verdict's spread is the same measure of the round ratios (smaller: "
               "a slow round slows every config).",
-              "speedup: the median over the rounds of the one-device config's step over this "
-              "config's (paired, as the verdict reads the rounds); efficiency: speedup per "
+              "speedup: img/s over the one-device config's; efficiency: speedup per "
               "device used.",
               "predicted ms: the simulator's step from one short profile of the net "
               "(docs/SIMULATE.md).",

@@ -3,9 +3,10 @@
 The schemes are timed in interleaved rounds after training
 (:mod:`convnet.app.comparison.rounds`), and every figure here reads them paired,
 round by round, as :mod:`convnet.app.comparison.noise` does: the fastest is the config
-ahead of the others in the rounds (its rule), and a speedup is the median over the
-rounds of the one-device config's step over this config's (not the ratio of two
-medians, which can say a config is faster while it lost most rounds).  The
+ahead of the others in the rounds (its rule), and every config's step is its round
+ratio to the same reference config (:func:`~convnet.app.comparison.noise.paired_steps`),
+from which img/s, speedups and the ranking follow (the medians of each config's own
+rounds can say a config is faster while it lost most rounds).  The
 profiled steps time a single minibatch with per-operation timing switched on;
 they give the split of a step into compute, copies, all-reduce and idle, not
 the ranking.  Speedups are against the config that runs on one device (the
@@ -26,13 +27,11 @@ def baseline(results):
 
 
 def speedup(result, base) -> float | None:
-    """The median over the rounds of ``base``'s step over ``result``'s (paired: a slow
-    round slows both); None without a one-device config or rounds."""
-    if base is None or not base.round_seconds or not result.round_seconds:
+    """``result``'s img/s over ``base``'s (both from the steps read from the rounds
+    paired); None without a one-device config."""
+    if base is None or not base.images_per_sec:
         return None
-    if result is base:
-        return 1.0
-    return pair(result.name, result.round_seconds, base.name, base.round_seconds).ratio
+    return result.images_per_sec / base.images_per_sec
 
 
 def efficiency(result, base) -> float | None:
@@ -121,16 +120,11 @@ def prediction_lines(results) -> list[str]:
     if len(predicted) < 2:
         return []
     by_prediction = sorted(predicted, key=lambda r: r.predicted_seconds)
-    first = fastest(predicted)
-    behind = {r.name: pair(first.name, first.round_seconds, r.name, r.round_seconds).ratio
-              for r in predicted if r is not first}
-    by_measure = [first] + sorted((r for r in predicted if r is not first),
-                                  key=lambda r: behind[r.name])
+    by_measure = sorted(predicted, key=lambda r: r.median_step_seconds)
     lines = ["predicted (simulator, one profile of the net): " + " < ".join(
                  f"{r.name} {1000 * r.predicted_seconds:.2f} ms" for r in by_prediction),
              "measured (the rounds, paired):                 " + " < ".join(
-                 [f"{first.name} {1000 * first.median_step_seconds:.2f} ms"] +
-                 [f"{r.name} {behind[r.name]:.2f}x" for r in by_measure[1:]])]
+                 f"{r.name} {1000 * r.median_step_seconds:.2f} ms" for r in by_measure)]
     rank = {r.name: i for i, r in enumerate(by_prediction)}
     for i, a in enumerate(by_measure):
         later = [b for b in by_measure[i + 1:] if rank[b.name] < rank[a.name]]

@@ -6,6 +6,9 @@ from __future__ import annotations
 import statistics
 from types import SimpleNamespace
 
+import pytest
+
+from convnet.app.comparison.noise import paired_steps
 from convnet.app.comparison.verdict import (prediction_lines, speedup, superlinear_notes,
                                            verdict_lines)
 
@@ -41,7 +44,7 @@ def test_the_predicted_ranking_stands_beside_the_measured_one():
     c = config("c", 2, [0.025] * 6, predicted=0.020)
     lines = prediction_lines([a, b, c])
     assert lines[0].endswith("c 20.00 ms < b 25.00 ms < a 31.00 ms")
-    assert lines[1].endswith("b 20.00 ms < c 1.25x < a 1.50x")  # paired, to the fastest
+    assert lines[1].endswith("b 20.00 ms < c 25.00 ms < a 30.00 ms")
     assert lines[2] == "the prediction disagrees with the measurement: it ranks c before b"
     c.predicted_seconds = 0.028
     assert len(prediction_lines([a, b, c])) == 2  # the same order: no disagreement line
@@ -54,7 +57,12 @@ def test_no_line_calls_fastest_a_config_that_lost_most_rounds():
     speedups read the rounds paired, so b's is below 1 where it lost most rounds."""
     a = config("a", 1, [0.010] * 8 + [0.030] * 12)
     b = config("b", 2, [0.011] * 8 + [0.012] * 4 + [0.031] * 8)
+    assert b.images_per_sec > a.images_per_sec  # what the unpaired medians would say
+    steps = paired_steps({"a": a.round_seconds, "b": b.round_seconds})
+    for r in (a, b):  # as compare sets them
+        r.median_step_seconds = steps[r.name]
+        r.images_per_sec = 64 / steps[r.name]
     lines = verdict_lines([a, b], str)  # a 3% lead: under the least lead of 10%
     assert lines[1].startswith("ahead in the rounds, within the noise: a (")
     assert speedup(b, a) < 1.0 and speedup(a, a) == 1.0
-    assert b.images_per_sec > a.images_per_sec  # what the unpaired medians would say
+    assert steps["b"] / steps["a"] == pytest.approx(31 / 30)  # b's median ratio to a
