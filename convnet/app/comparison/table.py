@@ -146,7 +146,7 @@ def comparison_table(results, warnings: list[str] = (),
     shared_mode = f", --sync {first.sync}" if modes != {"sync"} and len(modes) == 1 else ""
     lines = [f"Schemes compared (minibatch {first.plan.minibatch}, "
              f"--gpu {','.join(map(str, first.plan.physical_devices))}{shared_mode}; "
-             f"step: median of {rounds} interleaved rounds)"]
+             f"step: {rounds} interleaved rounds, read paired)"]
     failed = [r for r in results if r.failure]
     lines += format_table(SCHEME_HEADER + [NOTE] * bool(failed), scheme_rows(results))
     lines += [""] + [f"{r.name}: training failed ({r.failure}), left out of the timing, "
