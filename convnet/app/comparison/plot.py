@@ -5,9 +5,9 @@ One PNG, top to bottom:
 * test error against wall time, one line per config (from the run logs;
   ``--compare`` tests after every data batch unless ``--test-freq`` says
   otherwise, so each line has a point per batch);
-* the step time that ranks the configs (the median of the interleaved rounds,
-  with the rounds' interquartile range as an error bar), the same figure as the
-  table's ``step ms``;
+* the step time that ranks the configs (the interleaved rounds read paired, with
+  the config's own rounds' interquartile range as an error bar), the same figure as
+  the table's ``step ms``;
 * for each config, a Gantt chart of one profiled training step (per-operation
   timing on, so it is longer than the ranked step; its title gives both): one
   row per device the config uses, coloured spans for compute (load, forward,
@@ -133,8 +133,8 @@ def _step_bars(ax, results, colours) -> None:
     ax.set_xticks(list(xs), [f"{i}: {r.scheme}\n{v:.2f} ms" for i, (r, v)
                              in enumerate(zip(results, steps), start=1)], fontsize=8)
     ax.set_ylabel("ms per training step")
-    ax.set_title("Step time (ranks the configs): median of the\n"
-                 "interleaved rounds, bar = interquartile range", fontsize=9)
+    ax.set_title("Step time (ranks the configs): the interleaved\n"
+                 "rounds read paired, bar = the rounds' quartiles", fontsize=9)
 
 
 def _quartile(result, index: int) -> float:
@@ -191,7 +191,7 @@ def _async_panel(ax, result) -> None:
     ax.set_xticks([])
     ax.set_title(f"{result.name}: {result.scheme}, --sync {result.sync}: asynchronous, "
                  f"no lockstep step to profile; step {1000 * result.median_step_seconds:.2f} "
-                 "ms (median of the rounds)", fontsize=9, loc="left")
+                 "ms (from the rounds, paired)", fontsize=9, loc="left")
 
 
 def _kind_legend(fig, results) -> None:
