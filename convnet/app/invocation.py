@@ -1,12 +1,11 @@
 """How the user ran the program, so that what it prints can be pasted back.
 
-``--help`` names the program as it was invoked (``convnet.py`` or the
-installed ``convnet`` script), and the commands printed at the end of a run
-(how to resume) start the same way; a run started from Python
-(:func:`convnet.train`, inside :func:`called_from_python`) is resumed by a call.  Paths are shown one way everywhere:
-relative to the current folder when they lie inside it, absolute otherwise,
-whether they came from the command line or from a checkpoint (which stores
-them absolute).
+``--help`` names the program as it was invoked (``convnet.py`` or the installed
+``convnet`` script), and the commands printed at the end of a run (how to resume) start
+the same way; a run started from Python (:func:`convnet.train`, inside
+:func:`called_from_python`) is resumed by a call. Paths are shown one way everywhere:
+relative to the current folder when they lie inside it, absolute otherwise, whether they
+came from the command line or from a checkpoint (which stores them absolute).
 """
 
 from __future__ import annotations

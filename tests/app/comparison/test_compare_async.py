@@ -13,7 +13,6 @@ queued are counted in their own test interval).
 from __future__ import annotations
 
 import csv
-import statistics
 
 import pytest
 
