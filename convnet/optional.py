@@ -65,3 +65,18 @@ def require_onnx(what: str):
         raise ConvnetError(f"{what} writes the model with the onnx package, which is not "
                            f"installed; install the 'onnx' extra: {ONNX_INSTALL}") from None
     return onnx
+
+
+TENSORBOARD_INSTALL = "pip install -e '.[tensorboard]'"
+
+
+def require_tensorboard(what: str):
+    """The ``tensorboardX`` module (TensorBoard's event files without TensorFlow or
+    PyTorch), or a one-line error naming the ``tensorboard`` extra."""
+    try:
+        import tensorboardX
+    except ImportError:
+        raise ConvnetError(f"{what} writes TensorBoard event files with the tensorboardX "
+                           f"package, which is not installed; install the 'tensorboard' "
+                           f"extra: {TENSORBOARD_INSTALL}") from None
+    return tensorboardX

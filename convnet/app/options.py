@@ -22,6 +22,7 @@ from convnet.app.option_values import MAX_DEVICES
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
 from convnet.errors import UsageError
+from convnet.optional import require_tensorboard
 from convnet.outputs import refuse_existing
 from convnet.plan.schedules import DEFAULT_SCHEDULE
 from convnet.runtime.devices.backends import gpus_for_backend
@@ -69,6 +70,7 @@ class RunOptions:
     logreg_name: str | None
     write_features: str | None
     feature_path: Path | None
+    tensorboard: Path | None  # the folder of TensorBoard event files
     profile: bool
     sequential: bool
     slow_device: tuple[int | None, float] | None  # test-only: (logical device or None for
@@ -187,16 +189,22 @@ def _default_gpus(values: dict, bundled: bool) -> tuple[int, ...]:
     return tuple(range(min(named, MAX_DEVICES)))
 
 
+def tools_asked(opts: RunOptions) -> list[str]:
+    """The options given that ask for something other than training, each of which the
+    run does instead of training (``--print-plan``, ``--test-only``, ``--predict``, ...)."""
+    return [name for name, on in (("--print-plan", opts.print_plan),
+                                  ("--check-grads", opts.check_grads),
+                                  ("--test-only", opts.test_only),
+                                  ("--auto-place", opts.auto_place),
+                                  ("--predict", opts.predict),
+                                  ("--show-filters", opts.show_filters),
+                                  ("--show-preds", opts.show_preds),
+                                  ("--export-onnx", opts.export_onnx)) if on]
+
+
 def check_options(opts: RunOptions) -> None:
     """Refuse options that do not go together (exit 2), before any work is done."""
-    tools = [name for name, on in (("--print-plan", opts.print_plan),
-                                   ("--check-grads", opts.check_grads),
-                                   ("--test-only", opts.test_only),
-                                   ("--auto-place", opts.auto_place),
-                                   ("--predict", opts.predict),
-                                   ("--show-filters", opts.show_filters),
-                                   ("--show-preds", opts.show_preds),
-                                   ("--export-onnx", opts.export_onnx)) if on]
+    tools = tools_asked(opts)
     if len(tools) > 1:
         raise UsageError(f"{' and '.join(tools)} cannot be combined; give one of them")
     check_using_options(opts)
@@ -206,6 +214,10 @@ def check_options(opts: RunOptions) -> None:
     if opts.feature_path is not None and not opts.write_features:
         raise UsageError("--feature-path is the folder for --write-features LAYER; give "
                          "--write-features too")
+    if opts.tensorboard is not None:
+        require_tensorboard("--tensorboard")
+        if opts.tensorboard.exists() and not opts.tensorboard.is_dir():
+            raise UsageError(f"--tensorboard: {opts.tensorboard} is not a folder")
     if opts.multiview_test and not opts.inner_size:
         raise UsageError("--multiview-test tests on crops: give --inner-size too (e.g. the "
                          "image size for centre and mirror views)")
@@ -275,13 +287,18 @@ def check_using_options(opts: RunOptions) -> None:
         raise UsageError(f"{used[0]} draws a picture: give --out FILE.png")
     for option, path in (("--predict-out", opts.predict_out), ("--out", opts.out),
                          ("--export-onnx", opts.export_onnx)):
-        if path is None:
-            continue
-        if path.is_dir():
-            raise UsageError(f"{option}: {path} is a folder; give a file name")
-        if not path.parent.is_dir():
-            raise UsageError(f"{option}: the folder {path.parent} does not exist")
-        refuse_existing(path, opts.overwrite, keep=f"give another {option} FILE")
+        if path is not None:
+            check_output_file(option, path, opts.overwrite)
+
+
+def check_output_file(option: str, path: Path, overwrite: bool) -> None:
+    """A file ``option`` writes: a file name in a folder that exists, and one already
+    there only replaced with ``--overwrite``."""
+    if path.is_dir():
+        raise UsageError(f"{option}: {path} is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise UsageError(f"{option}: the folder {path.parent} does not exist")
+    refuse_existing(path, overwrite, keep=f"give another {option} FILE")
 
 
 def auto_place_output(opts: RunOptions) -> Path:

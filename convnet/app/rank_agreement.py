@@ -25,7 +25,7 @@ import hashlib
 from dataclasses import fields
 from pathlib import Path
 
-from convnet import __version__
+from convnet.version import __version__
 from convnet.app.options import RunOptions
 from convnet.errors import UsageError
 from convnet.filekind import not_a_regular_file

@@ -200,6 +200,12 @@ class DataProvider:
         raw, labels = self._checked_load(batch_id)
         return self._serve_views(raw, labels)
 
+    def raw_batch(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """A batch's images as stored, ``(N, *image_shape)`` in this provider's pixel
+        units (before the mean is subtracted or a window cut: what
+        :meth:`test_cases_from_pixels` takes), and its labels."""
+        return self._checked_load(batch_id)
+
     def test_cases_from_pixels(self, raw: np.ndarray) -> np.ndarray:
         """Test-mode inputs for raw images ``(N, *image_shape)`` in this provider's pixel
         units: what column 0 of ``get_batch(train=False)`` holds for them (mean

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from convnet.errors import UsageError
+from convnet.simulate.run_queue import Shares
 
 GB = 1e9
 TFLOPS = 1e12
@@ -99,7 +100,9 @@ def _median_seconds(fn, repeats: int) -> float:
 
 
 def measure_host(repeats: int = 5) -> HostFigures:
-    """Measure this machine's figures (one BLAS thread per caller, as CPU devices run)."""
+    """Measure this machine's figures (one BLAS thread per caller, as CPU devices run),
+    with the time other processes took from the calling thread taken out
+    (:mod:`convnet.simulate.run_queue`)."""
     from threadpoolctl import threadpool_limits
 
     n = 384
@@ -108,9 +111,11 @@ def measure_host(repeats: int = 5) -> HostFigures:
     cores = usable_cores()
     with threadpool_limits(limits=1, user_api="blas"):
         a @ a  # warm-up
-        gemm = _median_seconds(lambda: a @ a, repeats)
-        copy = _median_seconds(lambda: np.array(src, copy=True), repeats)  # as copy_from
-    return HostFigures(cores, 2 * n ** 3 / gemm, src.nbytes / copy)
+        with Shares([None]) as block:  # read at the machine's own speed, load taken out
+            gemm = _median_seconds(lambda: a @ a, repeats)
+            copy = _median_seconds(lambda: np.array(src, copy=True), repeats)  # as copy_from
+    share = block.shares[0]
+    return HostFigures(cores, 2 * n ** 3 / (gemm * share), src.nbytes / (copy * share))
 
 
 LINKS = {link.name: link for link in (

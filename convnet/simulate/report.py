@@ -41,6 +41,7 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
                               if costs.profile.contention else 1.0),
         "profile_shard_size": costs.profile.shard_size,
         "profile_rounds": costs.profile.rounds,
+        "profile_run_share": costs.profile.run_share,
         "contention_measured": bool(costs.profile.contention),
         "profiled_step_seconds": costs.profile.step_seconds,
         "step_seconds": sim.step_seconds,
@@ -64,6 +65,10 @@ def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
     lines = [f"compute: each operation timed at {small:g} and {profile.shard_size:g} cases "
              f"per shard, medians over {profile.rounds} round(s) [measured]; a line "
              f"through the two sizes gives it at {plan.shard_size:g} cases [fitted]"]
+    if profile.run_share < 1.0:
+        lines.append(f"other work on the machine held a core for {1 - profile.run_share:.0%} "
+                     f"of the time the profile could run (median over its blocks); its "
+                     f"timings are scaled to the time it really ran [measured]")
     if kind.assumed:
         lines.append(f"device kind '{kind.name}': {kind.source}; compute {costs.speed:.3g}x "
                      "the profiled host's [assumed]")

@@ -87,7 +87,10 @@ def test_written_file_loads_plans_and_trains_unchanged(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "not a valid plan" not in done.stdout  # every candidate sets its update periods
     best = done.stdout.strip().splitlines()[-1]
-    assert best.startswith("best: ") and f"written to {out}" in best
+    assert best.startswith(("best: ", "best (the simplest of the tie): "))
+    assert f"written to {out}" in best
+    assert any(l.startswith(("ranks 1-", "no tie: ", "noise: not measured"))
+               for l in done.stdout.splitlines())
     original, written = HYBRID_DEF.read_text(), out.read_text()
     assert [l for l in written.splitlines() if not l.startswith("gpu=")] == \
         [l for l in original.splitlines() if not l.startswith("gpu=")]
@@ -158,3 +161,41 @@ def test_bad_usage_is_a_one_line_error(args, words, tmp_path):
     assert done.returncode == 2
     assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr
+
+
+def test_candidates_within_the_profiles_noise_tie_and_the_simplest_comes_first():
+    """Predicted steps of 100, 101 and 102 ms with a noise of 1.5%: the first two tie, and
+    one device (the simplest) comes before data-parallel; 3% apart is no tie."""
+    from types import SimpleNamespace
+
+    from convnet.app.prediction.auto_place import Ranked, prediction_noise, ties_first
+
+    net = _digits_net()
+    family = {c.name: c for c in candidates(net, 2)}
+
+    def ranked(name, ms):
+        plan = make_plan(family[name].apply(net), (0, 1), 128)
+        return Ranked(family[name], plan, SimpleNamespace(step_seconds=ms / 1000))
+
+    towers = "conv data-parallel, towers model-parallel, updatePeriod=2 (one update per minibatch)"
+    fastest_first = [ranked("data-parallel", 100), ranked(towers, 100.5),
+                     ranked("one device", 101), ranked("conv data-parallel, rest on 0, "
+                                                       "updatePeriod=1 (an update every pass)",
+                                                       103)]
+    order, tied = ties_first(fastest_first, 0.015)
+    assert tied == 3
+    assert [r.candidate.name for r in order] == ["one device", "data-parallel", towers,
+                                                 fastest_first[3].candidate.name]
+    assert ties_first(fastest_first, 0.004) == (fastest_first, 1)
+    assert ties_first(fastest_first, None) == (fastest_first, 1)  # not measured: no tie
+
+    class Round:  # a round's model predicting the plan at a fixed step
+        def __init__(self, ms):
+            self.ms = ms
+
+        def predict(self, plan):
+            return SimpleNamespace(step_seconds=self.ms / 1000)
+
+    assert prediction_noise(None, [Round(98), Round(100), Round(104)]) == \
+        pytest.approx(3 / 100)
+    assert prediction_noise(None, [Round(98)]) is None

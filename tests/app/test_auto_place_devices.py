@@ -66,7 +66,7 @@ def test_the_hybrid_reference_config_gets_valid_candidates_on_its_four_devices()
 def test_every_refused_candidate_is_named_with_its_reason(monkeypatch):
     """On 2 devices the four pass layers that concatenate the towers cannot sit apart:
     the error names every candidate and the devices the config itself needs."""
-    monkeypatch.setattr(auto_place, "measure_costs", _no_profile)
+    monkeypatch.setattr(auto_place, "measure_cost_models", _no_profile)
     opts = _opts("--layer-def", DATA_MODEL[0], "--layer-params", DATA_MODEL[1],
                  *SMALL_IMAGENET, "--auto-place", "2")
     net = auto_place.assembly.load_net_for(opts)
@@ -101,7 +101,7 @@ def test_candidates_that_do_not_fit_are_dropped_before_any_profile(monkeypatch):
     assert all(why.startswith("does not fit in memory: the plan needs about ")
                for _, why in refused)
     monkeypatch.setattr(memory_fit, "host_limit", lambda: HostLimit(1, "a test's limit"))
-    monkeypatch.setattr(auto_place, "measure_costs", _no_profile)
+    monkeypatch.setattr(auto_place, "measure_cost_models", _no_profile)
     with pytest.raises(DeviceError, match="no placement of the net on 2 devices is left"):
         auto_place.rank(opts, net)
 

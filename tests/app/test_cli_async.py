@@ -55,8 +55,8 @@ def test_compare_trains_a_config_once_per_sync_mode(tmp_path):
                       EXAMPLES / "digits-params.cfg", "--gpu", "0,1", "--epochs", "1",
                       "--no-progress", "--sync", "sync", "local:2", "--save-path", save,
                       timeout=120))
-    assert "== [1/2] digits-data-sync:" in proc.stdout
-    assert "== [2/2] digits-data-local2:" in proc.stdout
+    assert "\n[1/2] digits-data-sync: data," in "\n" + proc.stdout
+    assert "\n[2/2] digits-data-local2: data," in proc.stdout
     table = (save / "compare.txt").read_text()
     assert "digits-data-sync" in table and "digits-data-local2" in table
     _, synced = checkpoint_arrays(save / "digits-data-sync" / "checkpoint.npz")

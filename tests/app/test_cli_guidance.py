@@ -59,6 +59,7 @@ def test_pictures_without_matplotlib_name_the_plot_extra(tmp_path):
     # training itself needs no matplotlib: it says why there is no log.png
     run = ok(run_cli(*DUMMY, "--epochs", "1", "--save-path", tmp_path / "run", env=env))
     assert "no log.png: drawing it needs matplotlib" in run.stdout
+    assert "watch " not in run.stdout  # no picture to watch
     assert (tmp_path / "run" / "log.csv").exists() and not (tmp_path / "run" / "log.png").exists()
 
 
@@ -74,6 +75,7 @@ def test_banner_summary_log_and_picture_under_a_pipe(tmp_path):
     assert "minibatch 128 cases = 2 shards of 64" in lines[0]
     assert lines[1].startswith("cpu backend, logical device -> physical: 0 -> CPU worker 0")
     assert lines[3] == "saving to run/ (checkpoint.npz, log.csv, log.png)"
+    assert lines[4] == "watch run/log.png: cost and error against epochs, redrawn at every test"
     assert lines[-3].startswith("finished in ") and "final test error" in lines[-3]
     assert lines[-2] == "saved: run/checkpoint.npz, run/log.csv, run/log.png"
     assert lines[-1].endswith("convnet.py --load-file run --epochs 4")

@@ -141,12 +141,16 @@ def test_the_project_has_no_import_cycle():
 
 #: The packages from the top of docs/DESIGN.md's map down; each may import only those
 #: after it (the modules directly in ``convnet/``, errors and the like, are the base).
-LAYERING = ("make_data", "app", "simulate", "data", "runtime", "plan", "layers", "config",
-            "kernels")
+#: ``convnet`` itself (its ``__init__``, whose ``train`` and ``load`` call the Python API
+#: in ``app``) stands on top of them all.
+LAYERING = ("convnet", "make_data", "app", "simulate", "data", "runtime", "plan", "layers",
+            "config", "kernels")
 
 
 def _package(module: str) -> str:
     parts = module.split(".")
+    if module == "convnet":
+        return "convnet"
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERING) else "base"
 
 
@@ -179,7 +183,8 @@ def test_make_data_stands_beside_the_training_application():
 #: modules directly in the package, or ``"__init__"`` for the package's own ``__init__``
 #: (the public face of ``config``, the kernel registry at the bottom of ``kernels``).
 SUBLAYERING = {
-    "app": ("__init__", "command_line", "comparison", "prediction", "using", "run", "."),
+    "app": ("__init__", "python_api", "command_line", "comparison", "prediction", "using",
+            "run", "."),
     "runtime": ("__init__", ".", "sync", "step", "processes", "devices"),
     "config": ("__init__", ".", "layer_types", "values"),
     "data": ("__init__", "image", "."),

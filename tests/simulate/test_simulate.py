@@ -20,8 +20,8 @@ from convnet.plan.memory import memory_peaks
 from convnet.plan.planner import make_plan
 from convnet.runtime.step.tasks import Task, TaskAction, make_tasks
 from convnet.runtime.step.records import OpTiming
-from convnet.simulate.costs import (ComputeProfile, CostModel, OpCost, Profiler, fixed_share,
-                                    measured_contention, wake_seconds)
+from convnet.simulate.costs import ComputeProfile, CostModel, OpCost, fixed_share
+from convnet.simulate.profiler import Profiler, measured_contention, wake_seconds
 from convnet.simulate.hardware import DEVICE_KINDS, LINKS, HostFigures, measure_host
 from convnet.simulate.schedule import simulate
 
@@ -238,6 +238,8 @@ def test_a_profile_is_fitted_over_every_round():
     _, _, plan = _plan("digits-single.cfg", "0")
 
     class Phases:  # an executor whose one forward takes 1e-5 s per case, times a phase
+        workers = None  # run on the calling thread
+
         def __init__(self):
             self.phases = iter([1, 1, 3, 3])  # each round: half, then whole
 
@@ -253,6 +255,61 @@ def test_a_profile_is_fitted_over_every_round():
         profiler.round()
     assert profiler.profile().costs[("forward", "fc10")] == \
         OpCost(pytest.approx(0.0, abs=1e-12), pytest.approx(2e-5))
+
+
+def test_time_other_processes_took_is_taken_out_of_every_block(monkeypatch):
+    """A block whose thread ran only half the time it could (a busy machine) counts
+    half its measured seconds: the profile reads the machine's own speed."""
+    _, _, plan = _plan("digits-single.cfg", "0")
+
+    class Steady:  # one forward of 1e-5 s per case, as measured on the wall clock
+        workers = None
+
+        def train_tasks(self):
+            return []
+
+        def timed_steps(self, batch, steps):
+            seconds = len(batch[0]) * 1e-5
+            return [(seconds, [OpTiming(0, "forward", "fc10", 0.0, seconds)])] * steps
+
+    class HalfShare:  # every block: the thread ran half its runnable time
+        def __init__(self, ids):
+            self.shares = [0.5] * len(ids)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr("convnet.simulate.profiler.Shares", HalfShare)
+    profiler = Profiler(Steady(), [list(range(128))], HOST, plan)
+    profiler.round()
+    profile = profiler.profile()
+    assert profile.costs[("forward", "fc10")].at(128) == pytest.approx(0.5 * 128e-5)
+    assert profile.run_share == 0.5
+    assert profile.step_seconds == [pytest.approx(0.5 * 128e-5)] * 2
+
+
+def test_a_threads_share_is_what_it_ran_of_its_runnable_time():
+    from convnet.simulate.run_queue import LEAST_SHARE, RunCounts, read_counts, share
+
+    assert share(RunCounts(1.0, 0.5), RunCounts(3.0, 1.5)) == pytest.approx(2 / 3)
+    assert share(RunCounts(1.0, 0.5), RunCounts(3.0, 0.5)) == 1.0  # never waited
+    assert share(None, RunCounts(3.0, 1.5)) == 1.0  # counts not readable: as measured
+    assert share(RunCounts(0, 0), RunCounts(1.0, 99.0)) == LEAST_SHARE
+    counts = read_counts()
+    assert counts is None or counts.ran > 0  # this thread has run
+
+
+def test_a_steps_timings_are_scaled_alike():
+    from convnet.simulate.profiler import at_share
+
+    run = (0.01, [OpTiming(0, "forward", "a", 0.0, 0.004), OpTiming(1, "forward", "a",
+                                                                      0.002, 0.006)])
+    seconds, timings = at_share(run, 0.5)
+    assert seconds == pytest.approx(0.005)
+    assert [(t.start, t.end) for t in timings] == [(0.0, 0.002), (0.001, 0.003)]
 
 
 def test_the_fit_keeps_each_figure_in_its_place():

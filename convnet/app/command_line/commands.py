@@ -12,6 +12,7 @@ import json
 import sys
 import warnings
 from dataclasses import asdict
+from typing import Callable
 
 from convnet.app import launch, using
 from convnet.app.prediction import auto_place
@@ -44,34 +45,59 @@ from convnet.simulate.report import simulation_summary, simulation_text
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the parsed command line ``args``; returns the exit code."""
+    if is_comparison(args):
+        prepare_process(args)
+        launch.require_one_process("--compare")
+        return run_compare(args)  # several configs side by side
+    opts = resolved_options(args)
+    return command_for(opts)(opts)
+
+
+def is_comparison(args: argparse.Namespace) -> bool:
+    """Whether the command line compares several configs (--compare)."""
+    return args.compare is not None or len(args.layer_params_list or ()) > 1
+
+
+def prepare_process(args: argparse.Namespace) -> None:
+    """What every command sets for the whole process before it starts."""
     # Overflow and NaN are caught by the executor's own checks, which name the layer;
     # numpy's warnings about them would only add lines of noise before that error.
     warnings.filterwarnings("ignore", category=RuntimeWarning,
                             message=r"(overflow|invalid value|divide by zero) encountered")
     conv_choice.WINOGRAD = not args.no_winograd  # a process-wide choice of kernels
 
-    if args.compare is not None or len(args.layer_params_list or ()) > 1:
-        launch.require_one_process("--compare")
-        return run_compare(args)  # several configs side by side
+
+def resolved_options(args: argparse.Namespace) -> RunOptions:
+    """The options of a command that is not --compare, resolved and checked, with the
+    processes of the run agreed on them (under mpiexec)."""
+    prepare_process(args)
     if args.rounds is not None:
         raise UsageError("--rounds sets how many rounds --compare times its configs in: "
                          "give it with --compare")
     if args.min_lead is not None:
         raise UsageError("--min-lead sets the lead --compare's verdict calls clear: "
                          "give it with --compare")
+    if args.verbose:
+        raise UsageError("--verbose prints every test line of --compare's configs (a "
+                         "training run prints them anyway): give it with --compare")
     opts = resolve_options(args)
     comm, _ = launch.processes()
     comm.wait_limit = opts.rank_timeout
     check_started_alike(comm, opts, args.no_winograd)  # before any other collective
+    return opts
+
+
+def command_for(opts: RunOptions) -> Callable[[RunOptions], int]:
+    """What the options ask to be done: a function of them returning the exit code."""
     if opts.print_plan or opts.plan_graph is not None:
-        return print_plan(opts)
+        return print_plan
     if opts.check_grads:
-        return check_gradients(opts)
+        return check_gradients
     if opts.auto_place is not None:
-        return auto_place.run(opts)
+        return auto_place.run
     if opts.predict or opts.show_filters or opts.show_preds or opts.export_onnx:
-        return using.run(opts)
-    return training.run(opts)
+        return using.run
+    return training.run
 
 
 def print_plan(opts: RunOptions) -> int:

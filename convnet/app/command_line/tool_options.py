@@ -53,14 +53,17 @@ def add_tool_options(p: argparse.ArgumentParser) -> None:
                             "error against time, img/s and one step per device)")
     tools.add_argument("--rounds", type=positive_int, default=None, metavar="N",
                        help="with --compare: time the trained configs in N interleaved rounds "
-                            "(A B C, A B C, ...) and rank them by their median step; more "
-                            "rounds tell closer configs apart (default 20; at least 6 for a "
-                            "winner to be called clear, see docs/COMPARE.md)")
+                            "(A B C, A B C, ...) and rank them by their steps, round by "
+                            "round; more rounds tell closer configs apart (default 20; at "
+                            "least 6 for a winner to be called clear, see docs/COMPARE.md)")
     tools.add_argument("--min-lead", type=min_lead, default=None, metavar="PERCENT",
                        help="with --compare: call the fastest config a clear winner only "
                             "when its lead over each other config is above PERCENT beyond "
                             "the rounds' noise (default 10: smaller leads did not repeat "
                             "from run to run on a 2-core machine; 0 counts any lead)")
+    tools.add_argument("--verbose", action="store_true", default=None,
+                       help="with --compare: print every config's per-test lines as it "
+                            "trains (default: one line per config once it has trained)")
     tools.add_argument("--check-grads", type=flag, nargs="?", const=True, default=False,
                        metavar="0|1",
                        help="compare every layer's gradients with finite differences on "

@@ -57,6 +57,11 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     train.add_argument("--feature-path", type=Path, default=None, metavar="DIR",
                        help="folder for --write-features (default: features-LAYER in the "
                             "save path, else in the current folder)")
+    train.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
+                       help="also write every test's figures (training and test cost and "
+                            "error, learning rate, img/s) as TensorBoard event files into "
+                            "DIR, to watch with `tensorboard --logdir DIR` (needs the "
+                            "'tensorboard' extra)")
     train.add_argument("--profile", action="store_true",
                        help="print the time per layer and per copy/all-reduce, forward and "
                             "backward, when training ends")

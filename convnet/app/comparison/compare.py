@@ -30,11 +30,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from convnet.app.comparison.configs import check_args, config_options, config_pairs, run_names
-from convnet.app.comparison.measure import PROFILE_STEPS, first_minibatch, profile, train_config
+from convnet.app.comparison.measure import (PROFILE_STEPS, first_minibatch, profile,
+                                            train_config, trained_line)
 from convnet.app.comparison.plot import write_comparison_png
 from convnet.app.comparison.prediction import predict_steps
 from convnet.app.comparison.result import ConfigResult, trained
-from convnet.app.comparison.noise import DEFAULT_MIN_LEAD
+from convnet.app.comparison.noise import DEFAULT_MIN_LEAD, paired_steps
 from convnet.app.comparison.rounds import DEFAULT_ROUNDS, time_in_rounds
 from convnet.app.comparison.table import comparison_table
 from convnet.app.comparison.verdict import equivalence_warnings
@@ -110,7 +111,7 @@ def compare(args: argparse.Namespace, out=print, provider=None,
         print(f"warning: {text}", file=sys.stderr)
     try:
         measure_all(results, options, planned, provider, bool(save_root), profile_steps,
-                    args.rounds or DEFAULT_ROUNDS, out)
+                    args.rounds or DEFAULT_ROUNDS, out, verbose=bool(args.verbose))
         if predict:
             out("predicting each config's step with the simulator (docs/SIMULATE.md)")
             predict_steps(results, options, planned,
@@ -132,9 +133,11 @@ def compare(args: argparse.Namespace, out=print, provider=None,
 
 
 def measure_all(results: list[ConfigResult], options: list[RunOptions], planned, provider,
-                keep_checkpoints: bool, profile_steps: int, rounds: int, out) -> None:
+                keep_checkpoints: bool, profile_steps: int, rounds: int, out,
+                verbose: bool = False) -> None:
     """Train every config in turn, then time them all in interleaved rounds, then
-    profile each; the executors stay open from training to profile.
+    profile each; the executors stay open from training to profile.  Each config is
+    one line once trained (``verbose``: a line before, then its run's test lines).
 
     A config whose training fails (a :class:`TrainingError`: it diverged, or its data
     holds NaNs) gets its ``failure`` and is left out of the rounds and the profile, so
@@ -142,22 +145,29 @@ def measure_all(results: list[ConfigResult], options: list[RunOptions], planned,
     executors = []
     try:
         for i, (result, opts, (net, plan)) in enumerate(zip(results, options, planned)):
-            out(f"== [{i + 1}/{len(results)}] {result.name}: {plan.scheme}, {plan.num_passes} "
-                f"pass(es) per minibatch of {opts.mini}, --gpu {','.join(map(str, opts.gpu))}")
+            head = (f"[{i + 1}/{len(results)}] {result.name}: {plan.scheme}, {plan.num_passes} "
+                    f"pass(es) per minibatch of {opts.mini}, --gpu "
+                    f"{','.join(map(str, opts.gpu))}")
+            if verbose:  # the head, then the run's test lines
+                out(f"== {head}")
             try:
                 executors.append(train_config(result, opts, provider, net, plan,
-                                              keep_checkpoints))
+                                              keep_checkpoints, test_lines=verbose))
             except TrainingError as error:
                 result.failure = error.summary
-                out(f"{result.name} is left out of the comparison: {error}")
+                out(f"{head}: left out of the comparison: {error}")
+                continue
+            out(f"{head}: {trained_line(result, opts.epochs)}")
         done = trained(results)
         if not done:
             raise TrainingError(f"--compare: every config failed: {failures(results)}")
         batch = first_minibatch(provider, options[0].mini)
         out(f"timing {len(done)} config(s) in {rounds} interleaved rounds")
         samples = time_in_rounds(executors, batch, rounds)
+        steps = paired_steps({r.name: seconds for r, seconds in zip(done, samples)})
         for result, executor, seconds in zip(done, executors, samples):
             result.round_seconds = seconds
+            result.paired_step = steps[result.name]
             result.profile_cases = len(batch[0])
             if result.lockstep:
                 profile(result, executor, batch, profile_steps)

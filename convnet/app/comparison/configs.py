@@ -25,6 +25,8 @@ _NOT_WITH_COMPARE = (
     ("plan_graph", "--plan-graph (draw each config's graph with --print-plan)"),
     ("check_grads", "--check-grads"),
     ("write_features", "--write-features"),
+    ("tensorboard", "--tensorboard (each config's log.csv and log.png are in its sub-folder "
+                    "of --save-path)"),
 )
 
 

@@ -17,7 +17,6 @@ from convnet.app.options import RunOptions
 from convnet.app.run.assembly import make_executor
 from convnet.app.run.folder import claim_run_folder
 from convnet.app.run.log import read_log
-from convnet.app.run.reporting import draw_log_picture
 from convnet.app.run.training import Trainer
 from convnet.errors import ConvnetError
 from convnet.plan.time_split import CATEGORIES, CATEGORY, DeviceTime
@@ -27,19 +26,20 @@ PROFILE_STEPS = 10
 
 
 def train_config(result: ConfigResult, opts: RunOptions, provider, net, plan,
-                 keep_checkpoints: bool):
+                 keep_checkpoints: bool, test_lines: bool = True):
     """Train one config into ``result.log_path``'s folder, read its log rows into
     ``result`` (and, under async, the shards its replicas trained), and return its
-    executor, still open, for the rounds and the profile."""
+    executor, still open, for the rounds and the profile; ``test_lines``: print its
+    per-test lines."""
     with claim_run_folder(result.log_path.parent, overwrite=opts.overwrite) as folder:
         executor = make_executor(opts, net, plan)
         try:
-            trainer = Trainer(opts, provider, net, plan, executor, folder, announce=False)
-            if not keep_checkpoints:
-                trainer.checkpoint = None  # the log goes to the scratch folder; no checkpoints
+            trainer = Trainer(opts, provider, net, plan, executor, folder, announce=False,
+                              test_lines=test_lines)
+            if not keep_checkpoints:  # the log goes to the scratch folder: no checkpoints,
+                trainer.checkpoint = None  # and no picture (a kept run's has its own)
+                trainer.picture.enabled = False
             trainer.train()
-            if keep_checkpoints:  # each kept run's folder gets its picture, as a run's does
-                draw_log_picture(trainer.log, opts.layer_def)
             result.log_rows = read_log(result.log_path)
             if not result.log_rows:
                 raise ConvnetError(f"{result.name}: the run logged no test line to "
@@ -83,3 +83,10 @@ def profile(result: ConfigResult, executor, part: list, steps: int = PROFILE_STE
                     for s in sums]
     median = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
     result.timeline_seconds, result.timeline = median
+
+
+def trained_line(result: ConfigResult, epochs: int) -> str:
+    """What one config's training ended with, for the line --compare prints for it."""
+    last = result.log_rows[-1]
+    return (f"trained {epochs} epoch(s) in {last['cumulative_time']:.1f} s, last test: "
+            f"cost {last['test_cost']:.4f}, error {100 * last['test_error']:.2f}%")

@@ -12,15 +12,24 @@ confidence interval (the sign test's: the k-th smallest and k-th largest of the
 R ratios, k the largest order whose interval covers the median with at least
 :data:`CONFIDENCE`, from the binomial distribution of how many ratios fall
 below the median).  The winner is *clear* when the whole interval lies above 1;
-otherwise there is no clear winner, and the noise quoted is the interval's
-half-width (as a share of the median ratio).  The rule needs no assumption on
+otherwise there is no clear winner, and the verdict gives the interval and the
+ratios' *spread*: half their interquartile range, as a share of their median, the
+same measure as each config's spread over its own rounds (:func:`spread`, the
+table's column), so that the two can be read side by side (the ratios' is the
+smaller where a slow round slows every config).  The rule needs no assumption on
 the distribution of step times (a disturbed round is an outlier, not a shift
 of a mean), and it needs at least :data:`MIN_ROUNDS` rounds to call anything
 clear: with fewer, even a winner of every round is within what chance gives.
-The fastest is held against every other config, not only the runner-up: where
-several are within the noise of it, the verdict names them all (in the order
-they were given), which reads the same from run to run while noise reorders
-them.
+The fastest is the config that the rounds pair in its favour against each other
+(the median of each other config's round ratios to it at least 1: it was faster in
+at least half the rounds against each), not merely the lowest median step: on a
+machine whose speed moves in phases, a config can have the lower median and still
+lose most rounds to another.  Every config's step is read the same way
+(:func:`paired_steps`: the reference's median step times the config's median round
+ratio to it), so the fastest has the lowest step shown.  It is held against every other config,
+not only the runner-up: where several are within the noise of it, the verdict names
+them all (in the order they were given), which reads the same from run to run while
+noise reorders them.
 
 A lead must also be large enough to repeat: a config clearly beats another only
 when the whole interval lies above ``1 + min_lead`` (``--min-lead``, by default
@@ -96,19 +105,23 @@ class Decision:
     interval: tuple[float, float] | None  # of that median; None: too few rounds
     wins: int  # rounds in which the fastest was faster
     rounds: int
-    ratio_range: tuple[float, float]  # the least and greatest round's ratio
     min_lead: float = 0.0  # the lead, as a share, the interval must lie above
 
     @property
     def clear(self) -> bool:
         return self.interval is not None and self.interval[0] > 1.0 + self.min_lead
 
+    spread: float = 0.0  # half the ratios' interquartile range, as a share (see spread())
+
     @property
     def noise(self) -> float:
-        """The machine's noise on this ratio, as a share: the interval's half-width, or
-        (too few rounds for one) half the ratios' whole range."""
-        low, high = self.interval or self.ratio_range
-        return (high - low) / 2 / self.ratio
+        """The machine's noise on this ratio, as a share: the ratios' spread."""
+        return self.spread
+
+    @property
+    def ahead(self) -> bool:
+        """Whether the rounds pair in the fastest's favour (faster in at least half)."""
+        return self.ratio >= 1.0
 
     def text(self) -> str:
         """The pair's verdict: a clear winner, or none within the noise."""
@@ -142,16 +155,21 @@ class Verdict:
         names = ", ".join(self.tied[:-1]) + f" and {self.tied[-1]}"
         few = any(d.interval is None for d in self.ties)
         lead = self.first.min_lead
-        why = (f"no lead of {100 * lead:.0f}% or more beyond this machine's noise, "
-               f"±{100 * self.noise:.0f}%" if lead else
-               f"within this machine's noise, ±{100 * self.noise:.0f}%")
+        why = (f"no lead of {100 * lead:.0f}% or more beyond this machine's noise" if lead
+               else "within this machine's noise")
         if few:
             why += (f"; {self.first.rounds} rounds cannot tell, give --rounds {MIN_ROUNDS} "
                     "or more")
         d = self.first
+        interval = (f", {100 * CONFIDENCE:.0f}% interval {d.interval[0]:.2f}-"
+                    f"{d.interval[1]:.2f}" if d.interval is not None else "")
+        widest = max(self.ties, key=lambda t: t.noise)
+        spreads = f"the ratios' spread ±{100 * d.noise:.1f}%"
+        if widest.noise > d.noise:
+            spreads += f", ±{100 * widest.noise:.1f}% against {widest.runner_up}"
         return (f"no clear winner between {names} ({why}; median of the round ratios: "
                 f"{d.fastest} {d.ratio:.2f}x {d.runner_up}, faster in {d.wins} of {d.rounds} "
-                "rounds)")
+                f"rounds{interval}; {spreads})")
 
 
 def decide(rounds: dict[str, list[float]],
@@ -164,12 +182,41 @@ def decide(rounds: dict[str, list[float]],
     that the same outcome reads the same).  None with fewer than two configs."""
     if len(rounds) < 2:
         return None
-    order = sorted(rounds, key=lambda name: statistics.median(rounds[name]))
-    x = order[0]
-    duels = [pair(x, rounds[x], y, rounds[y], min_lead) for y in order[1:]]
+    x = leader(rounds)
+    order = sorted((name for name in rounds if name != x),
+                   key=lambda name: statistics.median(rounds[name]))
+    duels = [pair(x, rounds[x], y, rounds[y], min_lead) for y in order]
     ties = tuple(d for d in duels if not d.clear)
     tied = {x} | {d.runner_up for d in ties}
     return Verdict(duels[0], ties, tuple(name for name in rounds if name in tied))
+
+
+def reference(rounds: dict[str, list[float]]) -> str:
+    """The config the rounds pair in favour of against the most others (the median of
+    their round ratios to it at least 1), then the lowest median step."""
+    def ahead_of(x: str) -> int:
+        return sum(statistics.median(b / a for a, b in zip(rounds[x], rounds[y])) >= 1.0
+                   for y in rounds if y != x)
+
+    return min(rounds, key=lambda x: (-ahead_of(x), statistics.median(rounds[x])))
+
+
+def paired_steps(rounds: dict[str, list[float]]) -> dict[str, float]:
+    """Each config's step read from the rounds paired: the :func:`reference` config's
+    median step times the median over the rounds of this config's step over the
+    reference's, so that every config's figure rests on the same rounds (a slow round
+    slows both sides of each ratio) and two figures compare as the rounds pair them."""
+    ref = reference(rounds)
+    base = statistics.median(rounds[ref])
+    return {name: base * statistics.median(c / r for c, r in zip(times, rounds[ref]))
+            for name, times in rounds.items()}
+
+
+def leader(rounds: dict[str, list[float]]) -> str:
+    """The config with the lowest :func:`paired_steps` figure (the reference, unless the
+    rounds run in a circle), the first given of equals."""
+    steps = paired_steps(rounds)
+    return min(rounds, key=lambda name: steps[name])
 
 
 def pair(x: str, x_rounds: list[float], y: str, y_rounds: list[float],
@@ -180,4 +227,5 @@ def pair(x: str, x_rounds: list[float], y: str, y_rounds: list[float],
     return Decision(fastest=x, runner_up=y, ratio=statistics.median(ratios),
                     interval=median_interval(ratios),
                     wins=sum(q > 1.0 for q in ratios), rounds=len(ratios),
-                    ratio_range=(min(ratios), max(ratios)), min_lead=min_lead)
+                    min_lead=min_lead,
+                    spread=spread(ratios))

@@ -5,9 +5,9 @@ One PNG, top to bottom:
 * test error against wall time, one line per config (from the run logs;
   ``--compare`` tests after every data batch unless ``--test-freq`` says
   otherwise, so each line has a point per batch);
-* the step time that ranks the configs (the median of the interleaved rounds,
-  with the rounds' interquartile range as an error bar), the same figure as the
-  table's ``step ms``;
+* the step time that ranks the configs (the interleaved rounds read paired, with
+  the config's own rounds' interquartile range as an error bar), the same figure as
+  the table's ``step ms``;
 * for each config, a Gantt chart of one profiled training step (per-operation
   timing on, so it is longer than the ranked step; its title gives both): one
   row per device the config uses, coloured spans for compute (load, forward,
@@ -122,8 +122,9 @@ def _rows(result) -> int:
 def _step_bars(ax, results, colours) -> None:
     xs = range(len(results))
     steps = [1000 * r.median_step_seconds for r in results]
-    errors = [[1000 * (r.median_step_seconds - _quartile(r, 0)) for r in results],
-              [1000 * (_quartile(r, 2) - r.median_step_seconds) for r in results]]
+    # the rounds' quartiles about the paired step, which may lie outside them
+    errors = [[1000 * max(r.median_step_seconds - _quartile(r, 0), 0.0) for r in results],
+              [1000 * max(_quartile(r, 2) - r.median_step_seconds, 0.0) for r in results]]
     ax.bar(list(xs), steps, 0.6, color=colours, yerr=errors, capsize=3,
            error_kw={"elinewidth": 0.8})
     # The numbers of the error panel's legend (names as long as the ImageNet configs'
@@ -132,8 +133,8 @@ def _step_bars(ax, results, colours) -> None:
     ax.set_xticks(list(xs), [f"{i}: {r.scheme}\n{v:.2f} ms" for i, (r, v)
                              in enumerate(zip(results, steps), start=1)], fontsize=8)
     ax.set_ylabel("ms per training step")
-    ax.set_title("Step time (ranks the configs): median of the\n"
-                 "interleaved rounds, bar = interquartile range", fontsize=9)
+    ax.set_title("Step time (ranks the configs): the interleaved\n"
+                 "rounds read paired, bar = the rounds' quartiles", fontsize=9)
 
 
 def _quartile(result, index: int) -> float:
@@ -163,7 +164,7 @@ def _gantt(ax, result, span_ms: float, last: bool) -> None:
     ax.set_ylim(len(devices) - 0.5, -0.5)
     ax.set_xlim(0, span_ms)
     ax.set_title(f"{result.name}: {result.scheme}, {result.num_passes} pass(es); step "
-                 f"{1000 * result.median_step_seconds:.2f} ms (median of the rounds); "
+                 f"{1000 * result.median_step_seconds:.2f} ms (from the rounds, paired); "
                  f"profiled split of a step of {result.profile_cases} cases, "
                  f"per-op timing on = {step_ms:.1f} ms", fontsize=9, loc="left")
     ax.grid(axis="x", alpha=0.3)
@@ -190,7 +191,7 @@ def _async_panel(ax, result) -> None:
     ax.set_xticks([])
     ax.set_title(f"{result.name}: {result.scheme}, --sync {result.sync}: asynchronous, "
                  f"no lockstep step to profile; step {1000 * result.median_step_seconds:.2f} "
-                 "ms (median of the rounds)", fontsize=9, loc="left")
+                 "ms (from the rounds, paired)", fontsize=9, loc="left")
 
 
 def _kind_legend(fig, results) -> None:

@@ -66,6 +66,7 @@ class ConfigResult:
     trained_steps: int = 0
     # Seconds per step in each interleaved round (the ranking's figure).
     round_seconds: list[float] = field(default_factory=list)
+    paired_step: float | None = None  # its step read from the rounds paired, once timed
     predicted_seconds: float | None = None  # the simulator's step; None: not predicted
     # Why its training stopped (the TrainingError's summary, "diverged at epoch 2, batch
     # 3"); such a config keeps its planner figures and is left out of everything measured.
@@ -74,7 +75,11 @@ class ConfigResult:
     # ------------------------------------------------------------- rounds
     @property
     def median_step_seconds(self) -> float:
-        """The step time that ranks the configs: the median over the rounds."""
+        """The step time that ranks the configs: read from the rounds paired with the
+        other configs' (:func:`convnet.app.comparison.noise.paired_steps`, set in
+        :attr:`paired_step`), else the median over its own rounds."""
+        if self.paired_step is not None:
+            return self.paired_step
         return statistics.median(self.round_seconds) if self.round_seconds else math.nan
 
     @property

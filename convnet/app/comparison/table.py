@@ -146,7 +146,7 @@ def comparison_table(results, warnings: list[str] = (),
     shared_mode = f", --sync {first.sync}" if modes != {"sync"} and len(modes) == 1 else ""
     lines = [f"Schemes compared (minibatch {first.plan.minibatch}, "
              f"--gpu {','.join(map(str, first.plan.physical_devices))}{shared_mode}; "
-             f"step: median of {rounds} interleaved rounds)"]
+             f"step: {rounds} interleaved rounds, read paired)"]
     failed = [r for r in results if r.failure]
     lines += format_table(SCHEME_HEADER + [NOTE] * bool(failed), scheme_rows(results))
     lines += [""] + [f"{r.name}: training failed ({r.failure}), left out of the timing, "
@@ -158,9 +158,14 @@ def comparison_table(results, warnings: list[str] = (),
     lines += format_table(DEVICE_HEADER, device_rows(results))
     lines += ["", "copied: activations and gradients copied between devices; all-reduced: "
                   "ring all-reduce traffic, summed over devices.",
-              "step ms: median seconds per training step over the rounds after training (each "
-              "round times every config in turn on the same minibatch); the ranking, img/s, "
-              "speedup and efficiency use it. spread: half the rounds' interquartile range.",
+              "step ms: seconds per training step from the rounds after training (each round "
+              "times every config in turn on the same minibatch), read paired: the reference "
+              "config's median step times the median over the rounds of this config's step "
+              "over the reference's (the reference: the config faster in at least half the "
+              "rounds against the most others); img/s, speedup and the ranking use it. "
+              "spread: half the interquartile range of a config's rounds, as a share of their "
+              "median; the verdict's spread is the same measure of the round ratios (smaller: "
+              "a slow round slows every config).",
               "speedup: img/s over the one-device config's; efficiency: speedup per "
               "device used.",
               "predicted ms: the simulator's step from one short profile of the net "

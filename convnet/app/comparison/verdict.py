@@ -1,9 +1,12 @@
 """What a ``--compare`` run concludes: speedups, the winner, and why a result may mislead.
 
-Every scheme is ranked by one figure, its median seconds per step over the
-interleaved rounds after training (:attr:`ConfigResult.median_step_seconds`,
-:mod:`convnet.app.comparison.rounds`); whether the fastest beats the runner-up
-beyond the machine's noise is :mod:`convnet.app.comparison.noise`'s rule.  The
+The schemes are timed in interleaved rounds after training
+(:mod:`convnet.app.comparison.rounds`), and every figure here reads them paired,
+round by round, as :mod:`convnet.app.comparison.noise` does: the fastest is the config
+ahead of the others in the rounds (its rule), and every config's step is its round
+ratio to the same reference config (:func:`~convnet.app.comparison.noise.paired_steps`),
+from which img/s, speedups and the ranking follow (the medians of each config's own
+rounds can say a config is faster while it lost most rounds).  The
 profiled steps time a single minibatch with per-operation timing switched on;
 they give the split of a step into compute, copies, all-reduce and idle, not
 the ranking.  Speedups are against the config that runs on one device (the
@@ -15,7 +18,7 @@ line where the two disagree.
 
 from __future__ import annotations
 
-from convnet.app.comparison.noise import DEFAULT_MIN_LEAD, decide, pair
+from convnet.app.comparison.noise import DEFAULT_MIN_LEAD, decide, leader, pair
 
 
 def baseline(results):
@@ -24,6 +27,8 @@ def baseline(results):
 
 
 def speedup(result, base) -> float | None:
+    """``result``'s img/s over ``base``'s (both from the steps read from the rounds
+    paired); None without a one-device config."""
     if base is None or not base.images_per_sec:
         return None
     return result.images_per_sec / base.images_per_sec
@@ -43,8 +48,11 @@ def idle_share(result) -> float:
 
 
 def fastest(results):
-    """The config with the lowest median step over the rounds."""
-    return min(results, key=lambda r: r.median_step_seconds)
+    """The config ahead of the others in the rounds (:func:`noise.leader`)."""
+    if len(results) < 2:
+        return results[0]
+    name = leader({r.name: r.round_seconds for r in results})
+    return next(r for r in results if r.name == name)
 
 
 def verdict_lines(results, fmt_bytes, min_lead: float = DEFAULT_MIN_LEAD) -> list[str]:
@@ -55,14 +63,18 @@ def verdict_lines(results, fmt_bytes, min_lead: float = DEFAULT_MIN_LEAD) -> lis
         return []
     decision = decide({r.name: r.round_seconds for r in results}, min_lead)
     lines = [decision.text() if decision else f"one config: {results[0].name}"]
-    lines.append(_winner_line(fastest(results), baseline(results), fmt_bytes))
+    clear = decision is None or decision.clear
+    lines.append(_winner_line(fastest(results), baseline(results), fmt_bytes, clear))
     lines += superlinear_notes(results)
     lines += prediction_lines(results)
     return lines
 
 
-def _winner_line(best, base, fmt_bytes) -> str:
-    text = (f"fastest: {best.name} ({best.scheme}), {1000 * best.median_step_seconds:.2f} ms "
+def _winner_line(best, base, fmt_bytes, clear: bool = True) -> str:
+    """What the fastest (``clear``) or the config ahead in the rounds but within the noise
+    of others measures and pays."""
+    what = "fastest" if clear else "ahead in the rounds, within the noise"
+    text = (f"{what}: {best.name} ({best.scheme}), {1000 * best.median_step_seconds:.2f} ms "
             f"per step, {best.images_per_sec:.0f} img/s")
     s = speedup(best, base)
     if s is not None and best is not base:
@@ -96,8 +108,8 @@ def superlinear_notes(results) -> list[str]:
         why = ("beyond the noise: each device works on a smaller shard, whose data stays "
                "in the caches where a whole minibatch's does not (a superlinear speedup)"
                if beyond else
-               f"not beyond this machine's noise (±{100 * duel.noise:.0f}% on its ratio to "
-               f"{base.name}): read it as at most 100%")
+               f"not beyond this machine's noise (the spread of its round ratios to "
+               f"{base.name} ±{100 * duel.noise:.1f}%): read it as at most 100%")
         notes.append(f"efficiency above 100%: {r.name} {100 * e:.0f}%, {why}")
     return notes
 
@@ -111,7 +123,7 @@ def prediction_lines(results) -> list[str]:
     by_measure = sorted(predicted, key=lambda r: r.median_step_seconds)
     lines = ["predicted (simulator, one profile of the net): " + " < ".join(
                  f"{r.name} {1000 * r.predicted_seconds:.2f} ms" for r in by_prediction),
-             "measured (median of the rounds):               " + " < ".join(
+             "measured (the rounds, paired):                 " + " < ".join(
                  f"{r.name} {1000 * r.median_step_seconds:.2f} ms" for r in by_measure)]
     rank = {r.name: i for i, r in enumerate(by_prediction)}
     for i, a in enumerate(by_measure):

@@ -12,16 +12,22 @@ splits with micro-batches of :mod:`convnet.plan.layer_cuts`; any the planner
 refuses, or whose memory (the estimate training checks before it allocates) does
 not fit in what the machine has free, is listed with its reason and left out of
 the ranking, before anything is profiled.
+
+Candidates whose predicted steps lie within the profile's noise of the fastest's
+(how far the fastest's step moves when predicted from each profile round alone)
+are a tie: they are listed first, simplest first (:func:`simplicity`), and the
+simplest is the one written.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from convnet.app.run import assembly
 from convnet.app.options import RunOptions, auto_place_output
-from convnet.app.prediction.simulation import measure_costs
+from convnet.app.prediction.simulation import measure_cost_models
 from convnet.app.run.memory_fit import memory_pools, weight_sharing
 from convnet.config.gpu_lines import set_gpu_lines, set_key_lines
 from convnet.config.ini import read_text
@@ -29,7 +35,7 @@ from convnet.config.model import NetConfig
 from convnet.errors import ConvnetError, DeviceError, PlanError
 from convnet.outputs import refuse_existing, write_outputs
 from convnet.plan.layer_cuts import pipeline_candidates
-from convnet.plan.ops import Plan
+from convnet.plan.ops import Copy, Plan
 from convnet.plan.placements import Candidate, candidates
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import choose_backend
@@ -50,6 +56,44 @@ class Ranking:
     ranked: list[Ranked]  # the valid candidates, fastest predicted step first
     refused: list[tuple[str, str]]  # (name, why it was left out)
     costs: CostModel | None = None  # what the predictions rest on
+    noise: float | None = None  # the profile's noise on the best's step, a share (None:
+    # one round, not measured)
+    tied: int = 1  # the first ``tied`` candidates lie within it: a tie, simplest first
+    rounds: int = 0  # the profile's rounds the noise comes from
+
+
+#: The schemes from the simplest: fewer kinds of traffic between devices first.
+SCHEME_ORDER = ("single", "data", "model", "hybrid")
+
+
+def simplicity(r: Ranked) -> tuple:
+    """How simple a placement is to run and to reason about, simplest first: fewer
+    devices used, fewer passes per minibatch, fewer micro-batches, then its scheme
+    (single, data, model, hybrid) and fewer copies between devices."""
+    plan = r.plan
+    used = len({d for p in plan.layers.values() for d in p.devices})
+    copies = sum(1 for op in plan.ops if isinstance(op, Copy))
+    return (used, plan.num_passes, r.candidate.micro_batches, SCHEME_ORDER.index(plan.scheme)
+            if plan.scheme in SCHEME_ORDER else len(SCHEME_ORDER), copies)
+
+
+def prediction_noise(best: Plan, rounds: list[CostModel]) -> float | None:
+    """The noise of a prediction: half the range of the step that each round's profile
+    alone predicts for ``best``, as a share of their median; None with one round."""
+    if len(rounds) < 2:
+        return None
+    steps = sorted(model.predict(best).step_seconds for model in rounds)
+    return (steps[-1] - steps[0]) / 2 / statistics.median(steps)
+
+
+def ties_first(ranked: list[Ranked], noise: float | None) -> tuple[list[Ranked], int]:
+    """``ranked`` (fastest first) with the candidates whose step lies within ``noise`` of
+    the fastest's (a tie) put first in order of :func:`simplicity`, and how many tie."""
+    if not ranked or not noise:
+        return ranked, 1
+    bound = ranked[0].sim.step_seconds * (1 + noise)
+    tied = [r for r in ranked if r.sim.step_seconds <= bound]
+    return sorted(tied, key=simplicity) + ranked[len(tied):], len(tied)
 
 
 def screen(opts: RunOptions, net: NetConfig) -> tuple[list[tuple[Candidate, Plan]],
@@ -90,10 +134,12 @@ def rank(opts: RunOptions, net: NetConfig) -> Ranking:
                  else PlanError)
         raise error(f"--auto-place: no placement of the net on {opts.auto_place} devices is "
                     f"left{hint}: {reasons}")
-    costs = measure_costs(opts, net, "--auto-place")
+    costs, rounds = measure_cost_models(opts, net, "--auto-place")
     ranked = [Ranked(candidate, plan, costs.predict(plan)) for candidate, plan in plans]
     ranked.sort(key=lambda r: r.sim.step_seconds)
-    return Ranking(ranked, refused, costs)
+    noise = prediction_noise(ranked[0].plan, rounds)
+    ranked, tied = ties_first(ranked, noise)
+    return Ranking(ranked, refused, costs, noise, tied, len(rounds))
 
 
 def changed_periods(net: NetConfig, best: Ranked) -> dict[str, int]:
@@ -114,7 +160,9 @@ def params_output(opts: RunOptions, layer_def_out: Path) -> Path:
 
 def ranking_text(ranking: Ranking) -> str:
     header = ["rank", "placement", "predicted ms", "img/s", "idle per device (predicted)"]
-    rows = [[str(i), r.candidate.name, f"{r.sim.step_seconds * 1e3:.2f}",
+    tie = ranking.tied > 1
+    rows = [[f"{i}=" if tie and i <= ranking.tied else str(i), r.candidate.name,
+             f"{r.sim.step_seconds * 1e3:.2f}",
              f"{r.sim.images_per_second:,.0f}",
              " ".join(f"{s.device}:{s.idle / r.sim.step_seconds:.0%}" if r.sim.step_seconds
                       else f"{s.device}:-" for s in r.sim.devices)]
@@ -123,6 +171,19 @@ def ranking_text(ranking: Ranking) -> str:
     lines = ["  ".join(c.ljust(w) if i in (1, 4) else c.rjust(w)
                        for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in [header] + rows]
+    if ranking.noise is None:
+        lines.append(f"noise: not measured (the profile took {ranking.rounds} round; two or "
+                     "more give each round's prediction to compare)")
+    elif tie:
+        lines.append(f"ranks 1-{ranking.tied} tie: their predicted steps lie within the "
+                     f"profile's noise of the fastest's, ±{100 * ranking.noise:.1f}% (half "
+                     f"the range of its step predicted from each of the {ranking.rounds} "
+                     "profile rounds alone); the simplest placement comes first (fewer "
+                     "devices, passes, micro-batches, then single, data, model, hybrid)")
+    else:
+        lines.append(f"no tie: the next placement is beyond the profile's noise, "
+                     f"±{100 * ranking.noise:.1f}% (half the range of the best's step "
+                     f"predicted from each of the {ranking.rounds} profile rounds alone)")
     lines += [f"left out: {name}: {reason}" for name, reason in ranking.refused]
     if ranking.costs is not None and ranking.ranked:
         lines += ["predicted: simulated from these figures [fitted]:"]
@@ -159,10 +220,11 @@ def run(opts: RunOptions) -> int:
                            "(nothing written)") from None
     micro = (f" --micro-batches {best.candidate.micro_batches}"
              if best.candidate.micro_batches > 1 else "")
+    what = "best (the simplest of the tie)" if ranking.tied > 1 else "best"
     if periods:
-        print(f"best: {best.candidate.name}, written to {out} and {params_out} "
+        print(f"{what}: {best.candidate.name}, written to {out} and {params_out} "
               f"(train with --layer-params {params_out}{micro})")
     else:
-        print(f"best: {best.candidate.name}, written to {out}" +
+        print(f"{what}: {best.candidate.name}, written to {out}" +
               (f" (train with{micro})" if micro else ""))
     return 0

@@ -4,7 +4,7 @@ The profile runs the net with every layer on the first device of ``--gpu``
 and no ``updatePeriod`` (which may need replicas), or where the planner
 refuses that (pass layers), the net as placed; on one thread in plan
 order, with an executor of its own (its weights change), on the first
-training minibatch and on its first half; see :mod:`convnet.simulate.costs`
+training minibatch and on its first half; see :mod:`convnet.simulate.profiler`
 for what is measured and what is assumed.  Any placement of the net on any
 devices is predicted from that one profile.
 """
@@ -28,8 +28,9 @@ from convnet.app.prediction.profile_size import (LARGE_NET_CONTENTION_STEPS,
                                                  PROFILE_BUDGET_SECONDS, Progress,
                                                  another_round, automatic_size, is_large)
 from convnet.plan.layer_cuts import net_work
-from convnet.simulate.costs import (CONTENTION_STEPS, CONTENTION_WARMUP, CostModel, Profiler,
-                                    dispatch_seconds)
+from convnet.simulate.costs import CostModel
+from convnet.simulate.profiler import (CONTENTION_STEPS, CONTENTION_WARMUP, Profiler,
+                                       dispatch_seconds)
 from convnet.simulate.hardware import DEVICE_KINDS, device_kind, measure_host
 
 
@@ -141,6 +142,15 @@ class NetProfiler:
             last = time.perf_counter() - began
 
     def cost_model(self) -> CostModel:
+        """The model from every round so far."""
+        return CostModel(self._profiler.profile(), self._kind())
+
+    def round_models(self) -> list[CostModel]:
+        """One model per round alone: how far their predictions move is the noise of
+        the model's (``--auto-place`` calls candidates within it a tie)."""
+        return [CostModel(profile, self._kind()) for profile in self._profiler.round_profiles()]
+
+    def _kind(self):
         if self._opts.simulate_devices:
             kind = device_kind(self._opts.simulate_devices)
         elif self._cpu:
@@ -149,7 +159,7 @@ class NetProfiler:
             kind = replace(DEVICE_KINDS["gpu-pcie3"], name="measured", speed=1.0,
                            source="the GPU the net was profiled on; its compute times as "
                                   "measured")
-        return CostModel(self._profiler.profile(), kind)
+        return kind
 
     def close(self) -> None:
         if self._executor is not None:
@@ -162,6 +172,13 @@ def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate",
                   quiet: bool = False, budget: float = PROFILE_BUDGET_SECONDS) -> CostModel:
     """The cost model of ``net`` from its profile in rounds while they fit ``budget``
     seconds (see :class:`NetProfiler`), each said on stderr unless ``quiet``."""
+    return measure_cost_models(opts, net, option, quiet, budget)[0]
+
+
+def measure_cost_models(opts: RunOptions, net: NetConfig, option: str = "--simulate",
+                        quiet: bool = False, budget: float = PROFILE_BUDGET_SECONDS
+                        ) -> tuple[CostModel, list[CostModel]]:
+    """As :func:`measure_costs`, with the model of each round alone beside it."""
     progress = Progress(f"{Path(opts.layer_def).name} for {option}", quiet=quiet)
     progress.say("starting (the net on one device; docs/SIMULATE.md)")
     with NetProfiler(opts, net, option, progress=progress) as profiler:
@@ -169,4 +186,4 @@ def measure_costs(opts: RunOptions, net: NetConfig, option: str = "--simulate",
         progress.say(f"{profiler.rounds} round(s) at {profiler.cases} and "
                      f"{max(profiler.cases // 2, 1)} cases, extrapolated to --mini "
                      f"{opts.mini}; done")
-        return profiler.cost_model()
+        return profiler.cost_model(), profiler.round_models()

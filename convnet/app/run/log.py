@@ -89,10 +89,12 @@ def read_log(path: Path) -> list[dict]:
             rows = list(csv.DictReader(f))
     except OSError as error:
         raise ConvnetError(f"cannot read the run log {path}: {error.strerror}") from None
-    out = []
-    for row in rows:
-        out.append({k: (int(v) if k in ("epoch", "batch") else float(v)) for k, v in row.items()})
-    return out
+    return [row_values(row) for row in rows]
+
+
+def row_values(row: dict[str, str]) -> dict:
+    """A CSV row's numbers: floats, the epoch and batch ints."""
+    return {k: (int(v) if k in ("epoch", "batch") else float(v)) for k, v in row.items()}
 
 
 def _append_no_follow(path: str, flags: int) -> int:
@@ -104,6 +106,14 @@ def _test_of_row(row: list[str]) -> tuple[int, int, float] | None:
     """(epoch, batch, test error) of a CSV row kept from a resumed run (None if unreadable)."""
     try:
         return int(row[5]), int(row[6]), float(row[9])
+    except ValueError:
+        return None
+
+
+def _history_row(row: list[str]) -> dict | None:
+    """A CSV row kept from a resumed run as :func:`read_log` reads it (None if unreadable)."""
+    try:
+        return row_values(dict(zip(CSV_COLUMNS, row)))
     except ValueError:
         return None
 
@@ -121,9 +131,11 @@ class RunLog:
     an uninterrupted one.
     """
 
-    def __init__(self, save_dir: Path | None, cost_layer: str, plan=None, quiet: bool = False):
+    def __init__(self, save_dir: Path | None, cost_layer: str, plan=None, quiet: bool = False,
+                 test_lines: bool = True):
         self.cost_layer = cost_layer
         self.quiet = quiet
+        self.test_lines = test_lines  # print a line at every test (--compare: --verbose)
         self.cumulative_time = 0.0
         self.window = TrainWindow()
         self.rows = 0  # data rows in the CSV, for the checkpoint
@@ -133,7 +145,11 @@ class RunLog:
         self._csv_path = save_dir / CSV_NAME if save_dir else None
         self._resume_rows: int | None = None
         self._started = False
+        self._kept = False  # the resumed rows are in tests and history
         self.tests: list[tuple[int, int, float]] = []  # (epoch, batch, test error) logged
+        #: Every row of this run's log, resumed rows included, as :func:`read_log` reads
+        #: them (kept without a CSV too: the Python API's history).
+        self.history: list[dict] = []
 
     def resume_from(self, rows: int) -> None:
         """This run continues one whose checkpoint had logged ``rows`` CSV rows."""
@@ -199,9 +215,22 @@ class RunLog:
         except OSError as error:
             raise CheckpointError(f"cannot write the log {self._csv_path}: "
                                   f"{error.strerror or error}") from None
-        self.tests[:0] = [t for t in map(_test_of_row, kept) if t is not None]
+        self._keep(kept)
         self.rows = len(kept)
         self._started = True
+
+    def read_resumed(self) -> None:
+        """The rows a resumed run keeps, in :attr:`tests` and :attr:`history`, for a run
+        that trains no further: nothing is written."""
+        if not self._started and self._csv_path is not None:
+            self._keep(self._start_csv())
+
+    def _keep(self, kept: list[list[str]]) -> None:
+        if self._kept:
+            return
+        self._kept = True
+        self.tests[:0] = [t for t in map(_test_of_row, kept) if t is not None]
+        self.history[:0] = [r for r in map(_history_row, kept) if r is not None]
 
     def _write_row(self, row) -> None:
         self.start()
@@ -221,7 +250,9 @@ class RunLog:
         w.seconds += totals["seconds"]
 
     def record(self, epoch: int, batch_id: int, test: TestResult, learning_rate: float,
-               write=print) -> None:
+               write=print, position: float | None = None) -> None:
+        """A test line, its CSV row and its :attr:`history` row; ``position`` is where the
+        run stands in epochs (e.g. 2.4), which the picture draws the row at."""
         w = self.window
         now = time.perf_counter()
         spent = now - self._interval_start
@@ -231,13 +262,18 @@ class RunLog:
                 f"error {100 * w.mean_error:5.2f}%  |  test cost {test.cost:.4f} "
                 f"error {100 * test.error:5.2f}%  |  {w.images_per_second:7.0f} img/s  "
                 f"lr {learning_rate:.3g}")
-        write(line)
+        if self.test_lines:
+            write(line)
         self.tests.append((epoch, batch_id, test.error))
+        row = (f"{spent:.3f}", f"{self.cumulative_time:.3f}", f"{w.images_per_second:.1f}",
+               f"{w.mean_cost:.6f}", f"{w.mean_error:.6f}", str(epoch), str(batch_id),
+               f"{learning_rate:.6g}", f"{test.cost:.6f}", f"{test.error:.6f}")
         if self._csv_path is not None:
-            self._write_row((f"{spent:.3f}", f"{self.cumulative_time:.3f}",
-                             f"{w.images_per_second:.1f}", f"{w.mean_cost:.6f}",
-                             f"{w.mean_error:.6f}", epoch, batch_id, f"{learning_rate:.6g}",
-                             f"{test.cost:.6f}", f"{test.error:.6f}"))
+            self._write_row(row)
+        values = row_values(dict(zip(CSV_COLUMNS, row)))
+        if position is not None:
+            values["epoch_position"] = position
+        self.history.append(values)
         self.window = TrainWindow()
 
     def print_test_only(self, test: TestResult, views: int = 1) -> None:

@@ -15,3 +15,9 @@ def minibatch_bounds(n: int, mini: int, shards: int) -> list[tuple[int, int]]:
     if len(starts) > 1 and n - starts[-1] < shards:
         starts.pop()
     return list(zip(starts, starts[1:] + [n]))
+
+
+def minibatches(batch: list, mini: int, shards: int):
+    """The minibatches of ``batch`` (its columns cut alike), by :func:`minibatch_bounds`."""
+    for start, stop in minibatch_bounds(len(batch[0]), mini, shards):
+        yield [column[start:stop] for column in batch]

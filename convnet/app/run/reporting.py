@@ -2,8 +2,7 @@
 
 The texts are :mod:`convnet.app.run.summary`'s; here they are filled in from a
 run's state and printed through its :class:`~convnet.app.run.log.RunLog`, so that
-the epoch loop (:mod:`convnet.app.run.training`) holds training only.  The
-closing summary also draws the log's picture, the last file a run writes.
+the epoch loop (:mod:`convnet.app.run.training`) holds training only.
 """
 
 from __future__ import annotations
@@ -14,9 +13,8 @@ from convnet.app import launch
 from convnet.app.checkpoint import CHECKPOINT_NAME
 from convnet.app.invocation import resume_command, shown_path
 from convnet.app.options import RunOptions
-from convnet.app.run.log import CSV_NAME, RunLog, read_log
+from convnet.app.run.log import CSV_NAME, RunLog
 from convnet.app.run.log_plot import PNG_NAME as LOG_PNG
-from convnet.app.run.log_plot import write_log_png
 from convnet.app.run.summary import (closing_summary, data_wait_line, oversubscription_warning,
                                      start_banner, where_text)
 from convnet.optional import PLOT_INSTALL, has_matplotlib
@@ -35,6 +33,9 @@ def print_opening(log: RunLog, opts: RunOptions, plan: Plan, provider, batch_cas
     for line in start_banner(opts.layer_def, plan, backend, provider, batch_cases, opts.epochs,
                              save_dir, files, ranks, opts.gpu_note):
         log.note(line)
+    if save_dir is not None and has_matplotlib():
+        log.note(f"watch {shown_path(save_dir / LOG_PNG)}: cost and error against epochs, "
+                 f"redrawn at every test")
     if opts.resume is not None:
         log.note(f"resuming {shown_path(opts.resume.checkpoint)} at "
                  f"{where_text(epoch, batch_index, len(provider.train_batches))}")
@@ -80,31 +81,13 @@ def interrupt_status(checkpoint: Path, saved_at: tuple[int, int] | None, saved_n
 
 
 def print_closing_summary(log: RunLog, opts: RunOptions, save_dir: Path | None,
-                          saved_checkpoint: Path | None) -> None:
-    """The final and best test error, the time, the files written and how to go on."""
-    for line in closing_summary(log.cumulative_time, (log.tests or [None])[-1], log.best_test,
-                                _files_written(log, opts.layer_def, saved_checkpoint),
-                                save_dir, opts.epochs, launch.process_count()):
-        log.note(line)
-
-
-def _files_written(log: RunLog, layer_def: Path, saved_checkpoint: Path | None) -> list[Path]:
-    """The checkpoint (if saved), the log and its picture (drawn here)."""
+                          saved_checkpoint: Path | None, picture: Path | None) -> None:
+    """The final and best test error, the time, the files written (the checkpoint if
+    saved, the log, and its picture if drawn) and how to go on."""
+    csv_path = log.csv_path
     files = [saved_checkpoint] if saved_checkpoint is not None else []
-    csv_path = log.csv_path
-    if csv_path is None or not csv_path.exists():
-        return files
-    picture = draw_log_picture(log, layer_def)
-    return files + [csv_path] + ([picture] if picture is not None else [])
-
-
-def draw_log_picture(log: RunLog, layer_def: Path) -> Path | None:
-    """``log.png`` beside the run's ``log.csv``, from the rows logged so far: at the end
-    of a run, and where a run stops early (Ctrl-C, SIGTERM, an error after training
-    started), so that the banner's list of files holds; None without a log or
-    matplotlib."""
-    csv_path = log.csv_path
-    if csv_path is None or not log.started or not csv_path.exists() or not has_matplotlib():
-        return None  # no log of this run: an earlier run's picture stays as it is
-    title = f"{Path(layer_def).name}: {shown_path(csv_path)}"
-    return write_log_png(read_log(csv_path), csv_path.with_name(LOG_PNG), title)
+    if csv_path is not None and csv_path.exists():
+        files += [csv_path] + ([picture] if picture is not None else [])
+    for line in closing_summary(log.cumulative_time, (log.tests or [None])[-1], log.best_test,
+                                files, save_dir, opts.epochs, launch.process_count()):
+        log.note(line)

@@ -46,9 +46,12 @@ from convnet.app.run.assembly import (TrainingExecutor, build_net_and_plan, make
 from convnet.app.run.features import check_feature_layer, write_features
 from convnet.app.run.folder import check_run_folder, claim_run_folder
 from convnet.app.run.log import RunLog, TestResult, progress_bar
-from convnet.app.run.minibatches import minibatch_bounds
-from convnet.app.run.reporting import (draw_log_picture, interrupt_status,
-                                       print_closing_summary, print_data_notes, print_opening)
+from convnet.app.run.evaluation import Evaluator
+from convnet.app.run.event_files import EventFiles
+from convnet.app.run.minibatches import minibatch_bounds, minibatches
+from convnet.app.run.live_picture import LivePicture
+from convnet.app.run.reporting import (interrupt_status, print_closing_summary,
+                                       print_data_notes, print_opening)
 from convnet.app.run.resume_state import read_counters, read_state, unused_layers
 from convnet.app.run.signals import deferred_interrupt, interrupt_requested, raise_if_stopped
 from convnet.config import parse_net
@@ -62,6 +65,13 @@ from convnet.stop_signals import Terminated
 
 def run(opts: RunOptions) -> int:
     """Train (or with --test-only, evaluate) as the options say; returns the exit code."""
+    execute(opts)
+    return 0
+
+
+def execute(opts: RunOptions) -> Trainer:
+    """Train (or with --test-only, evaluate) as the options say; the trainer, its
+    devices closed, whose log holds every test (the Python API's result)."""
     # Only the root of a training run writes; the other ranks have no save folder.
     saving = opts.save_path is not None and not opts.test_only and launch.is_root()
     save_dir = Path(opts.save_path) if saving else None
@@ -72,6 +82,7 @@ def run(opts: RunOptions) -> int:
     provider = make_data_provider(opts)
     net, plan = build_net_and_plan(opts, provider)
     executor = make_executor(opts, net, plan, provider)
+    trainer = None
     try:
         trainer = Trainer(opts, provider, net, plan, executor, save_dir, root=launch.is_root())
         if opts.resume is not None:
@@ -82,13 +93,14 @@ def run(opts: RunOptions) -> int:
             if opts.test_only:
                 result = trainer.test()
                 trainer.log.print_test_only(result, trainer.test_views)
-                code = 0
             else:
-                code = trainer.train()
+                trainer.train()
             if opts.write_features:
                 write_features(opts, provider, trainer.features, trainer.log, trainer.root)
-        return code
+        return trainer
     finally:
+        if trainer is not None:
+            trainer.events.close()
         executor.close()
         provider.close()
 
@@ -107,7 +119,7 @@ class Trainer:
 
     def __init__(self, opts: RunOptions, provider, net: NetConfig, plan: Plan,
                  executor: TrainingExecutor, save_dir: Path | None = None, root: bool = True,
-                 announce: bool = True):
+                 announce: bool = True, test_lines: bool = True):
         self.opts = opts
         self.root = root
         self.announce = announce  # the banner and the closing summary (--compare has its own)
@@ -119,6 +131,8 @@ class Trainer:
         self.batch_index = 0  # batches of the current epoch already trained
         self.cost_layer = reported_cost_layer(net, opts.logreg_name)
         self.test_views = views_per_test_case(opts, provider, net, self.cost_layer)
+        self.evaluator = Evaluator(opts.mini, provider, net, plan, executor, self.cost_layer,
+                                   self.test_views)
         check_feature_layer(opts, net, plan, provider.test_batches, make_folder=root)
         self.save_dir = save_dir
         self.checkpoint = save_dir / CHECKPOINT_NAME if save_dir is not None else None
@@ -127,7 +141,10 @@ class Trainer:
         self._per_batch = 1  # minibatches per data batch, for the progress bar
         self.data_wait = 0.0  # seconds the loop waited for a training batch
         self.train_seconds = 0.0  # seconds it spent training batches
-        self.log = RunLog(save_dir, self.cost_layer, plan, quiet=opts.no_progress)
+        self.log = RunLog(save_dir, self.cost_layer, plan, quiet=opts.no_progress,
+                          test_lines=test_lines)
+        self.picture = LivePicture(self.log, opts.layer_def)  # log.png, redrawn at each test
+        self.events = EventFiles(opts.tensorboard if root else None)  # --tensorboard
         if opts.profile:
             executor.timings = []  # the executor records op timings from now on
 
@@ -180,6 +197,11 @@ class Trainer:
         self._saved_at = (self.epoch, self.batch_index)
         return self.checkpoint
 
+    @property
+    def saved_checkpoint(self) -> Path | None:
+        """The checkpoint this run saved (or resumed in its own folder), else None."""
+        return self.checkpoint if self._saved_at is not None else None
+
     # -------------------------------------------------------------- the loop
     def train(self) -> int:
         opts = self.opts
@@ -191,6 +213,7 @@ class Trainer:
         total_batches = opts.epochs * len(batches)
         done_before = (self.epoch - 1) * len(batches) + self.batch_index
         if done_before >= total_batches:
+            self.log.read_resumed()  # the run's result all the same (the Python API's)
             self.log.note(f"nothing to train: the checkpoint has trained "
                           f"{done_before / len(batches):g} of {opts.epochs} epoch(s); give "
                           "--epochs N to train further")
@@ -220,10 +243,11 @@ class Trainer:
             raise
         self._finish()
         self.log.close()
+        picture = self.picture.finish()
         if self.announce:
             print_data_notes(self.log, self.provider, self.data_wait, self.train_seconds)
-            print_closing_summary(self.log, opts, self.save_dir,
-                                  self.checkpoint if self._saved_at is not None else None)
+            print_closing_summary(self.log, opts, self.save_dir, self.saved_checkpoint,
+                                  picture)
         return 0
 
     def _train_epochs(self, batches: list[int], total_batches: int, test_freq: int, bar) -> None:
@@ -240,8 +264,12 @@ class Trainer:
                     if (done + 1) % test_freq == 0 or self.batch_index == len(batches):
                         self._guarded(self._settle, batch_id=batch_id)
                         test_result = self._guarded(self.test, batch_id=batch_id)
+                        at = self.epoch - 1 + self.batch_index / len(batches)
                         self.log.record(self.epoch, batch_id, test_result,
-                                        self._learning_rate(progress), write=bar.write)
+                                        self._learning_rate(progress), write=bar.write,
+                                        position=at)
+                        self.picture.update()
+                        self.events.add(self.log.history[-1], self.executor.step_count)
                         self._maybe_save(test_result.error, write=bar.write)
                     if interrupt_requested():
                         raise StopAtBatchEnd()
@@ -253,10 +281,8 @@ class Trainer:
     def _draw_log_picture(self) -> None:
         """log.png of a run that stops early, as the banner promised; a failure to draw
         it is said in one line and does not hide why the run stopped."""
-        if not self.root:
-            return
         try:
-            draw_log_picture(self.log, self.opts.layer_def)
+            self.picture.finish()
         except ConvnetError as error:
             self.log.warn(str(error))
 
@@ -291,7 +317,7 @@ class Trainer:
 
     def _train_batch(self, batch: list[np.ndarray], progress: float, bar):
         totals = {"cost": 0.0, "error": 0.0, "cases": 0, "seconds": 0.0}
-        parts = list(self._minibatches(batch))
+        parts = list(minibatches(batch, self.opts.mini, self.plan.num_pieces))
         if len(parts) != self._per_batch:  # a batch of another size: correct the bar's total
             bar.total += len(parts) - self._per_batch
         for part in parts:
@@ -344,56 +370,10 @@ class Trainer:
         if self.opts.force_save and self._saved_step != self.executor.step_count:
             self.save()
 
-    # --------------------------------------------------------------- testing
     def test(self) -> TestResult:
-        if not self.provider.test_batches:
-            raise DataError("the test range selects no batch")
-        cost = error = 0.0
-        cases = 0
-        views = self.test_views > 1
-        with BatchPrefetcher(self.provider, self.provider.test_batches, train=False,
-                             views=views) as loader:
-            for _, batch in loader:
-                raise_if_stopped()
-                batch_cost, batch_error, n = (self._test_views(batch) if views
-                                              else self._test_batch(batch))
-                cost += batch_cost
-                error += batch_error
-                cases += n
-        return TestResult(cost / max(cases, 1), error / max(cases, 1), cases)
-
-    def _test_batch(self, batch):
-        cost = error = 0.0
-        for part in self._minibatches(batch):
-            result = self.executor.evaluate(part)
-            costs = result.costs.get(self.cost_layer, {})
-            cost += costs.get("cost", 0.0) * result.num_cases
-            error += costs.get("error", 0.0) * result.num_cases
-        return cost, error, len(batch[0])
-
-    def _test_views(self, batch):
-        """Average the softmax over the views, then score (multiview testing)."""
-        views, labels, others = batch[0], batch[1], batch[2:]
-        probs_layer = self.net[self.cost_layer].inputs[1]
-        total = 0
-        for v in range(views.shape[0]):
-            total = total + self.features([views[v], labels, *others], probs_layer)
-        probs = total / views.shape[0]
-        truth = labels.reshape(-1).astype(np.int64)
-        picked = np.maximum(probs[np.arange(len(truth)), truth], 1e-30)
-        cost = float(-np.log(picked).sum())
-        error = float((probs.argmax(axis=1) != truth).sum())
-        return cost, error, len(truth)
+        """The test batches evaluated by the net as it stands."""
+        return self.evaluator.test()
 
     def features(self, batch, layer: str) -> np.ndarray:
         """``layer``'s test-mode outputs for ``batch``, one row per case."""
-        parts = [self.executor.features(part, layer) for part in self._minibatches(batch)]
-        return np.concatenate(parts).reshape(len(batch[0]), -1)
-
-    def _minibatches(self, batch):
-        """Cut a batch into --mini sized minibatches; a tail too short to be cut into
-        one case per shard joins the minibatch before it (cut as evenly as possible)."""
-        for start, stop in minibatch_bounds(len(batch[0]), self.opts.mini,
-                                            self.plan.num_pieces):
-            yield [column[start:stop] for column in batch]
-
+        return self.evaluator.features(batch, layer)

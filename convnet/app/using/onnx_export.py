@@ -12,13 +12,14 @@ forward pass per image; a server wanting ten views can feed crops itself).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from convnet.app.options import RunOptions
 from convnet.app.using.onnx_graph import OPSET, GraphBuilder
 from convnet.app.using.onnx_layers import refuse, translate
-from convnet.app.using.saved_net import open_saved_net, require_image_input
+from convnet.app.using.saved_net import SavedNet, open_saved_net, require_image_input
 from convnet.config.model import NetConfig
 from convnet.errors import DataError
 from convnet.optional import require_onnx
@@ -82,30 +83,43 @@ def net_model(onnx, net: NetConfig, state: dict[str, np.ndarray], probs_layer: s
     return g.model(INPUT, raw_shape, OUTPUT, (int(np.prod(shape)),), doc)
 
 
+def saved_net_model(onnx, saved: SavedNet, path: Path):
+    """(the ONNX model of the trained net, the line that says what it takes and gives
+    once written to ``path``, a note or None)."""
+    require_image_input(saved, "--export-onnx")
+    provider = saved.provider
+    raw_shape = tuple(int(d) for d in provider.image_shape)
+    offset = provider.test_cases_from_pixels(np.zeros((1,) + raw_shape, np.float32))
+    offset = (offset[0] if offset.ndim == 5 else offset)[0]
+    state = saved.trainer.executor.state_arrays()
+    model = net_model(onnx, saved.net, state, saved.probs_layer, raw_shape, offset,
+                      doc=f"{saved.opts.layer_def.name}: test-mode forward pass, raw pixels "
+                          f"in (0..{provider.pixel_max:g}), class probabilities out")
+    note = ("note: the model computes the centre view only, not the "
+            f"{provider.num_views} views of --multiview-test" if provider.num_views > 1
+            else None)
+    text = (f"wrote {path}: input '{INPUT}' N x {' x '.join(map(str, raw_shape))} (raw "
+            f"pixels, 0..{provider.pixel_max:g}), output '{OUTPUT}' N x {saved.num_classes}; "
+            f"ONNX opset {OPSET}")
+    return model, text, note
+
+
+def write_model(model, path: Path) -> None:
+    try:
+        write_output(path, model.SerializeToString())
+    except OSError as error:
+        raise DataError(f"cannot write {path}: {error.strerror}") from None
+
+
 def run_export_onnx(opts: RunOptions) -> int:
     onnx = require_onnx("--export-onnx")
     saved = open_saved_net(opts)
     try:
-        require_image_input(saved, "--export-onnx")
-        provider = saved.provider
-        raw_shape = tuple(int(d) for d in provider.image_shape)
-        offset = provider.test_cases_from_pixels(np.zeros((1,) + raw_shape, np.float32))
-        offset = (offset[0] if offset.ndim == 5 else offset)[0]
-        state = saved.trainer.executor.state_arrays()
-        model = net_model(onnx, saved.net, state, saved.probs_layer, raw_shape, offset,
-                          doc=f"{opts.layer_def.name}: test-mode forward pass, raw pixels in "
-                              f"(0..{provider.pixel_max:g}), class probabilities out")
-        classes = saved.num_classes
+        model, text, note = saved_net_model(onnx, saved, opts.export_onnx)
     finally:
         saved.close()
-    try:
-        write_output(opts.export_onnx, model.SerializeToString())
-    except OSError as error:
-        raise DataError(f"cannot write {opts.export_onnx}: {error.strerror}") from None
-    if provider.num_views > 1:
-        print("note: the model computes the centre view only, not the "
-              f"{provider.num_views} views of --multiview-test", file=sys.stderr)
-    print(f"wrote {opts.export_onnx}: input '{INPUT}' N x {' x '.join(map(str, raw_shape))} "
-          f"(raw pixels, 0..{provider.pixel_max:g}), output '{OUTPUT}' N x {classes}; "
-          f"ONNX opset {OPSET}")
+    write_model(model, opts.export_onnx)
+    if note is not None:
+        print(note, file=sys.stderr)
+    print(text)
     return 0

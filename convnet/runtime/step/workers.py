@@ -91,6 +91,12 @@ class DeviceWorkers:
         if real:
             raise real[0]
 
+    @property
+    def thread_ids(self) -> list[int | None]:
+        """The operating system's id of each device's worker thread, in device order
+        (what a profile reads their run-queue waits by)."""
+        return [t.native_id for t in self._threads]
+
     def barrier(self, key, parties: int) -> None:
         """Meet the other ``parties - 1`` workers of collective ``key``."""
         with self._barrier_lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 from hypothesis import given, settings
@@ -59,8 +60,10 @@ def test_equal_configs_under_noise_give_no_clear_winner():
     assert not verdict.clear
     text = verdict.text()
     # named in the order given, whichever came first by median
-    assert text.startswith("no clear winner between a and b (within this machine's noise, ±")
-    assert f"±{100 * verdict.noise:.0f}%" in text
+    assert text.startswith("no clear winner between a and b (within this machine's noise; ")
+    ratios = [b / a for a, b in zip(x, y)] if verdict.first.fastest == "a" else \
+        [a / b for a, b in zip(x, y)]
+    assert text.endswith(f"the ratios' spread ±{100 * spread(ratios):.1f}%)")
 
 
 def test_every_config_within_the_noise_of_the_fastest_is_named():
@@ -87,7 +90,7 @@ def test_a_lead_beyond_the_noise_but_under_the_least_lead_is_a_tie():
     tie = decide({"a": x, "b": y})
     assert DEFAULT_MIN_LEAD == 0.10 and tie.first.interval[0] > 1.0 and not tie.clear
     assert tie.text().startswith("no clear winner between a and b (no lead of 10% or more "
-                                 "beyond this machine's noise, ±")
+                                 "beyond this machine's noise; ")
     assert decide({"a": x, "b": y}, min_lead=0.0).clear
     assert not decide({"a": x, "b": y}, min_lead=0.06).clear
     z = [t * 1.25 for t in x]
@@ -136,3 +139,26 @@ def test_a_clear_winner_won_at_least_most_rounds(x, factor):
     assert decision.clear == (factor > 1.0 and decision.interval[0] > 1.0)
     if decision.clear:
         assert decision.wins > len(x) // 2
+
+
+def test_the_fastest_is_ahead_in_the_paired_rounds_not_merely_the_lowest_median():
+    """On a machine whose speed moves in phases a config can have the lower median and
+    still lose most rounds: b's median is 12 ms against a's 30, yet a was faster in 16
+    of 20 rounds, so a is the one ahead, and the verdict says so."""
+    a = [0.010] * 8 + [0.030] * 4 + [0.030] * 8
+    b = [0.011] * 8 + [0.012] * 4 + [0.031] * 8
+    assert statistics.median(b) < statistics.median(a)
+    verdict = decide({"a": a, "b": b})
+    assert (verdict.first.fastest, verdict.first.wins) == ("a", 16)
+    assert verdict.first.ratio >= 1.0 and not verdict.clear  # 3%: under the least lead
+    assert "median of the round ratios: a 1.03x b, faster in 16 of 20 rounds" in \
+        verdict.text()
+
+
+def test_the_verdicts_spread_is_the_spread_columns_measure_of_the_ratios():
+    rng = random.Random(5)
+    x = [0.01 * rng.uniform(0.7, 1.3) for _ in range(20)]
+    y = [t * rng.uniform(0.97, 1.03) for t in x]
+    duel = pair("a", x, "b", y)
+    assert duel.noise == spread([b / a for a, b in zip(x, y)])
+    assert spread(x) > 3 * duel.noise  # the machine's phases cancel in the ratios

@@ -6,14 +6,19 @@ from __future__ import annotations
 import statistics
 from types import SimpleNamespace
 
-from convnet.app.comparison.verdict import prediction_lines, superlinear_notes
+import pytest
+
+from convnet.app.comparison.noise import paired_steps
+from convnet.app.comparison.verdict import (prediction_lines, speedup, superlinear_notes,
+                                           verdict_lines)
 
 
 def config(name, devices, rounds, predicted=None):
     median = statistics.median(rounds)
     return SimpleNamespace(name=name, devices_used=devices, round_seconds=rounds,
                            median_step_seconds=median, images_per_sec=64 / median,
-                           predicted_seconds=predicted)
+                           predicted_seconds=predicted, scheme="data", copy_bytes=0,
+                           allreduce_bytes=0, is_async=False, times=[])
 
 
 def test_efficiency_above_100_within_the_noise_is_flagged_as_such():
@@ -45,3 +50,19 @@ def test_the_predicted_ranking_stands_beside_the_measured_one():
     assert len(prediction_lines([a, b, c])) == 2  # the same order: no disagreement line
     a.predicted_seconds = b.predicted_seconds = None
     assert prediction_lines([a, b, c]) == []  # one prediction ranks nothing
+
+
+def test_no_line_calls_fastest_a_config_that_lost_most_rounds():
+    """The lower median (b) lost 16 of 20 rounds to a: the winner line names a, and the
+    speedups read the rounds paired, so b's is below 1 where it lost most rounds."""
+    a = config("a", 1, [0.010] * 8 + [0.030] * 12)
+    b = config("b", 2, [0.011] * 8 + [0.012] * 4 + [0.031] * 8)
+    assert b.images_per_sec > a.images_per_sec  # what the unpaired medians would say
+    steps = paired_steps({"a": a.round_seconds, "b": b.round_seconds})
+    for r in (a, b):  # as compare sets them
+        r.median_step_seconds = steps[r.name]
+        r.images_per_sec = 64 / steps[r.name]
+    lines = verdict_lines([a, b], str)  # a 3% lead: under the least lead of 10%
+    assert lines[1].startswith("ahead in the rounds, within the noise: a (")
+    assert speedup(b, a) < 1.0 and speedup(a, a) == 1.0
+    assert steps["b"] / steps["a"] == pytest.approx(31 / 30)  # b's median ratio to a

@@ -1,0 +1,121 @@
+"""``convnet.load(path)``: a trained net to predict with, export, and look at.
+
+The saved run is opened as ``--predict`` and ``--export-onnx`` open it
+(:func:`convnet.app.using.saved_net.open_saved_net`: the run's options, devices, data
+provider and weights), so a prediction here is what ``--predict`` computes for the same
+pixels, and the exported model is ``--export-onnx``'s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from convnet.app.options import RunOptions, check_output_file
+from convnet.app.python_api.calls import as_on_the_command_line, options_of
+from convnet.app.run.memory_fit import weight_sharing
+from convnet.app.using.onnx_export import saved_net_model, write_model
+from convnet.app.using.saved_net import SavedNet, open_saved_net
+from convnet.config.model import NetConfig
+from convnet.optional import require_onnx
+from convnet.plan.ops import Plan
+from convnet.plan.report import plan_text
+from convnet.runtime.devices.backends import choose_backend
+
+
+class TrainedNet:
+    """A trained net on the devices of its run (close it, or use it in a ``with`` block,
+    to stop their worker threads)."""
+
+    def __init__(self, saved: SavedNet):
+        self._saved = saved
+
+    @property
+    def options(self) -> RunOptions:
+        """The run's options, as resolved for this net."""
+        return self._saved.opts
+
+    @property
+    def net(self) -> NetConfig:
+        return self._saved.net
+
+    @property
+    def plan(self) -> Plan:
+        """Where each layer runs and what crosses devices (:meth:`plan_text` prints it)."""
+        return self._saved.trainer.plan
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(channels, height, width) of the images :meth:`predict` takes."""
+        return tuple(int(d) for d in self._saved.provider.image_shape)
+
+    @property
+    def pixel_max(self) -> float | None:
+        """The pixels' scale: 0..pixel_max (1 for digits, 255 for CIFAR; None for data
+        that are not pictures)."""
+        return self._saved.provider.pixel_max
+
+    @property
+    def label_names(self) -> list[str]:
+        return self._saved.label_names
+
+    def plan_text(self) -> str:
+        """The plan as ``--print-plan`` prints it."""
+        saved = self._saved
+        shared = weight_sharing(self.plan, self.net, choose_backend(self.options.backend),
+                                self.options.sync, processes=1)
+        return plan_text(self.plan, saved.net, shared)
+
+    def predict(self, images) -> np.ndarray:
+        """Class probabilities, (N, classes), of ``images``: (N, C, H, W) in the data's
+        own pixel units (:attr:`image_shape`, 0..:attr:`pixel_max`), preprocessed as a
+        test case is (the mean subtracted, the centre window cut, ``--multiview-test``'s
+        views averaged)."""
+        images = np.asarray(images, dtype=np.float32)
+        step = self.options.mini
+        with as_on_the_command_line():
+            parts = [self._saved.probabilities(
+                         self._saved.provider.test_cases_from_pixels(images[i:i + step]))
+                     for i in range(0, len(images), step)]
+        return (np.concatenate(parts) if parts
+                else np.empty((0, self._saved.num_classes), np.float32))
+
+    def test_batch(self, batch_id: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(images, labels) of a batch of the run's data (the first test batch by
+        default), the images as :meth:`predict` takes them."""
+        provider = self._saved.provider
+        return provider.raw_batch(provider.test_batches[0] if batch_id is None else batch_id)
+
+    def export_onnx(self, path, overwrite: bool = False) -> Path:
+        """Write the net's test-mode forward pass as an ONNX model, as ``--export-onnx``
+        does (raw pixels in, probabilities out); an existing file only with
+        ``overwrite``.  Its path."""
+        path = Path(path)
+        onnx = require_onnx("export_onnx")
+        check_output_file("export_onnx", path, overwrite)
+        model, _, _ = saved_net_model(onnx, self._saved, path)
+        write_model(model, path)
+        return path
+
+    def close(self) -> None:
+        self._saved.close()
+
+    def __enter__(self) -> TrainedNet:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"TrainedNet({self.options.layer_def.name}, {self.plan.scheme} on "
+                f"{self.plan.num_devices} device(s), {len(self.label_names)} classes)")
+
+
+def load(path, **options) -> TrainedNet:
+    """The net saved in ``path`` (a checkpoint, or the save folder holding one), opened
+    as ``--load-file`` opens it; further options as for :func:`convnet.train` (e.g.
+    ``gpu=[0]`` to predict on one device, ``data_path=...`` where the data moved)."""
+    with as_on_the_command_line():
+        opts = options_of({"load_file": path, **options}, "convnet.load")
+        return TrainedNet(open_saved_net(opts))

@@ -1,0 +1,76 @@
+"""How much of a profiled block a thread really ran: the rest, other work on the machine took.
+
+A profile on a shared machine measures the machine's load as much as the net: with two
+busy processes on two cores the profile's thread gets about two thirds of a core, and
+every operation it times is half as long again.  Linux counts, per thread, the time it
+ran on a core and the time it waited on a run queue, runnable but with every core
+taken by something else (``/proc/self/task/TID/schedstat``: nanoseconds run,
+nanoseconds waited, time slices).  A block's *share* is run / (run + waited): the
+fraction of the time it could run that it did.  Scaling the block's timings by its
+share reads them at the machine's own speed, whatever the load beside it.
+
+A thread asleep (on a queue, a lock, the interpreter lock held by another worker) is
+not runnable, so that time is neither run nor waited: the waits the engine causes
+itself stay in the profile, only what other processes took is taken out.  Where the
+counts cannot be read (not Linux, a kernel without them), the share is 1: the timings
+stay as measured.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+#: The least share a block is given: a thread that ran less than this of its runnable
+#: time (a machine many times oversubscribed) is not scaled further, so that one odd
+#: reading cannot shrink a profile to nothing.
+LEAST_SHARE = 0.2
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """A thread's seconds on a core and waiting for one, since it started."""
+
+    ran: float
+    waited: float
+
+
+def read_counts(native_id: int | None = None) -> RunCounts | None:
+    """The counts of the thread ``native_id`` (default: the calling thread), or None
+    where they cannot be read."""
+    tid = threading.get_native_id() if native_id is None else native_id
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+        return RunCounts(int(ran) / 1e9, int(waited) / 1e9)
+    except (OSError, ValueError):
+        return None
+
+
+def share(before: RunCounts | None, after: RunCounts | None) -> float:
+    """The share of its runnable time a thread ran between two readings (1 when either
+    is missing or it was never runnable)."""
+    if before is None or after is None:
+        return 1.0
+    ran, waited = after.ran - before.ran, after.waited - before.waited
+    if ran <= 0 or waited <= 0:
+        return 1.0
+    return max(ran / (ran + waited), LEAST_SHARE)
+
+
+class Shares:
+    """The shares of several threads over one block: ``with Shares(ids) as block: ...``,
+    then ``block.shares`` (one per thread id, in order)."""
+
+    def __init__(self, native_ids: list[int | None]):
+        self._ids = list(native_ids)
+        self._before: list[RunCounts | None] = []
+        self.shares: list[float] = [1.0] * len(self._ids)
+
+    def __enter__(self) -> Shares:
+        self._before = [read_counts(tid) for tid in self._ids]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shares = [share(before, read_counts(tid))
+                       for before, tid in zip(self._before, self._ids)]

@@ -1,0 +1,66 @@
+"""--tensorboard DIR: every test's figures as TensorBoard event files, read back here."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from convnet.app.command_line.parser import build_parser
+from convnet.app.options import resolve_options
+from convnet.app.run import training
+from convnet.app.run.log import read_log
+from convnet.errors import TrainingError, UsageError
+from tests.support.cli import DUMMY
+
+tensorboardX = pytest.importorskip("tensorboardX")
+
+
+def scalars(folder) -> dict[str, list[tuple[int, float]]]:
+    """tag -> (step, value) of every scalar in the event files of ``folder`` (records: a
+    length, its checksum, the Event message, its checksum)."""
+    from tensorboardX.proto import event_pb2
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack_from("<Q", data, at)
+            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            for value in event.summary.value:
+                out.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return out
+
+
+def _options(*args):
+    return resolve_options(build_parser().parse_args([*DUMMY, *map(str, args)]))
+
+
+def test_every_test_is_a_point_of_each_scalar(tmp_path, capsys):
+    training.run(_options("--epochs", "2", "--test-freq", "2", "--save-path", tmp_path / "run",
+                          "--tensorboard", tmp_path / "tb"))
+    rows = read_log(tmp_path / "run" / "log.csv")
+    found = scalars(tmp_path / "tb")
+    assert sorted(found) == ["cost/test", "cost/train", "error/test", "error/train",
+                             "images_per_second", "learning_rate"]
+    assert [v for _, v in found["error/test"]] == pytest.approx([r["test_error"] for r in rows])
+    assert [v for _, v in found["cost/train"]] == pytest.approx([r["cost"] for r in rows])
+    steps = [s for s, _ in found["error/test"]]
+    assert len(steps) == len(rows) >= 2 and steps == sorted(steps) and steps[0] > 0
+
+
+def test_tensorboard_needs_a_folder_and_a_run_that_fails_first_leaves_none(tmp_path,
+                                                                          monkeypatch):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="--tensorboard: .* is not a folder"):
+        _options("--tensorboard", tmp_path / "file")
+
+    def fails(self, *args, **kwargs):
+        raise TrainingError("NaN in the cost")
+
+    monkeypatch.setattr(training.Trainer, "_train_batch", fails)
+    with pytest.raises(TrainingError):
+        training.run(_options("--tensorboard", tmp_path / "tb"))
+    assert not (tmp_path / "tb").exists()
