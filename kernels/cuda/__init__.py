@@ -17,7 +17,9 @@ Overrides (module: kernels replaced):
 * :mod:`~convnet.kernels.cuda.norm`: ``response_norm_forward``, ``response_norm_backward``;
 * :mod:`~convnet.kernels.cuda.nn`: ``logreg_cost``, ``logreg_grad``;
 * :mod:`~convnet.kernels.cuda.dropout`: ``uniform_like`` (bit-identical to numpy);
-* :mod:`~convnet.kernels.cuda.neurons`: ``neuron_forward``, ``neuron_backward``.
+* :mod:`~convnet.kernels.cuda.neurons`: ``neuron_forward``, ``neuron_backward``;
+* :mod:`~convnet.kernels.cuda.update`: ``momentum_update`` (the weight update, gated by
+  its finite flag on the device).
 
 Every other generic kernel runs on CuPy unchanged.  Setting the environment
 variable ``CONVNET_CUDA_KERNELS=generic`` makes :func:`install` register
@@ -47,6 +49,7 @@ OVERRIDES = {
     "logreg_cost": "nn", "logreg_grad": "nn",
     "uniform_like": "dropout",
     "neuron_forward": "neurons", "neuron_backward": "neurons",
+    "momentum_update": "update",
 }
 
 _install_lock = threading.Lock()

@@ -299,7 +299,7 @@ class Trainer:
             result = self.executor.step(part, progress)
             self._add_step(totals, result)
             if self.opts.profile:
-                self.log.add_profile(self.executor.timings)
+                self.log.add_profile(self.executor.timings, result.host_waits)
             bar.set_postfix_str(f"cost {totals['cost'] / max(totals['cases'], 1):.4f}",
                                 refresh=False)
             bar.update(1)

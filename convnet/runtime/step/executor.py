@@ -59,8 +59,11 @@ import numpy as np
 
 from convnet.plan.ops import piece_bounds, shard_bounds
 from convnet.runtime.step.activation_frees import ActivationReaders
+from convnet.errors import TrainingError
 from convnet.runtime.step.batch_check import check_batch
+from convnet.runtime.step.device_results import FailedCheck, StepResults
 from convnet.runtime.step.executor_setup import ExecutorSetup
+from convnet.runtime.step.non_finite import non_finite_cost_error, non_finite_gradient_error
 from convnet.runtime.step.records import OpTiming, StepBuffers, StepResult
 from convnet.runtime.step.task_actions import TaskActions
 from convnet.runtime.step.tasks import Task
@@ -150,7 +153,8 @@ class Executor(ExecutorSetup, TaskActions):
         for piece in range(self.plan.num_pieces):
             _, device = self.plan.producer_of(layer, piece)
             if self.cluster.is_local(device):
-                parts[piece] = self.devices[device].to_host(buffers.acts[(layer, piece, device)])
+                parts[piece] = self.reads.read(self.devices[device],
+                                               buffers.acts[(layer, piece, device)])
         if self.cluster.size > 1:
             parts = {s: a for share in self.cluster.comm.allgather(
                 parts, what=f"gathering layer {layer}'s features") for s, a in share.items()}
@@ -183,10 +187,11 @@ class Executor(ExecutorSetup, TaskActions):
                  case_offset: int = 0, update_cases: float | None = None,
                  readers: ActivationReaders | None = None) -> StepResult:
         start = time.perf_counter()
+        self.reads.take()  # what was read between steps (a checkpoint) is not the step's
         buffers = self._run_tasks(batch, tasks, train, progress, case_offset, update_cases,
                                   readers)
         num_cases = buffers.bounds[-1][1]
-        metrics = buffers.metrics
+        metrics = buffers.results.metrics
         if self.cluster.size > 1:  # each rank has the shards of its own cost layer replicas
             metrics = {k: v for share in self.cluster.comm.allgather(
                 metrics, what="gathering a step's costs")
@@ -198,13 +203,19 @@ class Executor(ExecutorSetup, TaskActions):
                 totals[k] = totals.get(k, 0.0) + v
         costs = {layer: {k: v / num_cases for k, v in sums.items()}
                  for layer, sums in costs.items()}
-        return StepResult(num_cases, costs, time.perf_counter() - start)
+        return StepResult(num_cases, costs, time.perf_counter() - start,
+                          host_waits=self.reads.take())
 
     def _run_tasks(self, batch, tasks: list[Task], train: bool, progress: float,
                    case_offset: int = 0, update_cases: float | None = None,
-                   readers: ActivationReaders | None = None) -> StepBuffers:
+                   readers: ActivationReaders | None = None,
+                   diagnosing: bool = False) -> StepBuffers:
         """Run ``tasks`` on ``batch``; with ``readers`` (a training step's), every
-        activation is dropped after its last reader (:mod:`.activation_frees`)."""
+        activation is dropped after its last reader (:mod:`.activation_frees`).  Each
+        device's cost sums and finite flags come to the host once, after its last task;
+        a failed check raises its error (:meth:`_failed_step`).  ``diagnosing`` runs
+        the forward tasks of such a step again, keeping every activation and checking
+        nothing."""
         num_cases = check_batch(self.net, self.plan, batch)
         plan = self.plan
         buffers = StepBuffers(batch=batch, bounds=shard_bounds(num_cases, plan.num_shards),
@@ -213,7 +224,9 @@ class Executor(ExecutorSetup, TaskActions):
                               ctx_base={"train": train, "seed": self.seed,
                                         "step": self.step_count},
                               progress=progress, case_offset=case_offset,
-                              update_cases=update_cases)
+                              update_cases=update_cases,
+                              results=None if diagnosing else StepResults(len(self.devices)),
+                              diagnosing=diagnosing)
         actions, slowdown, step = self._actions, self.slowdown, self.step_count
         t0 = time.perf_counter()
         timings = [] if self.timings is not None else None
@@ -236,13 +249,46 @@ class Executor(ExecutorSetup, TaskActions):
             if meter is not None:
                 meter.sample(buffers)
 
+        def finish(device: int) -> None:
+            """The device's end of the step: its results fetched, its one wait."""
+            if buffers.results is not None and self.cluster.is_local(device):
+                buffers.results.fetch(device, self.devices[device], self.reads)
+            else:
+                self.devices[device].synchronize()
+
         if self.workers is None:
             for task in tasks:
                 self.devices[task.devices[0]].activate()  # the task's GPU and stream (CUDA)
                 run(task, None)
+            for device in range(len(self.devices)):
+                finish(device)
         else:
-            self.workers.run(tasks, run)
+            self.workers.run(tasks, run, finish)
         self.transfers.finish_sends(buffers)
         if timings is not None:
             self.timings = timings
+        failed = buffers.results.first_failure() if buffers.results is not None else None
+        if failed is not None:
+            raise self._failed_step(failed, batch, train, progress, case_offset)
         return buffers
+
+    def _failed_step(self, failed: FailedCheck, batch, train: bool, progress: float,
+                     case_offset: int) -> TrainingError:
+        """The error for the step's first failed finite check (:mod:`.non_finite`).
+
+        A gradient names its weight array.  A cost is traced back to the first layer, in
+        net order, whose output for the shard is not finite: the step's activations are
+        gone by now, so its forward tasks run again (the same cases, weights and dropout
+        masks: the updates whose gradients the non-finite values reached were not applied)
+        and their outputs are read.  Across processes that run would need every rank, so
+        there the error names the cost layer."""
+        if failed.key is not None:
+            return non_finite_gradient_error(failed.op.layer, failed.key, failed.op.device,
+                                             self.step_count)
+        if self.cluster.size > 1:
+            return non_finite_cost_error(self.net, self.devices, {}, failed.op,
+                                         self.step_count, self.reads)
+        rerun = self._run_tasks(batch, self._eval_tasks, train, progress, case_offset,
+                                diagnosing=True)
+        return non_finite_cost_error(self.net, self.devices, rerun.acts, failed.op,
+                                     self.step_count, self.reads)

@@ -24,6 +24,8 @@ from convnet.runtime.processes.cluster import Cluster, single_process
 from convnet.runtime.devices.collectives import ChunkedAllReduce, make_all_reduce
 from convnet.runtime.processes.increment_exchange import IncrementExchange
 from convnet.runtime.step.activation_frees import ActivationReaders
+from convnet.runtime.step.batch_check import labels_checked_on_host
+from convnet.runtime.step.host_reads import HostReads
 from convnet.runtime.step.learning_rules import scale_rates
 from convnet.runtime.step.optimizer import MomentumSGD
 from convnet.runtime.step.rank_tasks import tasks_for_rank
@@ -67,6 +69,8 @@ class ExecutorSetup:
         self.check_finite = check_finite
         self.layers = {name: build_layer(net[name]) for name, p in plan.layers.items()
                        if not net[name].is_data}
+        for name in labels_checked_on_host(net):  # batch_check.py, before the upload
+            self.layers[name].labels_checked = True
         self.collectives = {op.replica_devices: make_all_reduce([devices[d] for d in
                                                                  op.replica_devices])
                             for op in plan.ops if isinstance(op, AllReduce)}
@@ -108,7 +112,9 @@ class ExecutorSetup:
                 posts=collections.Counter((op.layer, op.replica) for op in plan.ops
                                           if isinstance(op, Update)))
         self.optimizer = MomentumSGD()
-        self.transfers = Transfers(self.cluster.comm, net, devices, self.store, self._collective)
+        self.reads = HostReads()  # every read of a device value, counted
+        self.transfers = Transfers(self.cluster.comm, net, devices, self.store, self._collective,
+                                   self.reads)
         # Training steps' task lists by what they do with each replicated layer (made
         # when a step first needs one: local layers with different K average at
         # different steps).
