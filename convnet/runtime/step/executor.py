@@ -59,11 +59,12 @@ import numpy as np
 
 from convnet.plan.ops import piece_bounds, shard_bounds
 from convnet.runtime.step.activation_frees import ActivationReaders
-from convnet.errors import TrainingError
+from convnet.errors import DivergedError, TrainingError
 from convnet.runtime.step.batch_check import check_batch
 from convnet.runtime.step.device_results import FailedCheck, StepResults
 from convnet.runtime.step.executor_setup import ExecutorSetup
 from convnet.runtime.step.non_finite import non_finite_cost_error, non_finite_gradient_error
+from convnet.runtime.step.precision import StepBackup
 from convnet.runtime.step.records import OpTiming, StepBuffers, StepResult
 from convnet.runtime.step.task_actions import TaskActions
 from convnet.runtime.step.tasks import Task
@@ -87,7 +88,9 @@ class Executor(ExecutorSetup, TaskActions):
     :class:`~convnet.runtime.devices.slowdown.Slowdown`, makes the tasks of a device F
     times as long in the steps it names (the device sleeps F - 1 times what each
     task took), a test-only way to make devices slower (``--slow-device``, see
-    docs/DESIGN.md).
+    docs/DESIGN.md).  ``precision`` is ``--precision``'s mode
+    (:mod:`convnet.runtime.step.precision`, docs/PRECISION.md): under ``fp16`` a step
+    whose gradients overflow is undone and its :class:`StepResult` says ``skipped``.
     """
 
     def state_arrays(self) -> dict[str, np.ndarray]:
@@ -116,9 +119,20 @@ class Executor(ExecutorSetup, TaskActions):
         ``update_cases``, if given, what the updates divide their gradient sums by
         instead of the cases they cover (a shard whose update is its part of a larger
         minibatch's: M / R, so that every case weighs 1/M however the shards fell)."""
+        scaling = self.precision.loss_scale
+        backup = StepBackup(self.store, self.devices) if scaling is not None else None
         result = self._execute(batch, self.train_tasks(), train=True, progress=progress,
                                case_offset=case_offset, update_cases=update_cases,
                                readers=self.train_readers())
+        if scaling is not None:
+            if result.skipped:
+                backup.restore()
+                if scaling.scale / 2 < scaling.MIN:
+                    raise DivergedError(f"the gradients overflow float16 even at loss scale "
+                                        f"{scaling.scale:g} at step {self.step_count} "
+                                        f"(--precision fp16); --precision bf16 has float32's "
+                                        f"range")
+            scaling.update(result.skipped)
         if self.exchange is not None:
             self.exchange.step_ended(self.step_count)
         self.step_count += 1
@@ -192,10 +206,12 @@ class Executor(ExecutorSetup, TaskActions):
                                   readers)
         num_cases = buffers.bounds[-1][1]
         metrics = buffers.results.metrics
+        skipped = buffers.overflow is not None
         if self.cluster.size > 1:  # each rank has the shards of its own cost layer replicas
-            metrics = {k: v for share in self.cluster.comm.allgather(
-                metrics, what="gathering a step's costs")
-                       for k, v in share.items()}
+            shares = self.cluster.comm.allgather((metrics, skipped),
+                                                 what="gathering a step's costs")
+            metrics = {k: v for share, _ in shares for k, v in share.items()}
+            skipped = any(overflow for _, overflow in shares)  # every rank skips it
         costs: dict[str, dict[str, float]] = {}
         for (layer, _), sums in sorted(metrics.items()):  # fixed order: shard order
             totals = costs.setdefault(layer, {})
@@ -204,7 +220,7 @@ class Executor(ExecutorSetup, TaskActions):
         costs = {layer: {k: v / num_cases for k, v in sums.items()}
                  for layer, sums in costs.items()}
         return StepResult(num_cases, costs, time.perf_counter() - start,
-                          host_waits=self.reads.take())
+                          host_waits=self.reads.take(), skipped=skipped)
 
     def _run_tasks(self, batch, tasks: list[Task], train: bool, progress: float,
                    case_offset: int = 0, update_cases: float | None = None,
@@ -268,7 +284,10 @@ class Executor(ExecutorSetup, TaskActions):
         if timings is not None:
             self.timings = timings
         failed = buffers.results.first_failure() if buffers.results is not None else None
-        if failed is not None:
+        if failed is not None and failed.key is not None \
+                and self.precision.loss_scale is not None:
+            buffers.overflow = failed  # scaled too far: the step is undone (step())
+        elif failed is not None:
             raise self._failed_step(failed, batch, train, progress, case_offset)
         return buffers
 

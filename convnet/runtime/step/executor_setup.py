@@ -28,6 +28,7 @@ from convnet.runtime.step.batch_check import labels_checked_on_host
 from convnet.runtime.step.host_reads import HostReads
 from convnet.runtime.step.learning_rules import scale_rates
 from convnet.runtime.step.optimizer import MomentumSGD
+from convnet.runtime.step.precision import GPU_ONLY, Precision
 from convnet.runtime.step.rank_tasks import tasks_for_rank
 from convnet.runtime.devices.slowdown import Slowdown
 from convnet.runtime.step.records import OpTiming
@@ -49,7 +50,8 @@ class ExecutorSetup:
                  parallel: bool = True, check_finite: bool = True,
                  cluster: Cluster | None = None, local_sgd: int | None = None,
                  slowdown: Slowdown | None = None,
-                 async_staleness: int | None = None, exchange_delay=None):
+                 async_staleness: int | None = None, exchange_delay=None,
+                 precision: str = "fp32"):
         if len(devices) != plan.num_devices:
             raise ValueError("one device per logical index of the plan is needed")
         if local_sgd is not None and local_sgd < 1:
@@ -59,6 +61,18 @@ class ExecutorSetup:
         if async_staleness is not None and any(l.params.get("sync") for l in net):
             raise ValueError("the asynchronous exchange runs every replicated layer apart: "
                              "no layer may set its own sync= mode")
+        self.precision = Precision(precision)
+        if precision in GPU_ONLY and any(d.kind == "cpu" for d in devices):
+            raise ValueError(f"--precision {precision} computes on GPU tensor cores; CPU "
+                             f"devices have none")
+        if self.precision.loss_scale is not None and (async_staleness is not None
+                                                      or local_sgd is not None):
+            raise ValueError(f"--precision {precision} skips the steps whose gradients "
+                             f"overflow, which replicas that update apart cannot agree on")
+        if any(d.kind == "cuda" for d in devices):
+            from convnet.kernels.cuda.precision import use_tf32
+
+            use_tf32(precision == "tf32")  # process-wide: cuBLAS's compute type
         self.net = net
         self.plan = plan
         self.devices = devices

@@ -25,6 +25,7 @@ class StepResult:
     costs: dict[str, dict[str, float]]
     seconds: float = 0.0
     host_waits: int = 0  # points where the host waited for a device (host_reads.py)
+    skipped: bool = False  # --precision fp16: its gradients overflowed, nothing applied
 
 
 @dataclass
@@ -58,6 +59,7 @@ class StepBuffers:
     # the cost sums and finite flags left on the devices (None: a diagnosis, which has none)
     results: StepResults | None = None
     diagnosing: bool = False  # a failed step's forward run again to find the culprit
+    overflow: object = None  # under loss scaling, the first gradient check that failed
     collectives: dict = field(default_factory=dict)
     reduced: dict = field(default_factory=dict)  # (layer, pass, rank) -> summed gradient slices
     received: dict = field(default_factory=dict)  # slices from other processes (transfers.py)

@@ -59,7 +59,8 @@ class TaskActions:
     It reads what :class:`~convnet.runtime.step.executor_setup.ExecutorSetup` builds
     (``net``, ``plan``, ``devices``, ``layers``, ``store``, ``collectives``,
     ``workers``, ``exchange``, ``transfers``, ``optimizer``, ``cluster``,
-    ``own_updates``, ``_sliced``) and the step's count and ``check_finite``.
+    ``own_updates``, ``_sliced``, ``precision``) and the step's count and
+    ``check_finite``.
     Each method runs one task: (task, the step's buffers, the calling worker's
     device or None for all of the task's devices).
     """
@@ -95,8 +96,14 @@ class TaskActions:
         if self.exchange is not None and buffers.ctx_base["train"] and not buffers.diagnosing:
             self._add_increments(op.layer, op.replica, self.step_count)
         inputs = [buffers.acts[(i, op.shard, op.device)] for i in ldef.inputs]
+        weights = self.store.weights[op.layer][op.replica]
+        if self.precision.mixed:
+            inputs = self.precision.layer_inputs(ldef, inputs)
+            weights = self.precision.layer_weights(ldef, weights)
         ctx = self._ctx(buffers, op.shard)
-        output, state = layer.forward(inputs, self.store.weights[op.layer][op.replica], ctx)
+        output, state = layer.forward(inputs, weights, ctx)
+        if self.precision.mixed:  # stored in the layer's dtype (numpy's bfloat16 GEMM widens)
+            output = self.precision.stored_output(ldef, output)
         buffers.acts[(op.layer, op.shard, op.device)] = output
         buffers.states[(op.layer, op.shard)] = state
         if ldef.is_cost and buffers.results is not None:
@@ -116,10 +123,22 @@ class TaskActions:
         key = (op.layer, op.shard, op.device)
         grad_out = None if ldef.is_cost else buffers.grads.pop(key)
         inputs = [buffers.acts[(i, op.shard, op.device)] for i in ldef.inputs]
+        weights = self.store.weights[op.layer][op.replica]
+        precision = self.precision
+        if precision.mixed:
+            stored, inputs = inputs, precision.layer_inputs(ldef, inputs)
+            weights = precision.layer_weights(ldef, weights)
+            grad_out = precision.like(grad_out, buffers.acts[key])
         input_grads, param_grads = self.layers[op.layer].backward(
-            grad_out, inputs, buffers.acts[key], self.store.weights[op.layer][op.replica],
+            grad_out, inputs, buffers.acts[key], weights,
             buffers.states.pop((op.layer, op.shard)), self._ctx(buffers, op.shard),
             list(placement.input_grads))
+        if ldef.is_cost and precision.loss_scale is not None:
+            scale = precision.loss_scale.scale
+            input_grads = [None if g is None else g * scale for g in input_grads]
+        if precision.mixed:
+            input_grads = [precision.like(g, x) for g, x in zip(input_grads, stored)]
+            param_grads = precision.master_gradients(param_grads)
         for inp, wanted, grad in zip(ldef.inputs, placement.input_grads, input_grads):
             if not wanted:
                 continue
@@ -264,9 +283,12 @@ class TaskActions:
             num_cases = sum(buffers.bounds[s][1] - buffers.bounds[s][0]
                             for s in range(first, last)
                             if self.plan.producer_of(op.layer, s)[0] == op.replica)
+        if self.precision.loss_scale is not None:  # the gradients are S times the loss's
+            num_cases = num_cases * self.precision.loss_scale.scale
         rules = self.store.rules[op.layer]
         xp = self.devices[op.device].xp
-        ok = self._gradients_finite(op, grads, buffers) if self.check_finite else None
+        ok = (self._gradients_finite(op, grads, buffers)
+              if self.check_finite or self.precision.loss_scale is not None else None)
         for k, grad in grads.items():
             self.optimizer.update(xp, weights[k], momentum[k], grad, rules[k],
                                   buffers.progress, num_cases, ok=ok)
