@@ -22,7 +22,7 @@ from convnet.app.option_values import (BACKEND_NAMES, MAX_DEVICES, batch_range, 
 from convnet.errors import CheckpointError
 from convnet.filekind import not_a_regular_file
 from convnet.plan.schedules import SCHEDULES
-from convnet.runtime.step.precision import PRECISIONS
+from convnet.plan.precisions import PRECISIONS
 
 #: What a config file a checkpoint names may be called.
 CONFIG_SUFFIXES = (".cfg", ".ini", ".conf", ".cnf")

@@ -40,9 +40,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from convnet.config.layer_types.memory_rules import layer_memory
 from convnet.config.model import NetConfig
 from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load,
                               Plan, Update)
+from convnet.plan.precisions import element_bytes
 
 #: What the estimate separates, in report order.
 PARAMETERS = ("weights", "momentum", "weight_grads")
@@ -91,23 +93,34 @@ class _Device:
         return dict(self.bytes)
 
 
-def memory_peaks(plan: Plan, net: NetConfig,
-                 shared: frozenset[str] = frozenset()) -> list[MemoryPeak]:
+def memory_peaks(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
+                 backend: str = "cpu", precision: str = "fp32") -> list[MemoryPeak]:
     """Each device's estimated peak during one training step (see the module docstring).
 
     The replicas of the layers in ``shared`` hold one copy of the weights and momentum,
     on the first replica's device (what the executor does for synchronous replicas on
-    the CPU devices of one process, see :class:`convnet.runtime.step.weights.WeightStore`)."""
+    the CPU devices of one process, see :class:`convnet.runtime.step.weights.WeightStore`).
+    ``backend`` picks the kernels' memory rules
+    (:func:`~convnet.config.layer_types.memory_rules.layer_memory`); under a mixed
+    ``precision`` (:mod:`convnet.plan.precisions`) the 16-bit layers' activations,
+    gradients, kept state and temporaries take 2 bytes an element, each call also holds
+    its weights cast (and a backward call its 16-bit weight gradients), and ``fp16``
+    keeps a copy of the weights and momentum to undo a step that overflows."""
     devices = [_Device() for _ in range(plan.num_devices)]
     peaks = [MemoryPeak(d) for d in range(plan.num_devices)]
-    shard_bytes = {name: net[name].outputs * plan.piece_size * FLOAT_BYTES for name in plan.layers}
+    size = {name: element_bytes(net[name], precision) if not net[name].is_data else FLOAT_BYTES
+            for name in plan.layers}
+    shard_bytes = {name: net[name].outputs * plan.piece_size * size[name] for name in plan.layers}
     param_bytes = {name: p.param_count * FLOAT_BYTES for name, p in plan.layers.items()}
-    memory = {name: net[name].layer_type.memory(net[name]) for name in plan.layers}
+    cast_bytes = {name: p.param_count * size[name] if size[name] != FLOAT_BYTES else 0
+                  for name, p in plan.layers.items()}
+    memory = {name: layer_memory(net[name], backend, size[name]) for name in plan.layers}
+    copies = ("weights", "momentum") + (("weights", "momentum") if precision == "fp16" else ())
     for name, placement in plan.layers.items():
         for replica, d in enumerate(placement.devices):
             if param_bytes[name] and not (replica and name in shared):
-                devices[d].add("weights", (name, replica), param_bytes[name])
-                devices[d].add("momentum", (name, replica), param_bytes[name])
+                for i, category in enumerate(copies):  # fp16: the second pair, the backup
+                    devices[d].add(category, (name, replica, i // 2), param_bytes[name])
 
     def note(d: int, temporaries: int | None = None) -> None:
         """Take device d's holdings now: between operations (``temporaries`` None) or
@@ -131,7 +144,7 @@ def memory_peaks(plan: Plan, net: NetConfig,
         if isinstance(op, Load):
             devices[op.device].add("activations", (op.layer, op.shard), op.nbytes)
         elif isinstance(op, Copy):
-            devices[op.dst].add("activations", (op.layer, op.shard), op.nbytes)
+            devices[op.dst].add("activations", (op.layer, op.shard), shard_bytes[op.layer])
         elif isinstance(op, Forward):
             dev, mem = devices[op.device], memory[op.layer]
             if mem.new_output:
@@ -139,7 +152,7 @@ def memory_peaks(plan: Plan, net: NetConfig,
             if mem.kept_per_case:
                 dev.add("kept_for_backward", (op.layer, op.shard),
                         mem.kept_per_case * plan.piece_size)
-            note(op.device, mem.forward_temp_per_case * plan.piece_size)
+            note(op.device, mem.forward_temp_per_case * plan.piece_size + cast_bytes[op.layer])
         elif isinstance(op, Backward):
             dev = devices[op.device]
             ldef, placement = net[op.layer], plan.layers[op.layer]
@@ -152,7 +165,7 @@ def memory_peaks(plan: Plan, net: NetConfig,
             if param_bytes[op.layer]:
                 dev.add("weight_grads", (op.layer, op.replica), param_bytes[op.layer])
             note(op.device, memory[op.layer].backward_temp(placement.input_grads)
-                 * plan.piece_size)
+                 * plan.piece_size + 2 * cast_bytes[op.layer])
             dev.free("kept_for_backward", (op.layer, op.shard))
             dev.free("gradients", (op.layer, op.shard))
             release(op)
@@ -163,7 +176,7 @@ def memory_peaks(plan: Plan, net: NetConfig,
                 dev.deferred = []
         elif isinstance(op, GradCopy):
             devices[op.src].free("gradients", (op.consumer, op.layer, op.shard))
-            devices[op.dst].add("gradients", (op.layer, op.shard), op.nbytes)
+            devices[op.dst].add("gradients", (op.layer, op.shard), shard_bytes[op.layer])
         elif isinstance(op, AllReduce):
             share = param_bytes[op.layer] // len(op.replica_devices)
             for d in op.replica_devices:

@@ -35,14 +35,15 @@ class DeviceTotals:
     loaded_bytes: int = 0
 
 
-def device_totals(plan: Plan, net: NetConfig,
-                  shared: frozenset[str] = frozenset()) -> list[DeviceTotals]:
+def device_totals(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
+                  backend: str = "cpu", precision: str = "fp32") -> list[DeviceTotals]:
     """Per-device memory and traffic of one minibatch; ``shared``: the layers whose
-    replicas hold one copy of the weight state (see :func:`memory_peaks`)."""
+    replicas hold one copy of the weight state; ``backend`` and ``precision``: whose
+    kernels and arithmetic (see :func:`memory_peaks`)."""
     totals = [DeviceTotals(d, plan.physical_devices[d], activation_bytes=peak.activation_bytes,
                            temporaries_bytes=peak.at_peak.get(TEMPORARIES, 0),
                            peak_bytes=peak.peak_bytes)
-              for d, peak in enumerate(memory_peaks(plan, net, shared))]
+              for d, peak in enumerate(memory_peaks(plan, net, shared, backend, precision))]
     for name, placement in plan.layers.items():
         for replica, device in enumerate(placement.devices):
             copies = 1 if replica and name in shared else PARAM_COPIES  # its gradient only
@@ -62,8 +63,10 @@ def device_totals(plan: Plan, net: NetConfig,
     return totals
 
 
-def plan_summary(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) -> dict:
-    """The plan as plain JSON-able data (``shared``: as for :func:`device_totals`)."""
+def plan_summary(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
+                 backend: str = "cpu", precision: str = "fp32") -> dict:
+    """The plan as plain JSON-able data (``shared``, ``backend``, ``precision``: as for
+    :func:`device_totals`)."""
     return {
         "scheme": plan.scheme,
         "minibatch": plan.minibatch,
@@ -76,7 +79,7 @@ def plan_summary(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(
         "notes": plan.notes,
         "layers": [dict(asdict(p), replicas=p.replicas) for p in plan.layers.values()],
         "ops": [dict(asdict(op), kind=op.kind, devices=list(op.devices)) for op in plan.ops],
-        "totals": [asdict(t) for t in device_totals(plan, net, shared)],
+        "totals": [asdict(t) for t in device_totals(plan, net, shared, backend, precision)],
     }
 
 
@@ -173,9 +176,10 @@ def _piece_legend(plan: Plan) -> str:
     return f"sN = micro-batch N // {plan.num_shards} of shard N % {plan.num_shards}"
 
 
-def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) -> str:
+def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
+              backend: str = "cpu", precision: str = "fp32") -> str:
     """A readable report: layers, the pass schedule per device, per-device totals
-    (``shared``: as for :func:`device_totals`)."""
+    (``shared``, ``backend``, ``precision``: as for :func:`device_totals`)."""
     physical = ",".join(map(str, plan.physical_devices))
     lines = [f"Scheme: {plan.scheme}.  Devices: logical 0..{plan.num_devices - 1} -> "
              f"physical {physical}.",
@@ -202,7 +206,7 @@ def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset()) 
     if plan.micro_batches > 1:
         lines += [""] + pipeline_text(plan, net, human_bytes)
     lines += ["", "Totals per device (per minibatch)"]
-    totals = device_totals(plan, net, shared)
+    totals = device_totals(plan, net, shared, backend, precision)
     fields = ("param_bytes", "activation_bytes", "temporaries_bytes", "peak_bytes", "sent_bytes",
               "received_bytes", "loaded_bytes")
     names = ("param memory", "activation memory (est.)", "of which temporaries (est.)",

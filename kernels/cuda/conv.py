@@ -20,12 +20,26 @@ Columns are always (C*fs*fs, N*M*M) for conv and (M*M, C*fs*fs, N) for local.
 Padding is at least 0 and stride at least 1 (the config parser's rules).
 The forward cache is a :class:`ColsCache`; the backward pass also accepts the
 generic forward's cache (it then rebuilds the columns).
+
+The columns are not kept from the forward pass to the backward pass: the backward
+pass rebuilds them with one im2col kernel.  Kept, they were most of a GPU step's
+memory (about 1.8 GB of AlexNet's at minibatch 128, against its 0.5 GB of
+activations), for one pass over them saved per layer; with the environment
+variable ``CONVNET_CUDA_KEEP_COLUMNS=1`` they are kept (:data:`KEEP_COLUMNS`, which
+the memory estimate reads too: :func:`convnet.config.layer_types.memory_rules.layer_memory`).
+The CPU kernels keep theirs (:mod:`convnet.kernels.conv.choice`), where rebuilding
+measured 2-3% slower (docs/PRECISION.md, "Memory").
 """
 
 from __future__ import annotations
 
+import os
+
 from ..conv.local import local_cols_grad, local_weight_grad
 from .kernel_set import contiguous, current
+
+#: Keep the columns from the forward pass for the backward pass (see the module docstring).
+KEEP_COLUMNS = os.environ.get("CONVNET_CUDA_KEEP_COLUMNS", "").strip() == "1"
 
 
 class ColsCache:
@@ -102,7 +116,7 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
             for gi in range(g):
                 acc[gi * fg:(gi + 1) * fg] += xp.matmul(wm[gi * fg:(gi + 1) * fg],
                                                         cols[gi * kg:(gi + 1) * kg])
-        cols_all.append(cols if keep_cache else None)
+        cols_all.append(cols if keep_cache and KEEP_COLUMNS else None)
     y = xp.empty((n, filters, modules, modules), dtype=dtype)
     ks.kernel("cvn_conv_bias_out")(acc, contiguous(b).reshape(-1), n, filters, p,
                                    1 if b.ndim == 1 else 0, y)
@@ -177,7 +191,7 @@ def local_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, group
             for gi in range(g):
                 acc[:, gi * fg:(gi + 1) * fg] += xp.matmul(wm[:, gi * fg:(gi + 1) * fg],
                                                            cols[:, gi * kg:(gi + 1) * kg])
-        cols_all.append(cols if keep_cache else None)
+        cols_all.append(cols if keep_cache and KEEP_COLUMNS else None)
     y = xp.empty((n, filters, modules, modules), dtype=dtype)
     ks.kernel("cvn_local_bias_out")(contiguous(acc), contiguous(b).reshape(-1), n, filters, p, y)
     return y, ColsCache(cols_all)

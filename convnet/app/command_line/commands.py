@@ -34,6 +34,7 @@ from convnet.plan.ops import AllReduce
 from convnet.plan.ranks import ranks_summary, ranks_text
 from convnet.plan.report import human_bytes
 from convnet.plan.report import plan_summary, plan_text
+from convnet.runtime.step.precision import precision_text
 from convnet.runtime.sync.async_replicas import async_replica_devices
 from convnet.runtime.devices.backends import choose_backend
 from convnet.runtime.sync.local_replicas import apart_periods
@@ -87,16 +88,18 @@ def print_plan(opts: RunOptions) -> int:
     shared = (weight_sharing(plan, net, backend, opts.sync, cluster.size)
               if backend is not None else frozenset())
     data = _data_memory(opts)
-    pools = (memory_pools(plan, net, backend, cluster.is_local, shared, data)
+    pools = (memory_pools(plan, net, backend, cluster.is_local, shared, data, opts.precision)
              if backend is not None else [])
+    arithmetic = {"backend": backend or "cpu", "precision": opts.precision}
     # the conv layers the CPU kernels compute by Winograd's algorithm (CUDA has its own)
     winograd = winograd_conv_layers(net) if backend == "cpu" else []
     costs = measure_costs(opts, net) if opts.simulate else None
     sim = costs.predict(plan) if costs is not None else None
     tables, tables_source = run_tables(opts, net, plan)
     if opts.print_plan == "json":
-        summary = plan_summary(plan, net, shared)
+        summary = plan_summary(plan, net, shared, **arithmetic)
         summary["sync"] = opts.sync
+        summary["precision"] = opts.precision
         summary["layer_sync"] = layer_syncs(opts.sync, plan, net)
         note = sync_text(opts.sync, plan, net, cluster.size)
         if note is not None:
@@ -115,10 +118,12 @@ def print_plan(opts: RunOptions) -> int:
             summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
         print(json.dumps(summary, indent=1))
     elif cluster.size > 1:
-        print(plan_text(plan, net, shared) + "\n\n" +
+        print(plan_text(plan, net, shared, **arithmetic) + "\n\n" +
               ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
-        print(plan_text(plan, net, shared))
+        print(plan_text(plan, net, shared, **arithmetic))
+    if opts.print_plan != "json":
+        print("\n" + precision_text(opts.precision))
     if opts.print_plan != "json" and data is not None:
         print("\n" + data.text(human_bytes))
     if opts.print_plan != "json" and pools:

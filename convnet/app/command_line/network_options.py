@@ -10,7 +10,7 @@ from convnet.app import bundled_example
 from convnet.app.option_values import (BACKEND_NAMES, DEFAULT_STALENESS, gpu_list,
                                        non_negative_int, positive_int, sync_mode)
 from convnet.plan.schedules import SCHEDULES
-from convnet.runtime.step.precision import PRECISIONS
+from convnet.plan.precisions import PRECISIONS
 
 
 class _LayerParamsAction(argparse.Action):

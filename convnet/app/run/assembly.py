@@ -27,7 +27,8 @@ from convnet.runtime.devices.backends import choose_backend
 from convnet.runtime.devices.slowdown import Slowdown
 from convnet.runtime.processes.cluster import cluster_devices
 from convnet.runtime.step.executor import Executor
-from convnet.runtime.step.precision import GPU_ONLY, compute_dtype
+from convnet.plan.precisions import GPU_ONLY
+from convnet.runtime.step.precision import compute_dtype
 from convnet.runtime.sync.async_replicas import AsyncReplicas, async_replica_devices
 from convnet.runtime.sync.local_replicas import LocalReplicas, apart_periods
 
@@ -181,7 +182,7 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan,
     cluster = launch.cluster_for(opts.gpu)
     check_memory(plan, net, backend, cluster.is_local,
                  weight_sharing(plan, net, backend, opts.sync, cluster.size),
-                 data_memory(provider) if provider is not None else None)
+                 data_memory(provider) if provider is not None else None, opts.precision)
     local_sgd, staleness = local_sgd_period(opts.sync), async_staleness(opts.sync)
     devices = cluster_devices(cluster, opts.gpu, backend)
     slowdown = (Slowdown(opts.slow_device[1], opts.slow_device[0], plan.num_devices)

@@ -99,13 +99,14 @@ def weight_sharing(plan: Plan, net: NetConfig, backend: str, sync: str,
 
 
 def memory_pools(plan: Plan, net: NetConfig, backend: str, local=lambda device: True,
-                 shared: frozenset[str] = frozenset(), data=None) -> list[MemoryPool]:
+                 shared: frozenset[str] = frozenset(), data=None,
+                 precision: str = "fp32") -> list[MemoryPool]:
     """The plan's memory per physical memory, for ``backend`` 'cpu' or 'cuda', over
     the logical devices for which ``local`` is true (this process's); the replicas of
     the ``shared`` layers hold one copy of the weights (:func:`weight_sharing`);
     ``data`` (a :class:`convnet.data.memory.DataMemory`) adds the data pipeline to
-    host RAM."""
-    peaks = [p for p in memory_peaks(plan, net, shared) if local(p.device)]
+    host RAM; ``precision``: the run's ``--precision``."""
+    peaks = [p for p in memory_peaks(plan, net, shared, backend, precision) if local(p.device)]
     limit = host_limit()
     if backend == "cpu":
         return [_host_pool(tuple(p.device for p in peaks), sum(p.peak_bytes for p in peaks),
@@ -148,10 +149,11 @@ def _host_pool(devices: tuple[int, ...], training: int, testing: int, data,
 
 
 def check_memory(plan: Plan, net: NetConfig, backend: str, local=lambda device: True,
-                 shared: frozenset[str] = frozenset(), data=None) -> None:
+                 shared: frozenset[str] = frozenset(), data=None,
+                 precision: str = "fp32") -> None:
     """Refuse (exit 1) a plan whose ``local`` devices (and ``data``, as for
     :func:`memory_pools`) need more memory than the process may use."""
-    short = [pool for pool in memory_pools(plan, net, backend, local, shared, data)
+    short = [pool for pool in memory_pools(plan, net, backend, local, shared, data, precision)
              if not pool.fits]
     if short:
         raise DeviceError("not enough memory: " + "; ".join(p.shortfall_text() for p in short)

@@ -16,7 +16,11 @@ kernels as they are; the plan's memory estimate (:mod:`convnet.plan.memory`) add
 up over a step, and tests/plan/test_memory_estimate.py compares every rule with the state
 the layers really keep, so a change to what a kernel keeps shows up there.
 
-All arrays are float32 except the masks (one byte per element).
+All arrays are float32 except the masks (one byte per element).  The rules describe
+the CPU kernels; :func:`layer_memory` is what the estimate asks: the rule of the kernels
+a backend runs (the CUDA conv and local kernels keep no columns by default,
+:func:`cuda_conv_memory`), for float arrays of another size under ``--precision bf16``
+or ``fp16``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass, replace
 # The kernel's own choice of column order, so that the rule cannot drift from it.
 from convnet.kernels.conv import conv_layout
 from convnet.kernels.conv.winograd import output_tile, tiles
+from convnet.kernels.cuda import conv as cuda_conv
 from convnet.kernels.neurons import NEURONS
 from convnet.config.layer_types.weight_shapes import kernel_channels
 
@@ -248,3 +253,43 @@ def neuron_layer_memory(layer) -> LayerMemory:
 def data_memory(layer) -> LayerMemory:
     """Loaded by the executor, not computed."""
     return LayerMemory(False, 0)
+
+
+def cuda_conv_memory(layer) -> LayerMemory:
+    """Conv and local layers on CUDA devices (:mod:`convnet.kernels.cuda.conv`): the
+    columns, (C fs^2, p) per case and input, are rebuilt in the backward pass, so only
+    the dropout fork's mask and the neuron's state are kept (all columns too with
+    :data:`~convnet.kernels.cuda.conv.KEEP_COLUMNS`).  Temporaries: forward one input's
+    columns and the (F, p) product; backward the output gradient in (F, p) order and
+    one input's columns, and per input gradient the column gradient."""
+    a = layer.attrs
+    p = a["modulesX"] ** 2
+    cols = [c * a["filterSize"][i] ** 2 * p for i, c in enumerate(kernel_channels(a))]
+    product = a["filters"] * p
+    kept = sum(cols) if cuda_conv.KEEP_COLUMNS else 0
+    return _with_neuron(layer, LayerMemory(
+        True, FLOAT * kept + _fork_dropout_mask(layer), FLOAT * (max(cols) + product),
+        FLOAT * (product + (0 if cuda_conv.KEEP_COLUMNS else max(cols))),
+        tuple(FLOAT * c for c in cols)))
+
+
+def layer_memory(layer, backend: str = "cpu", element_bytes: int = FLOAT) -> LayerMemory:
+    """``layer``'s memory facts for the kernels of ``backend`` ('cpu' or 'cuda'), with
+    float arrays of ``element_bytes`` (2 for a layer computing in bfloat16 or float16):
+    kept state and temporaries are scaled by it, masks with them (so under-counted by
+    half, a byte per output at most)."""
+    if backend == "cuda" and layer.type in ("conv", "local"):
+        memory = cuda_conv_memory(layer)
+    else:
+        memory = layer.layer_type.memory(layer)
+    if element_bytes == FLOAT:
+        return memory
+
+    def scaled(n: int) -> int:
+        return n * element_bytes // FLOAT
+
+    return replace(memory, kept_per_case=scaled(memory.kept_per_case),
+                   forward_temp_per_case=scaled(memory.forward_temp_per_case),
+                   backward_temp_per_case=scaled(memory.backward_temp_per_case),
+                   input_grad_temp_per_case=tuple(
+                       scaled(t) for t in memory.input_grad_temp_per_case))

@@ -28,7 +28,8 @@ from convnet.runtime.step.batch_check import labels_checked_on_host
 from convnet.runtime.step.host_reads import HostReads
 from convnet.runtime.step.learning_rules import scale_rates
 from convnet.runtime.step.optimizer import MomentumSGD
-from convnet.runtime.step.precision import GPU_ONLY, Precision
+from convnet.plan.precisions import GPU_ONLY
+from convnet.runtime.step.precision import Precision
 from convnet.runtime.step.rank_tasks import tasks_for_rank
 from convnet.runtime.devices.slowdown import Slowdown
 from convnet.runtime.step.records import OpTiming

@@ -1,5 +1,7 @@
 """What ``--precision`` changes in a step (docs/PRECISION.md).
 
+The modes (:data:`convnet.plan.precisions.PRECISIONS`):
+
 * ``fp32`` (the default): float32 throughout; every bitwise promise holds.
 * ``tf32``: float32 arrays, with the GEMMs and convolutions of CUDA devices on
   TF32 tensor cores (inputs rounded to 10 mantissa bits, float32 sums); a GPU
@@ -27,13 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: The modes of ``--precision``, the default first.
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-#: Modes that compute on tensor cores only (no meaning on CPU devices).
-GPU_ONLY = ("tf32",)
-#: Layer types that compute in float32 under a mixed mode (autocast's float32 list):
-#: the probabilities and the costs, whose logs and sums lose too much in 8 or 11 bits.
-FLOAT32_LAYERS = ("softmax",)
+from convnet.plan.precisions import PRECISIONS, computes_in_float32
+
 #: Weight arrays cast to the compute dtype (``C<i>``, randSparse's channel tables, stay
 #: float32: they hold indices, which bfloat16 would round).
 CAST_PREFIXES = ("W", "b")
@@ -93,6 +90,24 @@ class LossScale:
         return cls(float(scale), good)
 
 
+#: What each mode computes in, in a line (--print-plan; docs/PRECISION.md has the rest).
+DESCRIPTIONS = {
+    "fp32": "float32 throughout; the bitwise promises hold",
+    "tf32": "float32 arrays, CUDA GEMMs and convolutions on TF32 tensor cores (inputs "
+            "rounded to 10 mantissa bits); not bitwise reproducible against fp32",
+    "bf16": "layers in bfloat16 (softmax and costs in float32), float32 master weights "
+            "and updates",
+    "fp16": "layers in float16 (softmax and costs in float32), float32 master weights and "
+            "updates, dynamic loss scaling (a step whose gradients overflow is undone and "
+            "the scale halves)",
+}
+
+
+def precision_text(name: str) -> str:
+    """The line --print-plan gives a run's ``--precision``."""
+    return f"Precision: {name}: {DESCRIPTIONS[name]}."
+
+
 class Precision:
     """One run's ``--precision`` (see the module docstring)."""
 
@@ -110,7 +125,7 @@ class Precision:
 
     def layer_dtype(self, ldef):
         """The dtype ``ldef`` computes in."""
-        if ldef.is_cost or ldef.type in FLOAT32_LAYERS:
+        if computes_in_float32(ldef, self.name):
             return np.dtype(np.float32)
         return self.dtype
 
@@ -167,4 +182,5 @@ class StepBackup:
                 arrays[key][...] = copy
 
 
-__all__ = ["PRECISIONS", "GPU_ONLY", "LossScale", "Precision", "StepBackup", "compute_dtype"]
+__all__ = ["DESCRIPTIONS", "LossScale", "Precision", "StepBackup", "compute_dtype",
+           "precision_text"]
