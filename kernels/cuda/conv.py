@@ -28,7 +28,11 @@ activations), for one pass over them saved per layer; with the environment
 variable ``CONVNET_CUDA_KEEP_COLUMNS=1`` they are kept (:data:`KEEP_COLUMNS`, which
 the memory estimate reads too: :func:`convnet.config.layer_types.memory_rules.layer_memory`).
 The CPU kernels keep theirs (:mod:`convnet.kernels.conv.choice`), where rebuilding
-measured 2-3% slower (docs/PRECISION.md, "Memory").
+measured 2-3% slower (docs/CUDA.md, "Memory").
+
+With ``CONVNET_CUDNN=1`` the conv layers go to cuDNN instead
+(:mod:`convnet.kernels.cuda.cudnn_conv`), which needs no columns at all; these kernels
+stay the fallback (geometries cuDNN cannot express) and the reference.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from __future__ import annotations
 import os
 
 from ..conv.local import local_cols_grad, local_weight_grad
+from . import cudnn_conv
 from .kernel_set import contiguous, current
 
 #: Keep the columns from the forward pass for the backward pass (see the module docstring).
@@ -91,8 +96,17 @@ def col2im_local(dcols, n, channels, img, fs, pad, stride, mods):
 
 # --------------------------------------------------------------------- conv
 
+def _by_cudnn(dtype, geometry: dict) -> bool:
+    """Whether cuDNN computes this conv layer (``CONVNET_CUDNN=1``, :mod:`.cudnn_conv`)."""
+    return cudnn_conv.requested() and cudnn_conv.supports(dtype, **geometry)
+
+
 def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups, img_sizes,
                  modules, keep_cache=True):
+    geometry = dict(filter_sizes=filter_sizes, paddings=paddings, strides=strides,
+                    channels=channels, groups=groups, img_sizes=img_sizes, modules=modules)
+    if _by_cudnn(xs[0].dtype, geometry):
+        return cudnn_conv.conv_forward(xs, ws, b, keep_cache=keep_cache, **geometry)
     ks = current()
     xp = ks.xp
     n = xs[0].shape[0]
@@ -125,6 +139,12 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
 
 def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides, channels,
                   groups, img_sizes, modules, shared_biases=True):
+    geometry = dict(filter_sizes=filter_sizes, paddings=paddings, strides=strides,
+                    channels=channels, groups=groups, img_sizes=img_sizes, modules=modules)
+    if isinstance(cache, cudnn_conv.CudnnCache) or (cache is None
+                                                    and _by_cudnn(gy.dtype, geometry)):
+        return cudnn_conv.conv_backward(gy, xs, ws, cache, need_dx,
+                                        shared_biases=shared_biases, **geometry)
     xp = current().xp
     n = gy.shape[0]
     filters = ws[0].shape[0]

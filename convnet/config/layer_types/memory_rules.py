@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 # The kernel's own choice of column order, so that the rule cannot drift from it.
 from convnet.kernels.conv import conv_layout
 from convnet.kernels.conv.winograd import output_tile, tiles
-from convnet.kernels.cuda import conv as cuda_conv
+from convnet.kernels.cuda import conv as cuda_conv, cudnn_conv
 from convnet.kernels.neurons import NEURONS
 from convnet.config.layer_types.weight_shapes import kernel_channels
 
@@ -261,11 +261,17 @@ def cuda_conv_memory(layer) -> LayerMemory:
     the dropout fork's mask and the neuron's state are kept (all columns too with
     :data:`~convnet.kernels.cuda.conv.KEEP_COLUMNS`).  Temporaries: forward one input's
     columns and the (F, p) product; backward the output gradient in (F, p) order and
-    one input's columns, and per input gradient the column gradient."""
+    one input's columns, and per input gradient the column gradient.  Conv layers by
+    cuDNN (``CONVNET_CUDNN=1``) keep nothing and hold one input's (F, p) output while
+    they run, besides cuDNN's workspace (at most ``CONVNET_CUDNN_WORKSPACE_MB``, not
+    per case, not counted)."""
     a = layer.attrs
     p = a["modulesX"] ** 2
     cols = [c * a["filterSize"][i] ** 2 * p for i, c in enumerate(kernel_channels(a))]
     product = a["filters"] * p
+    if layer.type == "conv" and cudnn_conv.requested():  # no columns; its workspace aside
+        return _with_neuron(layer, LayerMemory(True, _fork_dropout_mask(layer),
+                                               FLOAT * product, 0, ()))
     kept = sum(cols) if cuda_conv.KEEP_COLUMNS else 0
     return _with_neuron(layer, LayerMemory(
         True, FLOAT * kept + _fork_dropout_mask(layer), FLOAT * (max(cols) + product),
