@@ -34,6 +34,7 @@ class StepResults:
 
     def __init__(self, num_devices: int):
         self._pending: list[list[tuple]] = [[] for _ in range(num_devices)]
+        self._packed: list[list[tuple]] = [[] for _ in range(num_devices)]  # (kind, what)
         self._lock = threading.Lock()
         self.metrics: dict[tuple[str, int], dict[str, float]] = {}  # (cost layer, shard) -> sums
         self.failed: list[FailedCheck] = []
@@ -54,16 +55,33 @@ class StepResults:
     def fetch(self, device_index: int, device, reads) -> None:
         """Bring ``device``'s scalars to the host in one transfer (its one wait of the
         step, also when it has none: then only its synchronisation)."""
+        self.unpack(device_index, device, reads, self.pack(device_index, device, reads))
+
+    def pack(self, device_index: int, device, reads) -> tuple:
+        """Pack ``device``'s scalars on the device (no wait): what :meth:`unpack` reads,
+        now or, for a captured step, after each replay (:mod:`.step_graph`)."""
         with self._lock:
-            pending, self._pending[device_index] = self._pending[device_index], []
-        values = reads.fetch(device, [value for _, _, value in pending])
+            pending = self._pending[device_index]
+            self._packed[device_index] = [(kind, what) for kind, what, _ in pending]
+        return reads.pack(device, [value for _, _, value in pending])
+
+    def unpack(self, device_index: int, device, reads, packed: tuple) -> None:
+        """Read what :meth:`pack` packed (one wait) into :attr:`metrics` and :attr:`failed`."""
+        values = reads.unpack(device, packed)
         with self._lock:
-            for (kind, what, _), host in zip(pending, values):
+            for (kind, what), host in zip(self._packed[device_index], values):
                 if kind == "metric":
                     layer, shard, name = what
                     self.metrics.setdefault((layer, shard), {})[name] = host
                 elif not host:
                     self.failed.append(what)
+
+    def cleared(self) -> StepResults:
+        """A fresh record for another run of the same step (a replay): the entries as
+        packed, no host values yet."""
+        fresh = StepResults(len(self._pending))
+        fresh._packed = [list(entries) for entries in self._packed]
+        return fresh
 
     def first_failure(self) -> FailedCheck | None:
         """The failed check to report: a cost (its forward ran before any update it could

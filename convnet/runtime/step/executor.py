@@ -121,9 +121,13 @@ class Executor(ExecutorSetup, TaskActions):
         minibatch's: M / R, so that every case weighs 1/M however the shards fell)."""
         scaling = self.precision.loss_scale
         backup = StepBackup(self.store, self.devices) if scaling is not None else None
-        result = self._execute(batch, self.train_tasks(), train=True, progress=progress,
-                               case_offset=case_offset, update_cases=update_cases,
-                               readers=self.train_readers())
+        if self.step_graph is not None and case_offset == 0 \
+                and self.step_graph.applies(batch, update_cases):
+            result = self.step_graph.step(batch, progress)  # replayed (step_graph.py)
+        else:
+            result = self._execute(batch, self.train_tasks(), train=True, progress=progress,
+                                   case_offset=case_offset, update_cases=update_cases,
+                                   readers=self.train_readers())
         if scaling is not None:
             if result.skipped:
                 backup.restore()
@@ -212,6 +216,12 @@ class Executor(ExecutorSetup, TaskActions):
                                                  what="gathering a step's costs")
             metrics = {k: v for share, _ in shares for k, v in share.items()}
             skipped = any(overflow for _, overflow in shares)  # every rank skips it
+        return self._step_result(metrics, num_cases, start, skipped)
+
+    def _step_result(self, metrics: dict, num_cases: int, start: float,
+                     skipped: bool) -> StepResult:
+        """What a step returns: its costs from the shards' sums (``metrics``, by (cost
+        layer, shard)), its time since ``start`` and its host waits."""
         costs: dict[str, dict[str, float]] = {}
         for (layer, _), sums in sorted(metrics.items()):  # fixed order: shard order
             totals = costs.setdefault(layer, {})
@@ -225,14 +235,16 @@ class Executor(ExecutorSetup, TaskActions):
     def _run_tasks(self, batch, tasks: list[Task], train: bool, progress: float,
                    case_offset: int = 0, update_cases: float | None = None,
                    readers: ActivationReaders | None = None,
-                   diagnosing: bool = False) -> StepBuffers:
+                   diagnosing: bool = False, capturing: bool = False) -> StepBuffers:
         """Run ``tasks`` on ``batch``; with ``readers`` (a training step's), every
         activation is dropped after its last reader (:mod:`.activation_frees`).  Each
         device's cost sums and finite flags come to the host once, after its last task;
         a failed check raises its error (:meth:`_failed_step`).  ``diagnosing`` runs
         the forward tasks of such a step again, keeping every activation and checking
-        nothing."""
-        num_cases = check_batch(self.net, self.plan, batch)
+        nothing; ``capturing`` only queues the walk, on this thread (a CUDA graph's
+        capture, :mod:`.step_graph`, which packs and reads the results itself from a
+        ``batch`` already on the device, checked before)."""
+        num_cases = (len(batch[0]) if capturing else check_batch(self.net, self.plan, batch))
         plan = self.plan
         buffers = StepBuffers(batch=batch, bounds=shard_bounds(num_cases, plan.num_shards),
                               pieces=piece_bounds(num_cases, plan.num_shards,
@@ -267,12 +279,14 @@ class Executor(ExecutorSetup, TaskActions):
 
         def finish(device: int) -> None:
             """The device's end of the step: its results fetched, its one wait."""
+            if capturing:
+                return
             if buffers.results is not None and self.cluster.is_local(device):
                 buffers.results.fetch(device, self.devices[device], self.reads)
             else:
                 self.devices[device].synchronize()
 
-        if self.workers is None:
+        if self.workers is None or capturing:
             for task in tasks:
                 self.devices[task.devices[0]].activate()  # the task's GPU and stream (CUDA)
                 run(task, None)
@@ -283,6 +297,8 @@ class Executor(ExecutorSetup, TaskActions):
         self.transfers.finish_sends(buffers)
         if timings is not None:
             self.timings = timings
+        if capturing:
+            return buffers
         failed = buffers.results.first_failure() if buffers.results is not None else None
         if failed is not None and failed.key is not None \
                 and self.precision.loss_scale is not None:

@@ -33,6 +33,8 @@ from convnet.runtime.step.precision import Precision
 from convnet.runtime.step.rank_tasks import tasks_for_rank
 from convnet.runtime.devices.slowdown import Slowdown
 from convnet.runtime.step.records import OpTiming
+from convnet.runtime.step.step_graph import StepGraph, capture_blockers
+from convnet.runtime.step.step_graph import requested as step_graph_requested
 from convnet.runtime.step.tasks import ReplicaSync, Task, local_periods, make_tasks
 from convnet.runtime.step.transfers import Transfers
 from convnet.runtime.step.weights import WeightStore, shared_weight_layers
@@ -146,6 +148,9 @@ class ExecutorSetup:
                         if parallel else None)
         self.timings: list[OpTiming] | None = None
         self.memory = None  # a runtime.step.memory.MemoryMeter, sampled after every task when set
+        # CONVNET_CUDA_GRAPH=1: training steps replayed as one captured CUDA graph
+        self.step_graph = (StepGraph(self) if step_graph_requested()
+                           and not capture_blockers(self) else None)
 
     def _constrained(self, layer: str) -> bool:
         """Whether ``layer``'s weights are rescaled after each update (``wball``)."""

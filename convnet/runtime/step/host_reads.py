@@ -47,30 +47,40 @@ class HostReads:
     def fetch(self, device, values: Sequence) -> list[float]:
         """The device scalars ``values`` (0-d arrays or array scalars of ``device``) as
         Python floats, after everything queued on the device has run: one wait, also
-        when ``values`` is empty (the device's end-of-step synchronisation).
+        when ``values`` is empty (the device's end-of-step synchronisation)."""
+        return self.unpack(device, self.pack(device, values))
 
-        The values are packed on the device by dtype into one float64 vector (float32
-        sums and booleans convert exactly), so they cross in one transfer."""
-        self._counted()
+    @staticmethod
+    def pack(device, values: Sequence) -> tuple:
+        """``values`` packed on the device into one float64 vector, by dtype (float32 sums
+        and booleans convert exactly), so that they cross in one transfer, with the
+        position of each value in it; no wait (a captured step packs here, and reads
+        the same vector after each replay)."""
         if not values:
-            device.synchronize()
-            return []
-        xp = device.xp
+            return None, []
         groups: dict = {}
         for i, v in enumerate(values):
             groups.setdefault(np.dtype(v.dtype), []).append(i)
+        xp = device.xp
         with device.scope():
             parts = [xp.stack([values[i] for i in idx]).astype(np.float64)
                      for idx in groups.values()]
             packed = parts[0] if len(parts) == 1 else xp.concatenate(parts)
-        host = np.asarray(device.to_host(packed))
+        return packed, [i for idx in groups.values() for i in idx]
+
+    def unpack(self, device, packed: tuple) -> list[float]:
+        """What :meth:`pack` packed, on the host in the values' order: one wait (for
+        everything queued on the device, then its synchronisation)."""
+        self._counted()
+        array, order = packed
+        if array is None:
+            device.synchronize()
+            return []
+        host = np.asarray(device.to_host(array))
         device.synchronize()  # finds the stream idle: releases what copies still held
-        out = [0.0] * len(values)
-        position = 0
-        for idx in groups.values():
-            for i in idx:
-                out[i] = float(host[position])
-                position += 1
+        out = [0.0] * len(order)
+        for position, i in enumerate(order):
+            out[i] = float(host[position])
         return out
 
     def take(self) -> int:

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from convnet.plan.ops import Update
 from convnet.runtime.step.device_results import FailedCheck
 from convnet.runtime.step.records import StepBuffers
@@ -82,7 +84,11 @@ class TaskActions:
         start, stop = buffers.pieces[op.shard]
         column = buffers.batch[ldef.attrs["dataIdx"]][start:stop]
         column = column.reshape((stop - start,) + tuple(ldef.output_shape))
-        buffers.acts[(op.layer, op.shard, op.device)] = self.devices[op.device].to_device(column)
+        device = self.devices[op.device]
+        buffers.acts[(op.layer, op.shard, op.device)] = (
+            device.to_device(column) if isinstance(column, np.ndarray)
+            else device.xp.array(column, copy=True))  # already on the device: a captured step
+
 
     def _copy(self, task: Task, buffers: StepBuffers, device: int | None) -> None:
         op = task.op
