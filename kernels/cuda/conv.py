@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import os
 
+from .. import conv as _generic_conv
 from ..conv.local import local_cols_grad, local_weight_grad
-from . import cudnn_conv
+from . import KERNEL_DTYPES, cudnn_conv
 from .kernel_set import contiguous, current
 
 #: Keep the columns from the forward pass for the backward pass (see the module docstring).
@@ -107,6 +108,9 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
                     channels=channels, groups=groups, img_sizes=img_sizes, modules=modules)
     if _by_cudnn(xs[0].dtype, geometry):
         return cudnn_conv.conv_forward(xs, ws, b, keep_cache=keep_cache, **geometry)
+    if xs[0].dtype.name not in KERNEL_DTYPES:  # a 16-bit float: the generic conv on CuPy
+        return _generic_conv.conv_forward.generic(xs, ws, b, keep_cache=keep_cache,
+                                                  **geometry)
     ks = current()
     xp = ks.xp
     n = xs[0].shape[0]
@@ -145,6 +149,9 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
                                                     and _by_cudnn(gy.dtype, geometry)):
         return cudnn_conv.conv_backward(gy, xs, ws, cache, need_dx,
                                         shared_biases=shared_biases, **geometry)
+    if gy.dtype.name not in KERNEL_DTYPES:
+        return _generic_conv.conv_backward.generic(gy, xs, ws, cache, need_dx,
+                                                   shared_biases=shared_biases, **geometry)
     xp = current().xp
     n = gy.shape[0]
     filters = ws[0].shape[0]

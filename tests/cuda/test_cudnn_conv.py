@@ -257,3 +257,16 @@ def test_the_frontend_package_imports_where_installed():
     for name in ("conv_fprop", "conv_dgrad", "conv_wgrad", "deselect_numeric_notes",
                  "deselect_workspace_greater_than", "build_plans", "get_workspace_size"):
         assert hasattr(cudnn.pygraph, name), name
+
+
+def test_a_16_bit_conv_without_cudnn_is_the_generic_conv(monkeypatch):
+    """The im2col kernels are float32/float64 sources: float16 takes the generic conv."""
+    monkeypatch.delenv(cudnn_conv.ENV, raising=False)
+    rng = np.random.default_rng(9)
+    xs, ws, b, geom = _case(rng, *GEOMETRIES[0])
+    xs, ws, b = [x.astype(np.float16) for x in xs], [w.astype(np.float16) for w in ws], \
+        b.astype(np.float16)
+    with kernel_set.using(emulated_kernel_set()):
+        y, _ = cuda_conv.conv_forward(xs, ws, b, **geom)
+    assert y.dtype == np.float16
+    np.testing.assert_array_equal(y, kconv.conv_forward.generic(xs, ws, b, **geom)[0])
