@@ -1,6 +1,6 @@
 """bench/bench_cuda.py without a GPU: it exits with a clear message, and its dry run (the
 CPU backend and PyTorch's CPU at tiny sizes) goes through every part of the run, so
-that a GPU session's few minutes are not lost to a crash.  Its PyTorch model
+that a short run on a GPU machine is not lost to a crash.  Its PyTorch model
 (bench/torch_net.py) is checked against the engine on the CPU in
 tests/bench/test_agreement.py."""
 
