@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 
 from convnet.config.model import NetConfig
+from convnet.errors import DeviceError
 from convnet.plan.ops import AllReduce, Copy, Forward, Load, Plan, Update
 from convnet.runtime.processes.cluster import Cluster, single_process
 from convnet.runtime.devices.collectives import ChunkedAllReduce, make_all_reduce
@@ -73,9 +74,17 @@ class ExecutorSetup:
             raise ValueError(f"--precision {precision} skips the steps whose gradients "
                              f"overflow, which replicas that update apart cannot agree on")
         if any(d.kind == "cuda" for d in devices):
+            from convnet.kernels.cuda import cudnn_conv
             from convnet.kernels.cuda.precision import use_tf32
 
             use_tf32(precision == "tf32")  # process-wide: cuBLAS's compute type
+            if cudnn_conv.requested():
+                try:
+                    cudnn_conv.frontend()
+                except ImportError as error:
+                    raise DeviceError(f"{cudnn_conv.ENV}=1 computes the conv layers with "
+                                      f"NVIDIA's cuDNN frontend, which does not import "
+                                      f"(pip install -e '.[gpu]'): {error}") from None
         self.net = net
         self.plan = plan
         self.devices = devices
