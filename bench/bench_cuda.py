@@ -27,7 +27,10 @@ model.cfg) with its four logical devices on the one GPU (``--gpu N,N,N,N``) agai
 AlexNet's 1gpu config on ``--gpu N``.  Every figure is a ratio within this run;
 the GPU, driver, CUDA, CuPy, cuDNN and PyTorch versions are printed and, with
 ``--json``, written with every column.  A column that fails records its error and
-the run goes on.  With the defaults the run takes two to four minutes on an H100.
+the run goes on; the JSON is written after each column, so a run stopped at a time
+limit keeps what it measured, and its flat keys (``cifar10_engine_images_per_s``, ...)
+are what bench/gpu_check_summary.py reads.  With the defaults the run takes two to four
+minutes on an H100 (estimated: not yet run on one).
 
 ``--dry-run`` runs all of it on the CPU backend and PyTorch's CPU, at minibatch 4,
 one step, AlexNet at 67x67 (what the suite checks, tests/bench/test_bench_cuda.py);
@@ -40,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from contextlib import contextmanager
@@ -52,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import torch_net  # noqa: E402  (bench/, next to this script)
+from cuda_report import cell, flat_figures, print_net, versions  # noqa: E402
 
 REF = ROOT / "examples" / "cuda-convnet2"
 NETS = {  # name -> (layer-def, layer-params, image side, classes)
@@ -107,33 +110,6 @@ def _environment(switches: dict):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def versions(backend: str, gpu: int, torch) -> dict:
-    """What the figures were measured on."""
-    out = {"python": platform.python_version(), "numpy": np.__version__,
-           "torch": getattr(torch, "__version__", None), "backend": backend}
-    if backend != "cuda":
-        out["device"] = f"CPU ({platform.processor() or platform.machine()})"
-        return out
-    import cupy
-
-    props = cupy.cuda.runtime.getDeviceProperties(gpu)
-    name = props["name"]
-    out.update(device=name.decode() if isinstance(name, bytes) else name,
-               driver=cupy.cuda.runtime.driverGetVersion(),
-               cuda_runtime=cupy.cuda.runtime.runtimeGetVersion(), cupy=cupy.__version__)
-    try:
-        import cudnn
-
-        out["cudnn_frontend"] = cudnn.__version__
-        out["cudnn"] = cudnn.backend_version()
-    except Exception as error:  # noqa: BLE001 - not installed, or no library
-        out["cudnn_frontend"] = f"unavailable: {error}"
-    if torch is not None and torch.cuda.is_available():
-        out["torch_cuda"] = torch.version.cuda
-        out["torch_cudnn"] = torch.backends.cudnn.version()
-    return out
 
 
 # --------------------------------------------------------------------- engine
@@ -256,18 +232,9 @@ def _guarded(fn, *args, **kwargs) -> dict:
         return {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
 
 
-def _cell(column: dict) -> str:
-    if "error" in column:
-        return "error"
-    ips = column.get("images_per_s")
-    return "-" if ips is None else f"{ips:,.0f}"
-
-
-def _mib(n) -> str:
-    return "-" if n is None else f"{n / 2 ** 20:,.0f} MiB"
-
-
-def run(args) -> dict:
+def run(args, save=lambda results: None) -> dict:
+    """Every part of the benchmark; ``save(results)`` after each column, so that a run
+    stopped at a time limit keeps what it measured."""
     backend = "cpu" if args.dry_run else "cuda"
     torch = None
     if not args.skip_torch:
@@ -296,10 +263,15 @@ def run(args) -> dict:
         dims = (3, side, side)
         table = results["nets"][name] = {"engine": {}, "torch": {}}
         common = (dims, classes, gpus, args.mini, args.steps, args.warmup)
+        start = {}  # the initial weights and the net, for PyTorch
         for column, (executor_args, switches) in engine.items():
-            table["engine"][column] = _guarded(engine_column, (layer_def, params), *common,
-                                               backend=backend, switches=switches,
-                                               **executor_args)
+            figures = table["engine"][column] = _guarded(
+                engine_column, (layer_def, params), *common, backend=backend,
+                switches=switches, **executor_args)
+            start = start or {k: figures.pop(k) for k in ("_weights", "_net") if k in figures}
+            for k in ("_weights", "_net"):
+                figures.pop(k, None)
+            save(results)
         if args.generic and backend == "cuda":
             from convnet.kernels import cuda as cuda_kernels
 
@@ -309,45 +281,30 @@ def run(args) -> dict:
                     engine_column, (layer_def, params), *common, backend=backend)
             finally:
                 cuda_kernels.install(force=True)
-        base = table["engine"]["default"]
-        if torch is not None and "_weights" in base:
+        if torch is not None and start:
             for mode in TORCH:
-                table["torch"][mode] = _guarded(torch_column, torch, base["_net"],
-                                                base["_weights"], args.mini, dims, classes,
+                table["torch"][mode] = _guarded(torch_column, torch, start["_net"],
+                                                start["_weights"], args.mini, dims, classes,
                                                 args.steps, args.warmup, mode,
                                                 device="cuda" if backend == "cuda" else "cpu")
-        _print_net(name, layer_def.name, dims, table)
+                save(results)
+        print_net(name, layer_def.name, dims, table)
     if not args.skip_hybrid and "alexnet" in results["nets"]:
         side = DRY_SIDE["alexnet"] if args.dry_run else NETS["alexnet"][2]
         hybrid = _guarded(engine_column, HYBRID, (3, side, side), 1000, gpus * 4, args.mini,
                           args.steps, args.warmup, backend=backend)
+        hybrid.pop("_weights", None)
+        hybrid.pop("_net", None)
         single = results["nets"]["alexnet"]["engine"]["default"]
         ratio = (hybrid["images_per_s"] / single["images_per_s"]
                  if "error" not in hybrid and single.get("images_per_s") else None)
         results["hybrid"] = {"four_logical_devices": hybrid, "ratio_to_1gpu": ratio}
         print(f"\nhybrid layers-imagenet-4gpu-data-model.cfg on --gpu "
-              f"{','.join(map(str, gpus * 4))}: {_cell(hybrid)} img/s"
+              f"{','.join(map(str, gpus * 4))}: {cell(hybrid)} img/s"
               + (f" = {ratio:.2f}x the 1gpu config on --gpu {gpus[0]}" if ratio else
                  f" ({hybrid.get('error', '')})"))
-    for table in results["nets"].values():
-        for column in table["engine"].values():
-            column.pop("_weights", None)
-            column.pop("_net", None)
+    save(results)
     return results
-
-
-def _print_net(name: str, config: str, dims, table: dict) -> None:
-    print(f"\n{name} ({config}, {'x'.join(map(str, dims))}): images/s, memory")
-    torch_fp32 = table["torch"].get("fp32", {}).get("images_per_s")
-    for side in ("engine", "torch"):
-        for column, figures in table[side].items():
-            ratio = ""
-            ips = figures.get("images_per_s")
-            if side == "engine" and ips and torch_fp32:
-                ratio = f"  ({ips / torch_fp32:.2f}x PyTorch fp32)"
-            error = f"  {figures['error']}" if "error" in figures else ""
-            print(f"  {side:6s} {column:14s} {_cell(figures):>9s}  "
-                  f"{_mib(figures.get('memory_bytes')):>10s}{ratio}{error}")
 
 
 def main(argv=None) -> int:
@@ -381,9 +338,12 @@ def main(argv=None) -> int:
         if reason is not None:
             print(f"bench_cuda: no CUDA GPU to benchmark on: {reason}", file=sys.stderr)
             return 2
-    results = run(args)
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    def save(results: dict) -> None:
+        if args.json is not None:
+            args.json.write_text(json.dumps({**flat_figures(results), **results}, indent=2,
+                                            default=str) + "\n")
+
+    run(args, save)
     return 0
 
 

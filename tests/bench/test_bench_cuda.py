@@ -67,6 +67,9 @@ def test_the_dry_run_of_cifar10_goes_through_its_columns(tmp_path, monkeypatch, 
     assert reference["fp32"]["first_cost"] == pytest.approx(engine["default"]["first_cost"],
                                                            rel=1e-4)
     assert "cifar10 (layers-cifar10-11pct.cfg, 3x32x32)" in printed
+    # the flat keys bench/gpu_check_summary.py reads
+    assert results["cifar10_engine_images_per_s"] == engine["default"]["images_per_s"]
+    assert results["cifar10_torch_images_per_s"] == reference["fp32"]["images_per_s"]
 
 
 @pytest.mark.slow
