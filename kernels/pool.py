@@ -159,7 +159,7 @@ def _staged(xp, block):
     if xp is not np or block.ctypes.data % 64 == 32:
         return block
     n = block.size
-    buf = scratch(xp, "pool_staged", (n + 16,), block.dtype)
+    buf = scratch(xp, "pool_staged", (n + 64 // block.dtype.itemsize,), block.dtype)
     skip = ((32 - buf.ctypes.data % 64) % 64) // block.dtype.itemsize
     out = buf[skip:skip + n].reshape(block.shape)
     out[...] = block

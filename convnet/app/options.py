@@ -46,6 +46,7 @@ class RunOptions:
     pipeline_schedule: str  # how the micro-batches flow (convnet.plan.schedules.SCHEDULES)
     seed: int
     sync: str  # "sync", "local:K" or "async:S" (see option_values.sync_mode)
+    precision: str  # the layers' arithmetic (convnet.runtime.step.precision.PRECISIONS)
     # data
     data_provider: str
     data_path: Path | None
@@ -107,7 +108,8 @@ PROVIDER_OPTIONS = {"data_path": ("cifar", "convnet-batches", "image"), "dummy_c
 #: Built-in values of resumable options.  epochs, gpu and data_provider depend on
 #: other options and are filled in by :func:`resolve_options`.
 DEFAULTS = {"mini": 128, "micro_batches": 1, "pipeline_schedule": DEFAULT_SCHEDULE, "seed": 0,
-            "backend": "auto", "inner_size": 0, "color_noise": 0.0, "sync": "sync"}
+            "backend": "auto", "inner_size": 0, "color_noise": 0.0, "sync": "sync",
+            "precision": "fp32"}
 
 
 def resolve_options(args: argparse.Namespace,
@@ -249,6 +251,10 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError(f"--micro-batches {opts.micro_batches} pipelines lockstep steps, and "
                          f"--sync {opts.sync} takes the replicas' updates out of step; give "
                          "--sync sync or local:K, or --micro-batches 1")
+    if opts.precision == "fp16" and opts.sync != "sync":
+        raise UsageError(f"--precision fp16 skips the steps whose gradients overflow, which "
+                         f"replicas that update apart (--sync {opts.sync}) cannot agree on: "
+                         "give --sync sync, or --precision bf16 (no loss scaling)")
     if opts.profile and opts.sync.startswith("async:"):
         raise UsageError(f"--profile times the operations of lockstep steps; under --sync "
                          f"{opts.sync} a data-parallel net has none, and a hybrid net's would "

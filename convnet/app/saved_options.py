@@ -22,6 +22,7 @@ from convnet.app.option_values import (BACKEND_NAMES, MAX_DEVICES, batch_range, 
 from convnet.errors import CheckpointError
 from convnet.filekind import not_a_regular_file
 from convnet.plan.schedules import SCHEDULES
+from convnet.plan.precisions import PRECISIONS
 
 #: What a config file a checkpoint names may be called.
 CONFIG_SUFFIXES = (".cfg", ".ini", ".conf", ".cnf")
@@ -33,7 +34,7 @@ MAX_SAVED_TEXT = 4096
 RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "micro_batches", "pipeline_schedule",
              "seed", "data_provider", "data_path", "data_dims", "num_classes", "dummy_cases",
              "train_range", "test_range", "inner_size", "color_noise", "scalar_mean", "epochs",
-             "test_freq", "logreg_name", "backend", "sync")
+             "test_freq", "logreg_name", "backend", "sync", "precision")
 
 @dataclass(frozen=True)
 class Resume:
@@ -108,6 +109,7 @@ _DECODE_SAVED = {
     "test_freq": _saved_int(positive_int),
     "logreg_name": _saved_text(), "backend": _saved_choice(BACKEND_NAMES),
     "sync": _saved_text(sync_mode),
+    "precision": _saved_choice(PRECISIONS),
 }
 
 

@@ -41,10 +41,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from convnet.config.layer_types.memory_rules import CPU_KERNELS, KernelMemory
+from convnet.config.layer_types.memory_rules import CPU_KERNELS, KernelMemory, in_precision
 from convnet.config.model import NetConfig
 from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load,
                               Plan, Update)
+from convnet.plan.precisions import element_bytes
 
 #: What the estimate separates, in report order.
 PARAMETERS = ("weights", "momentum", "weight_grads")
@@ -112,7 +113,7 @@ class _Device:
 
 
 def memory_peaks(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
-                 kernels: KernelMemory = CPU_KERNELS,
+                 kernels: KernelMemory = CPU_KERNELS, precision: str = "fp32",
                  record: Recorder | None = None) -> list[MemoryPeak]:
     """Each device's estimated peak during one training step (see the module docstring).
 
@@ -120,21 +121,30 @@ def memory_peaks(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(
     on the first replica's device (what the executor does for synchronous replicas on
     the CPU devices of one process, see :class:`convnet.runtime.step.weights.WeightStore`).
     ``kernels`` says what the backend's kernels allocate (the CPU's, or
-    :data:`~convnet.config.layer_types.memory_rules.CUDA_KERNELS`); ``record``, if given,
-    hears of every buffer as it is made and dropped, temporaries included, and at the
-    end of the step of every one the step leaves."""
+    :data:`~convnet.config.layer_types.memory_rules.CUDA_KERNELS`); under a mixed
+    ``precision`` (:mod:`convnet.plan.precisions`) the 16-bit layers' activations,
+    gradients, kept state and temporaries take 2 bytes an element, each call also holds
+    its weights cast (and a backward call its 16-bit weight gradients), and ``fp16``
+    keeps a copy of the weights and momentum to undo a step that overflows.
+    ``record``, if given, hears of every buffer as it is made and dropped, temporaries
+    included, and at the end of the step of every one the step leaves."""
     devices = [_Device(d, record) for d in range(plan.num_devices)]
     peaks = [MemoryPeak(d) for d in range(plan.num_devices)]
-    shard_bytes = {name: net[name].outputs * plan.piece_size * FLOAT_BYTES for name in plan.layers}
+    size = {name: element_bytes(net[name], precision) if not net[name].is_data else FLOAT_BYTES
+            for name in plan.layers}
+    shard_bytes = {name: net[name].outputs * plan.piece_size * size[name] for name in plan.layers}
     param_bytes = {name: p.param_count * FLOAT_BYTES for name, p in plan.layers.items()}
-    memory = {name: kernels.layer(net[name]) for name in plan.layers}
+    cast_bytes = {name: p.param_count * size[name] if size[name] != FLOAT_BYTES else 0
+                  for name, p in plan.layers.items()}
+    memory = {name: in_precision(kernels.layer(net[name]), size[name]) for name in plan.layers}
     update_temp = {name: kernels.update_temp(net[name]) for name in plan.layers
                    if param_bytes[name]}
+    copies = ("weights", "momentum") + (("weights", "momentum") if precision == "fp16" else ())
     for name, placement in plan.layers.items():
         for replica, d in enumerate(placement.devices):
             if param_bytes[name] and not (replica and name in shared):
-                devices[d].add("weights", (name, replica), param_bytes[name])
-                devices[d].add("momentum", (name, replica), param_bytes[name])
+                for i, category in enumerate(copies):  # fp16: the second pair, the backup
+                    devices[d].add(category, (name, replica, i // 2), param_bytes[name])
 
     def note(d: int, temporaries: int | None = None) -> None:
         """Take device d's holdings now: between operations (``temporaries`` None) or
@@ -161,7 +171,7 @@ def memory_peaks(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(
         if isinstance(op, Load):
             devices[op.device].add("activations", (op.layer, op.shard), op.nbytes)
         elif isinstance(op, Copy):
-            devices[op.dst].add("activations", (op.layer, op.shard), op.nbytes)
+            devices[op.dst].add("activations", (op.layer, op.shard), shard_bytes[op.layer])
         elif isinstance(op, Forward):
             dev, mem = devices[op.device], memory[op.layer]
             if mem.new_output:
@@ -169,7 +179,7 @@ def memory_peaks(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(
             if mem.kept_per_case:
                 dev.add("kept_for_backward", (op.layer, op.shard),
                         mem.kept_per_case * plan.piece_size)
-            note(op.device, mem.forward_temp_per_case * plan.piece_size)
+            note(op.device, mem.forward_temp_per_case * plan.piece_size + cast_bytes[op.layer])
         elif isinstance(op, Backward):
             dev = devices[op.device]
             ldef, placement = net[op.layer], plan.layers[op.layer]
@@ -182,7 +192,7 @@ def memory_peaks(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(
             if param_bytes[op.layer]:
                 dev.add("weight_grads", (op.layer, op.replica), param_bytes[op.layer])
             note(op.device, memory[op.layer].backward_temp(placement.input_grads)
-                 * plan.piece_size)
+                 * plan.piece_size + 2 * cast_bytes[op.layer])
             dev.free("kept_for_backward", (op.layer, op.shard))
             dev.free("gradients", (op.layer, op.shard))
             release(op)
@@ -193,7 +203,7 @@ def memory_peaks(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(
                 dev.deferred = []
         elif isinstance(op, GradCopy):
             devices[op.src].free("gradients", (op.consumer, op.layer, op.shard))
-            devices[op.dst].add("gradients", (op.layer, op.shard), op.nbytes)
+            devices[op.dst].add("gradients", (op.layer, op.shard), shard_bytes[op.layer])
         elif isinstance(op, AllReduce):
             share = param_bytes[op.layer] // len(op.replica_devices)
             for d in op.replica_devices:

@@ -37,14 +37,15 @@ class DeviceTotals:
 
 
 def device_totals(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
-                  kernels: KernelMemory = CPU_KERNELS) -> list[DeviceTotals]:
+                  kernels: KernelMemory = CPU_KERNELS,
+                  precision: str = "fp32") -> list[DeviceTotals]:
     """Per-device memory and traffic of one minibatch; ``shared``: the layers whose
-    replicas hold one copy of the weight state, ``kernels``: what the backend's kernels
-    allocate (see :func:`memory_peaks`)."""
+    replicas hold one copy of the weight state, ``kernels`` and ``precision``: what the
+    backend's kernels allocate and in which arithmetic (see :func:`memory_peaks`)."""
     totals = [DeviceTotals(d, plan.physical_devices[d], activation_bytes=peak.activation_bytes,
                            temporaries_bytes=peak.at_peak.get(TEMPORARIES, 0),
                            peak_bytes=peak.peak_bytes)
-              for d, peak in enumerate(memory_peaks(plan, net, shared, kernels))]
+              for d, peak in enumerate(memory_peaks(plan, net, shared, kernels, precision))]
     for name, placement in plan.layers.items():
         for replica, device in enumerate(placement.devices):
             copies = 1 if replica and name in shared else PARAM_COPIES  # its gradient only
@@ -65,8 +66,8 @@ def device_totals(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset
 
 
 def plan_summary(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
-                 kernels: KernelMemory = CPU_KERNELS) -> dict:
-    """The plan as plain JSON-able data (``shared``, ``kernels``: as for
+                 kernels: KernelMemory = CPU_KERNELS, precision: str = "fp32") -> dict:
+    """The plan as plain JSON-able data (``shared``, ``kernels``, ``precision``: as for
     :func:`device_totals`)."""
     return {
         "scheme": plan.scheme,
@@ -80,7 +81,7 @@ def plan_summary(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(
         "notes": plan.notes,
         "layers": [dict(asdict(p), replicas=p.replicas) for p in plan.layers.values()],
         "ops": [dict(asdict(op), kind=op.kind, devices=list(op.devices)) for op in plan.ops],
-        "totals": [asdict(t) for t in device_totals(plan, net, shared, kernels)],
+        "totals": [asdict(t) for t in device_totals(plan, net, shared, kernels, precision)],
     }
 
 
@@ -178,9 +179,9 @@ def _piece_legend(plan: Plan) -> str:
 
 
 def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
-              kernels: KernelMemory = CPU_KERNELS) -> str:
+              kernels: KernelMemory = CPU_KERNELS, precision: str = "fp32") -> str:
     """A readable report: layers, the pass schedule per device, per-device totals
-    (``shared``, ``kernels``: as for :func:`device_totals`)."""
+    (``shared``, ``kernels``, ``precision``: as for :func:`device_totals`)."""
     physical = ",".join(map(str, plan.physical_devices))
     lines = [f"Scheme: {plan.scheme}.  Devices: logical 0..{plan.num_devices - 1} -> "
              f"physical {physical}.",
@@ -207,7 +208,7 @@ def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
     if plan.micro_batches > 1:
         lines += [""] + pipeline_text(plan, net, human_bytes)
     lines += ["", "Totals per device (per minibatch)"]
-    totals = device_totals(plan, net, shared, kernels)
+    totals = device_totals(plan, net, shared, kernels, precision)
     fields = ("param_bytes", "activation_bytes", "temporaries_bytes", "peak_bytes", "sent_bytes",
               "received_bytes", "loaded_bytes")
     names = ("param memory", "activation memory (est.)", "of which temporaries (est.)",

@@ -17,7 +17,9 @@ Overrides (module: kernels replaced):
 * :mod:`~convnet.kernels.cuda.norm`: ``response_norm_forward``, ``response_norm_backward``;
 * :mod:`~convnet.kernels.cuda.nn`: ``logreg_cost``, ``logreg_grad``;
 * :mod:`~convnet.kernels.cuda.dropout`: ``uniform_like`` (bit-identical to numpy);
-* :mod:`~convnet.kernels.cuda.neurons`: ``neuron_forward``, ``neuron_backward``.
+* :mod:`~convnet.kernels.cuda.neurons`: ``neuron_forward``, ``neuron_backward``;
+* :mod:`~convnet.kernels.cuda.update`: ``momentum_update`` (the weight update, gated by
+  its finite flag on the device).
 
 Every other generic kernel runs on CuPy unchanged.  Setting the environment
 variable ``CONVNET_CUDA_KERNELS=generic`` makes :func:`install` register
@@ -29,6 +31,7 @@ this GPU is not registered, with one warning.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import warnings
@@ -45,7 +48,16 @@ OVERRIDES = {
     "logreg_cost": "nn", "logreg_grad": "nn",
     "uniform_like": "dropout",
     "neuron_forward": "neurons", "neuron_backward": "neurons",
+    "momentum_update": "update",
 }
+
+#: The element types the CUDA kernel sources are written for.  Arrays of a 16-bit float
+#: (``--precision bf16`` or ``fp16``) take the generic kernels on CuPy instead: the
+#: sources' mixed float and ``T`` arithmetic does not compile for them (NVRTC rejects
+#: 9 of float16's and 19 of bfloat16's).  The conv layers choose for themselves (cuDNN
+#: takes every float type), and the dropout uniforms do not depend on the dtype.
+KERNEL_DTYPES = ("float32", "float64")
+_ANY_DTYPE = ("conv_forward", "conv_backward", "uniform_like")
 
 _install_lock = threading.Lock()
 _self_test = None  # the SelfTest of this process, once run
@@ -93,6 +105,8 @@ def install(force: bool = False, self_test: bool = True) -> bool:
                 _kernels._OVERRIDES.pop((name, "cupy"), None)
                 continue
             impl = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+            if name not in _ANY_DTYPE:
+                impl = for_kernel_dtypes(impl, _generic(name))
             _kernels.register_kernel(name, "cupy")(impl)
     return True
 
@@ -117,6 +131,31 @@ def self_test_result():
                           f"wrong); make gpu-check reports it", CudaKernelWarning, stacklevel=2)
         _self_test = result
     return _self_test
+
+
+def _generic(name: str):
+    """The generic kernel an override replaces (the ``generic`` of its dispatcher)."""
+    import importlib
+
+    for module in ("conv", "pool", "norm", "nn", "random", "neurons", "update"):
+        found = getattr(importlib.import_module(f"convnet.kernels.{module}"), name, None)
+        if found is not None and hasattr(found, "generic"):
+            return found.generic
+    raise LookupError(f"no generic kernel {name!r}")
+
+
+def for_kernel_dtypes(impl, generic):
+    """``impl`` for arrays of :data:`KERNEL_DTYPES`, ``generic`` for other floats (judged
+    by the first array argument, or the first of a list of them)."""
+    @functools.wraps(impl)
+    def dispatch(*args, **kwargs):
+        first = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
+        dtype = getattr(first, "dtype", None)
+        if dtype is not None and dtype.kind == "f" and dtype.name not in KERNEL_DTYPES:
+            return generic(*args, **kwargs)
+        return impl(*args, **kwargs)
+
+    return dispatch
 
 
 def uninstall() -> None:

@@ -20,12 +20,32 @@ Columns are always (C*fs*fs, N*M*M) for conv and (M*M, C*fs*fs, N) for local.
 Padding is at least 0 and stride at least 1 (the config parser's rules).
 The forward cache is a :class:`ColsCache`; the backward pass also accepts the
 generic forward's cache (it then rebuilds the columns).
+
+The columns are not kept from the forward pass to the backward pass: the backward
+pass rebuilds them with one im2col kernel.  Kept, they were most of a GPU step's
+memory (about 1.8 GB of AlexNet's at minibatch 128, against its 0.5 GB of
+activations), for one pass over them saved per layer; with the environment
+variable ``CONVNET_CUDA_KEEP_COLUMNS=1`` they are kept (:data:`KEEP_COLUMNS`, which
+the memory estimate reads too: :func:`convnet.config.layer_types.memory_rules.layer_memory`).
+The CPU kernels keep theirs (:mod:`convnet.kernels.conv.choice`), where rebuilding
+measured 2-3% slower (docs/CUDA.md, "Memory").
+
+With ``CONVNET_CUDNN=1`` the conv layers go to cuDNN instead
+(:mod:`convnet.kernels.cuda.cudnn_conv`), which needs no columns at all; these kernels
+stay the fallback (geometries cuDNN cannot express) and the reference.
 """
 
 from __future__ import annotations
 
+import os
+
+from .. import conv as _generic_conv
 from ..conv.local import local_cols_grad, local_weight_grad
+from . import KERNEL_DTYPES, cudnn_conv
 from .kernel_set import contiguous, current
+
+#: Keep the columns from the forward pass for the backward pass (see the module docstring).
+KEEP_COLUMNS = os.environ.get("CONVNET_CUDA_KEEP_COLUMNS", "").strip() == "1"
 
 
 class ColsCache:
@@ -77,8 +97,20 @@ def col2im_local(dcols, n, channels, img, fs, pad, stride, mods):
 
 # --------------------------------------------------------------------- conv
 
+def _by_cudnn(dtype, geometry: dict) -> bool:
+    """Whether cuDNN computes this conv layer (``CONVNET_CUDNN=1``, :mod:`.cudnn_conv`)."""
+    return cudnn_conv.requested() and cudnn_conv.supports(dtype, **geometry)
+
+
 def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups, img_sizes,
                  modules, keep_cache=True):
+    geometry = dict(filter_sizes=filter_sizes, paddings=paddings, strides=strides,
+                    channels=channels, groups=groups, img_sizes=img_sizes, modules=modules)
+    if _by_cudnn(xs[0].dtype, geometry):
+        return cudnn_conv.conv_forward(xs, ws, b, keep_cache=keep_cache, **geometry)
+    if xs[0].dtype.name not in KERNEL_DTYPES:  # a 16-bit float: the generic conv on CuPy
+        return _generic_conv.conv_forward.generic(xs, ws, b, keep_cache=keep_cache,
+                                                  **geometry)
     ks = current()
     xp = ks.xp
     n = xs[0].shape[0]
@@ -102,7 +134,7 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
             for gi in range(g):
                 acc[gi * fg:(gi + 1) * fg] += xp.matmul(wm[gi * fg:(gi + 1) * fg],
                                                         cols[gi * kg:(gi + 1) * kg])
-        cols_all.append(cols if keep_cache else None)
+        cols_all.append(cols if keep_cache and KEEP_COLUMNS else None)
     y = xp.empty((n, filters, modules, modules), dtype=dtype)
     ks.kernel("cvn_conv_bias_out")(acc, contiguous(b).reshape(-1), n, filters, p,
                                    1 if b.ndim == 1 else 0, y)
@@ -111,6 +143,15 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
 
 def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides, channels,
                   groups, img_sizes, modules, shared_biases=True):
+    geometry = dict(filter_sizes=filter_sizes, paddings=paddings, strides=strides,
+                    channels=channels, groups=groups, img_sizes=img_sizes, modules=modules)
+    if isinstance(cache, cudnn_conv.CudnnCache) or (cache is None
+                                                    and _by_cudnn(gy.dtype, geometry)):
+        return cudnn_conv.conv_backward(gy, xs, ws, cache, need_dx,
+                                        shared_biases=shared_biases, **geometry)
+    if gy.dtype.name not in KERNEL_DTYPES:
+        return _generic_conv.conv_backward.generic(gy, xs, ws, cache, need_dx,
+                                                   shared_biases=shared_biases, **geometry)
     xp = current().xp
     n = gy.shape[0]
     filters = ws[0].shape[0]
@@ -177,7 +218,7 @@ def local_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, group
             for gi in range(g):
                 acc[:, gi * fg:(gi + 1) * fg] += xp.matmul(wm[:, gi * fg:(gi + 1) * fg],
                                                            cols[:, gi * kg:(gi + 1) * kg])
-        cols_all.append(cols if keep_cache else None)
+        cols_all.append(cols if keep_cache and KEEP_COLUMNS else None)
     y = xp.empty((n, filters, modules, modules), dtype=dtype)
     ks.kernel("cvn_local_bias_out")(contiguous(acc), contiguous(b).reshape(-1), n, filters, p, y)
     return y, ColsCache(cols_all)

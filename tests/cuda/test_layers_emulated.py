@@ -22,6 +22,7 @@ from convnet.kernels import nn as knn
 from convnet.kernels import norm as knorm
 from convnet.kernels import pool as kpool
 from convnet.kernels import random as krandom
+from convnet.kernels import update as kupdate
 from convnet.kernels.cuda import OVERRIDES, kernel_set
 from convnet.kernels.neurons import NEURONS
 
@@ -223,6 +224,34 @@ def test_dropout_uniforms_are_bitwise_numpys(emulated, shape, offset, dtype):
     _same(krandom.uniform_like.generic(x, key, offset), override("uniform_like")(x, key, offset))
 
 
+# --------------------------------------------------------------------- update
+
+@pytest.mark.parametrize("wc", [0.0, 0.004])
+@pytest.mark.parametrize("flag", [None, True, False])
+def test_the_gated_update_is_bitwise_the_cpu_update(emulated, wc, flag):
+    """The fused kernel, and the generic masked form GPU arrays take without it, against
+    the CPU optimizer's blocked loop; a false flag leaves the weights as they were."""
+    from convnet.runtime.step.learning_rules import LearningRule
+    from convnet.runtime.step.optimizer import MomentumSGD
+    from convnet.config.values.schedules import Schedule
+
+    rng = np.random.default_rng(4)
+    w, inc, grad = (rng.standard_normal(1000).astype(np.float32) for _ in range(3))
+    rule = LearningRule(Schedule("const", 0.01), 0.9, wc)
+    expected = [w.copy(), inc.copy()]
+    if flag is not False:
+        MomentumSGD().update(np, expected[0], expected[1], grad, rule, 0.0, 37)
+    ok = None if flag is None else np.array(flag)
+    fused = [w.copy(), inc.copy()]
+    _override("momentum_update")(fused[0], fused[1], grad, ok, 0.01, 0.9, wc, 37)
+    masked = [w.copy(), inc.copy()]
+    kupdate.masked_update(np, masked[0], masked[1], grad, np.array(flag is not False), 0.01,
+                          0.9, wc, 37)
+    for got in (fused, masked):
+        _same(got[0], expected[0])
+        _same(got[1], expected[1])
+
+
 # -------------------------------------------------------------------- neurons
 
 NEURON_ARGS = {"log": (1.5,), "tanh": (1.7, -0.6), "brelu": (1.2,), "linear": (0.5, 0.25),
@@ -319,7 +348,7 @@ def test_executor_with_cuda_kernels_matches_numpy(tmp_path):
 
 def test_every_override_names_a_generic_kernel_or_a_documented_hook():
     import convnet.kernels.neurons as kneurons
-    modules = [kconv, kpool, knorm, knn, krandom, kneurons]
+    modules = [kconv, kpool, knorm, knn, krandom, kneurons, kupdate]
     generic = {name for m in modules for name in dir(m)
                if hasattr(getattr(m, name), "generic")}
     assert set(OVERRIDES) - generic == {"neuron_forward", "neuron_backward"} - generic

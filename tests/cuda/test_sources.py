@@ -67,7 +67,8 @@ def test_every_kernel_the_overrides_launch_exists():
         for kind in ("fwd", "fwd_inplace", "bwd"):
             assert f"cvn_neuron_{kind}_{name}" in SPECS
     assert set(NEURON_EXPRS) == set(NEURONS)
-    assert set(OVERRIDES.values()) == {"conv", "pool", "norm", "nn", "dropout", "neurons"}
+    assert set(OVERRIDES.values()) == {"conv", "pool", "norm", "nn", "dropout", "neurons",
+                                       "update"}
 
 
 def _cupy_include() -> str | None:

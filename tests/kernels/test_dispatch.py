@@ -238,3 +238,20 @@ def test_array_module_finds_cupy_arrays_once_cupy_is_imported(monkeypatch):
     assert kernels.array_module(np.zeros(2)) is np
     monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))  # half-imported
     assert kernels.array_module(ndarray()) is np
+
+
+def test_16_bit_arrays_take_the_generic_kernels_on_cupy():
+    """The CUDA sources are written for float32 and float64; bfloat16 and float16 arrays
+    (--precision bf16, fp16) go to the generic kernel, other arrays to the override."""
+    from convnet.kernels.cuda import _generic, for_kernel_dtypes
+
+    calls = []
+    dispatch = for_kernel_dtypes(lambda *a: calls.append("cuda"),
+                                 lambda *a: calls.append("generic"))
+    dispatch(np.zeros(2, np.float32))
+    dispatch([np.zeros(2, np.float16)], 1)
+    dispatch(np.zeros(2, np.float64))
+    dispatch(np.zeros(2, np.int64))
+    assert calls == ["cuda", "generic", "cuda", "cuda"]
+    assert _generic("pool_forward") is kernels.pool.pool_forward.generic
+    assert _generic("momentum_update") is kernels.update.momentum_update.generic

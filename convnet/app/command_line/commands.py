@@ -36,6 +36,7 @@ from convnet.plan.ops import AllReduce
 from convnet.plan.ranks import ranks_summary, ranks_text
 from convnet.plan.report import human_bytes
 from convnet.plan.report import plan_summary, plan_text
+from convnet.runtime.step.precision import precision_text
 from convnet.runtime.sync.async_replicas import async_replica_devices
 from convnet.runtime.devices.backends import choose_backend
 from convnet.runtime.sync.local_replicas import apart_periods
@@ -114,7 +115,7 @@ def print_plan(opts: RunOptions) -> int:
     shared = (weight_sharing(plan, net, backend, opts.sync, cluster.size)
               if backend is not None else frozenset())
     data = _data_memory(opts)
-    pools = (memory_pools(plan, net, backend, cluster.is_local, shared, data)
+    pools = (memory_pools(plan, net, backend, cluster.is_local, shared, data, opts.precision)
              if backend is not None else [])
     # the conv layers the CPU kernels compute by Winograd's algorithm (CUDA has its own)
     winograd = winograd_conv_layers(net) if backend == "cpu" else []
@@ -123,8 +124,9 @@ def print_plan(opts: RunOptions) -> int:
     tables, tables_source = run_tables(opts, net, plan)
     kernels = CUDA_KERNELS if backend == "cuda" else CPU_KERNELS  # what they allocate
     if opts.print_plan == "json":
-        summary = plan_summary(plan, net, shared, kernels)
+        summary = plan_summary(plan, net, shared, kernels, opts.precision)
         summary["sync"] = opts.sync
+        summary["precision"] = opts.precision
         summary["layer_sync"] = layer_syncs(opts.sync, plan, net)
         note = sync_text(opts.sync, plan, net, cluster.size)
         if note is not None:
@@ -143,10 +145,12 @@ def print_plan(opts: RunOptions) -> int:
             summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
         print(json.dumps(summary, indent=1))
     elif cluster.size > 1:
-        print(plan_text(plan, net, shared, kernels) + "\n\n" +
+        print(plan_text(plan, net, shared, kernels, opts.precision) + "\n\n" +
               ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
     else:
-        print(plan_text(plan, net, shared, kernels))
+        print(plan_text(plan, net, shared, kernels, opts.precision))
+    if opts.print_plan != "json":
+        print("\n" + precision_text(opts.precision))
     if opts.print_plan != "json" and data is not None:
         print("\n" + data.text(human_bytes))
     if opts.print_plan != "json" and pools:

@@ -1,5 +1,5 @@
-"""The network options of the command line: the config files, the devices, the minibatch,
-the seed and how replicas stay together."""
+"""The network options of the command line: the config files, the devices and their
+arithmetic, the minibatch, the seed and how replicas stay together."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from convnet.app import bundled_example
 from convnet.app.option_values import (BACKEND_NAMES, DEFAULT_STALENESS, gpu_list,
                                        non_negative_int, positive_int, sync_mode)
 from convnet.plan.schedules import SCHEDULES
+from convnet.plan.precisions import PRECISIONS
 
 
 class _LayerParamsAction(argparse.Action):
@@ -42,6 +43,13 @@ def add_network_options(p: argparse.ArgumentParser) -> None:
                      help="cuda: each device is a CUDA GPU (needs CuPy); cpu: each device is "
                           "a CPU worker thread; auto: cuda when CuPy finds a GPU [resumable] "
                           "(default: auto)")
+    net.add_argument("--precision", choices=PRECISIONS, default=None,
+                     help="the arithmetic of the layers: fp32 computes in float32 (every "
+                          "bitwise promise holds); tf32 rounds the inputs of CUDA GEMMs and "
+                          "convolutions to TF32 (GPU only); bf16 and fp16 compute in "
+                          "bfloat16 or float16 with float32 master weights and updates, fp16 "
+                          "with dynamic loss scaling that skips the steps whose gradients "
+                          "overflow; see docs/PRECISION.md [resumable] (default: fp32)")
     net.add_argument("--mini", type=positive_int, default=None, metavar="N",
                      help="minibatch size in cases; a multiple of the largest replica count "
                           "[resumable] (default: 128)")

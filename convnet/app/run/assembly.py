@@ -27,6 +27,8 @@ from convnet.runtime.devices.backends import choose_backend
 from convnet.runtime.devices.slowdown import Slowdown
 from convnet.runtime.processes.cluster import cluster_devices
 from convnet.runtime.step.executor import Executor
+from convnet.plan.precisions import GPU_ONLY
+from convnet.runtime.step.precision import compute_dtype
 from convnet.runtime.sync.async_replicas import AsyncReplicas, async_replica_devices
 from convnet.runtime.sync.local_replicas import LocalReplicas, apart_periods
 
@@ -127,6 +129,20 @@ def views_per_test_case(opts: RunOptions, provider, net: NetConfig, cost_layer: 
     return views
 
 
+def check_precision(precision: str, backend: str) -> None:
+    """Refuse a ``--precision`` that means nothing on ``backend``, or that this
+    installation cannot compute (bfloat16 needs ml_dtypes)."""
+    if precision in GPU_ONLY and backend != "cuda":
+        raise UsageError(f"--precision {precision} rounds GEMM inputs on GPU tensor cores; "
+                         f"the {backend} backend computes float32: give --precision fp32, or "
+                         "--backend cuda on a GPU")
+    try:
+        compute_dtype(precision)
+    except ImportError:
+        raise UsageError(f"--precision {precision} needs the ml_dtypes package for its "
+                         "bfloat16 arrays (pip install ml_dtypes)") from None
+
+
 def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan]:
     net = load_net_for(opts, provider)
     check_layer_syncs(net, opts.sync)
@@ -162,26 +178,28 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan,
     (:class:`LocalReplicas`: bitwise the lockstep walk's weights), unless
     ``--sequential`` or ``--profile`` asks for the lockstep walk."""
     backend = choose_backend(opts.backend)
+    check_precision(opts.precision, backend)
     cluster = launch.cluster_for(opts.gpu)
     check_memory(plan, net, backend, cluster.is_local,
                  weight_sharing(plan, net, backend, opts.sync, cluster.size),
-                 data_memory(provider) if provider is not None else None)
+                 data_memory(provider) if provider is not None else None, opts.precision)
     local_sgd, staleness = local_sgd_period(opts.sync), async_staleness(opts.sync)
     devices = cluster_devices(cluster, opts.gpu, backend)
     slowdown = (Slowdown(opts.slow_device[1], opts.slow_device[0], plan.num_devices)
                 if opts.slow_device is not None else None)
     if staleness is not None and async_replica_devices(plan) is not None:
         return AsyncReplicas(net, plan, devices, staleness, seed=opts.seed, slowdown=slowdown,
-                             cluster=cluster)
+                             cluster=cluster, precision=opts.precision)
     periods = apart_periods(plan, net, local_sgd) if staleness is None else None
     # The replicas that run apart are one-device executors: nothing to pipeline, so
     # micro-batches keep the lockstep walk.
     if periods and cluster.size == 1 and plan.micro_batches == 1 \
             and not (opts.sequential or opts.profile):
-        return LocalReplicas(net, plan, devices, periods, seed=opts.seed, slowdown=slowdown)
+        return LocalReplicas(net, plan, devices, periods, seed=opts.seed, slowdown=slowdown,
+                             precision=opts.precision)
     # Any other plan keeps its lockstep steps; under async:S only the replicated layers'
     # increments move apart (convnet.runtime.processes.increment_exchange).
     return Executor(net, plan, devices, seed=opts.seed, parallel=not opts.sequential,
                     cluster=cluster, local_sgd=local_sgd, slowdown=slowdown,
-                    async_staleness=staleness)
+                    async_staleness=staleness, precision=opts.precision)
 

@@ -142,6 +142,7 @@ class RunLog:
         self._interval_start = time.perf_counter()
         self._profile: dict[tuple[str, str, int], float] = defaultdict(float)
         self._profile_steps = 0
+        self._host_waits = 0  # over the profiled steps (convnet.runtime.step.host_reads)
         self._csv_path = save_dir / CSV_NAME if save_dir else None
         self._resume_rows: int | None = None
         self._started = False
@@ -291,10 +292,12 @@ class RunLog:
     def warn(self, text: str) -> None:
         print(f"warning: {text}", file=sys.stderr)
 
-    def add_profile(self, timings) -> None:
+    def add_profile(self, timings, host_waits: int = 0) -> None:
+        """One step's operation timings and the times its host waited for a device."""
         if not timings:
             return
         self._profile_steps += 1
+        self._host_waits += host_waits
         for t in timings:
             self._profile[(t.layer, t.kind, t.device)] += t.end - t.start
 
@@ -313,4 +316,7 @@ class RunLog:
         for (layer, kind), seconds in sorted(per.items(), key=lambda kv: -kv[1]):
             lines.append(f"{layer:<16} {kind:<10} {1000 * seconds:9.2f} "
                          f"{100 * seconds / total:6.1f}%")
+        waits = self._host_waits / self._profile_steps
+        lines.append(f"host waits per step: {waits:.3g} (where the host waits for a device "
+                     f"result; one per device at the step's end)")
         return "\n".join(lines)

@@ -27,6 +27,7 @@ from convnet.app.run.memory_limits import HostLimit, host_limit
 from convnet.config.model import NetConfig
 from convnet.config.values.typed import local_sgd_period
 from convnet.errors import DeviceError
+from convnet.config.layer_types.memory_rules import BACKEND_KERNELS
 from convnet.plan.memory import memory_peaks
 from convnet.plan.ops import Plan
 from convnet.plan.report import human_bytes
@@ -103,13 +104,14 @@ def weight_sharing(plan: Plan, net: NetConfig, backend: str, sync: str,
 
 
 def memory_pools(plan: Plan, net: NetConfig, backend: str, local=lambda device: True,
-                 shared: frozenset[str] = frozenset(), data=None) -> list[MemoryPool]:
+                 shared: frozenset[str] = frozenset(), data=None,
+                 precision: str = "fp32") -> list[MemoryPool]:
     """The plan's memory per physical memory, for ``backend`` 'cpu' or 'cuda', over
     the logical devices for which ``local`` is true (this process's); the replicas of
     the ``shared`` layers hold one copy of the weights (:func:`weight_sharing`);
     ``data`` (a :class:`convnet.data.memory.DataMemory`) adds the data pipeline to
-    host RAM."""
-    peaks = [p for p in memory_peaks(plan, net, shared) if local(p.device)]
+    host RAM; ``precision``: the run's ``--precision``."""
+    peaks = [p for p in memory_peaks(plan, net, shared, BACKEND_KERNELS[backend], precision) if local(p.device)]
     limit = host_limit()
     if backend == "cpu":
         return [_host_pool(tuple(p.device for p in peaks), sum(p.peak_bytes for p in peaks),
@@ -119,7 +121,7 @@ def memory_pools(plan: Plan, net: NetConfig, backend: str, local=lambda device: 
     from convnet.runtime.devices.cuda_failures import remember_estimate
     from convnet.runtime.devices.cuda_pool import OUTSIDE_POOL_BYTES, pool_bytes
 
-    held = pool_bytes(plan, net, shared)  # what CuPy's pool holds per logical device
+    held = pool_bytes(plan, net, shared, precision)  # what CuPy's pool holds per logical device
     pools = []
     for physical in sorted({plan.physical_devices[p.device] for p in peaks}):
         mine = [p.device for p in peaks if plan.physical_devices[p.device] == physical]
@@ -158,10 +160,11 @@ def _host_pool(devices: tuple[int, ...], training: int, testing: int, data,
 
 
 def check_memory(plan: Plan, net: NetConfig, backend: str, local=lambda device: True,
-                 shared: frozenset[str] = frozenset(), data=None) -> None:
+                 shared: frozenset[str] = frozenset(), data=None,
+                 precision: str = "fp32") -> None:
     """Refuse (exit 1) a plan whose ``local`` devices (and ``data``, as for
     :func:`memory_pools`) need more memory than the process may use."""
-    short = [pool for pool in memory_pools(plan, net, backend, local, shared, data)
+    short = [pool for pool in memory_pools(plan, net, backend, local, shared, data, precision)
              if not pool.fits]
     if short:
         raise DeviceError("not enough memory: " + "; ".join(p.shortfall_text() for p in short)

@@ -6,8 +6,8 @@ would train to nonsense, ``log_rows: 10**12`` would make the log reader
 believe in rows that never were.  So the weights are read for exactly the
 layout the net needs (``weights/<layer>/<key>`` and ``momentum/<layer>/<key>``,
 float32, the shapes of :meth:`convnet.config.model.LayerDef.param_shapes`) and
-nothing else is decompressed; the counters must be numbers of the right kind
-in a sane range.  (The saved options are checked by
+nothing else is decompressed; the counters (and ``--precision fp16``'s loss
+scale) must be numbers of the right kind in a sane range.  (The saved options are checked by
 :func:`convnet.app.saved_options.read_resume`.)
 """
 
@@ -26,6 +26,7 @@ from convnet.data.ranges import MAX_BATCHES
 from convnet.errors import CheckpointError
 from convnet.layers.connectivity import table_error
 from convnet.plan.ops import Plan
+from convnet.runtime.step.precision import LossScale
 
 STATE_GROUPS = ("weights", "momentum")
 #: Far beyond any real run; larger saved counters are damage.
@@ -147,3 +148,24 @@ def _read_counters(checkpoint: Path, meta: dict) -> Counters:
     except (KeyError, ValueError, TypeError):
         raise CheckpointError(f"{checkpoint}: damaged checkpoint: its step, epoch and log "
                               "counters are missing or out of range") from None
+
+
+def loss_scale_meta(executor) -> dict:
+    """What a checkpoint keeps of ``--precision fp16``'s loss scale (nothing otherwise):
+    resumed, the run goes on with the scale it had reached."""
+    scaling = getattr(getattr(executor, "precision", None), "loss_scale", None)
+    return {"loss_scale": scaling.state()} if scaling is not None else {}
+
+
+def restore_loss_scale(checkpoint: Path, meta: dict, executor) -> None:
+    """Put a checkpoint's loss scale on ``executor`` (if it scales the loss and the
+    checkpoint has one; a run resumed in another precision starts afresh)."""
+    precision = getattr(executor, "precision", None)
+    if precision is None or precision.loss_scale is None or "loss_scale" not in meta:
+        return
+    try:
+        precision.loss_scale = LossScale.from_state(meta["loss_scale"])
+    except ValueError:
+        raise CheckpointError(f"{checkpoint}: damaged checkpoint: its loss scale "
+                              f"{meta['loss_scale']!r:.80} is not a power of two in range "
+                              "with a step count") from None

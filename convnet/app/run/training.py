@@ -22,10 +22,9 @@ executor allocates it.  The save folder is made and claimed only once the data,
 net, executor and any checkpoint resumed are ready, so a run that cannot start
 leaves no folder behind.
 
-Here are the loop, its testing and its checkpoints; the parts it runs are built
-by :mod:`convnet.app.run.assembly`, what it says about the run at its start, on
-Ctrl-C and at its end is :mod:`convnet.app.run.reporting`'s, and
-``--write-features`` is :mod:`convnet.app.run.features`'.
+Here are the loop, its testing and its checkpoints; the parts it runs are built by
+:mod:`convnet.app.run.assembly`, what it says about the run at its start, on Ctrl-C and
+at its end is :mod:`convnet.app.run.reporting`'s, ``--write-features`` is features'.
 """
 
 from __future__ import annotations
@@ -52,7 +51,8 @@ from convnet.app.run.minibatches import minibatch_bounds, minibatches
 from convnet.app.run.live_picture import LivePicture
 from convnet.app.run.reporting import (interrupt_status, print_closing_summary,
                                        print_data_notes, print_opening)
-from convnet.app.run.resume_state import read_counters, read_state, unused_layers
+from convnet.app.run.resume_state import (loss_scale_meta, read_counters, read_state,
+                                          restore_loss_scale, unused_layers)
 from convnet.app.run.signals import deferred_interrupt, interrupt_requested, raise_if_stopped
 from convnet.config import parse_net
 from convnet.config.model import NetConfig
@@ -165,6 +165,7 @@ class Trainer:
             self.log.warn(f"{where} holds weights of layers this net does not have, ignored: "
                           f"{', '.join(unused)}")
         self.executor.step_count = counters.step
+        restore_loss_scale(where, resume.meta, self.executor)
         self.epoch = counters.epoch
         self.batch_index = counters.batch_index
         self.log.cumulative_time = counters.cumulative_time
@@ -184,14 +185,13 @@ class Trainer:
         self.log.start()  # the log the checkpoint's row count describes
         step = self.executor.step_count
         meta = {"options": options_for_checkpoint(self.opts),
-                "counters": {"step": step, "epoch": self.epoch,
-                             "batch_index": self.batch_index,
+                "counters": {"step": step, "epoch": self.epoch, "batch_index": self.batch_index,
                              "cumulative_time": self.log.cumulative_time,
                              "log_rows": self.log.rows},
                 # Every random draw (weights, dropout masks, augmentation) is a pure
                 # function of these, so they are the whole random-number state.
                 "rng": {"seed": self.opts.seed, "dropout_step": step,
-                        "data_epoch": self.epoch}}
+                        "data_epoch": self.epoch}, **loss_scale_meta(self.executor)}
         save_checkpoint(self.checkpoint, self.executor.state_arrays(), meta)
         self._saved_step = step
         self._saved_at = (self.epoch, self.batch_index)
@@ -325,7 +325,7 @@ class Trainer:
             result = self.executor.step(part, progress)
             self._add_step(totals, result)
             if self.opts.profile:
-                self.log.add_profile(self.executor.timings)
+                self.log.add_profile(self.executor.timings, result.host_waits)
             bar.set_postfix_str(f"cost {totals['cost'] / max(totals['cases'], 1):.4f}",
                                 refresh=False)
             bar.update(1)

@@ -16,7 +16,11 @@ kernels as they are; the plan's memory estimate (:mod:`convnet.plan.memory`) add
 up over a step, and tests/plan/test_memory_estimate.py compares every rule with the state
 the layers really keep, so a change to what a kernel keeps shows up there.
 
-All arrays are float32 except the masks (one byte per element).
+All arrays are float32 except the masks (one byte per element).  The rules describe
+the CPU kernels; :data:`BACKEND_KERNELS` gives the rules of the kernels a backend runs
+(the CUDA conv and local kernels keep no columns by default, :func:`cuda_conv_memory`),
+and :func:`in_precision` scales a rule for float arrays of another size under
+``--precision bf16`` or ``fp16``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass, replace
 # The kernel's own choice of column order, so that the rule cannot drift from it.
 from convnet.kernels.conv import conv_layout
 from convnet.kernels.conv.winograd import output_tile, tiles
+from convnet.kernels.cuda import conv as cuda_conv, cudnn_conv
 from convnet.kernels.neurons import NEURONS
 from convnet.config.layer_types.weight_shapes import kernel_channels
 
@@ -256,28 +261,27 @@ def data_memory(layer) -> LayerMemory:
 # layer runs the same generic code on CuPy.
 
 def cuda_conv_memory(layer) -> LayerMemory:
-    """Conv on CUDA (:mod:`convnet.kernels.cuda.conv`): the forward keeps each input's
-    columns (C fs^2, N p) for the backward pass, whatever the layer's shape; temporaries:
-    forward the GEMM's (F, N p) product, backward the output gradient as (F, N p) and,
-    per input gradient, the column gradient (C fs^2 p), gathered into the input
-    gradient without a padded copy."""
+    """Conv and local layers on CUDA devices (:mod:`convnet.kernels.cuda.conv`): the
+    columns, (C fs^2, p) per case and input, are rebuilt in the backward pass, so only
+    the dropout fork's mask and the neuron's state are kept (all columns too with
+    :data:`~convnet.kernels.cuda.conv.KEEP_COLUMNS`).  Temporaries: forward one input's
+    columns and the (F, p) product; backward the output gradient in (F, p) order and
+    one input's columns, and per input gradient the column gradient, gathered into the
+    input gradient without a padded copy.  Conv layers by cuDNN (``CONVNET_CUDNN=1``)
+    keep nothing and hold one input's (F, p) output while they run, besides cuDNN's
+    workspace (at most ``CONVNET_CUDNN_WORKSPACE_MB``, not per case, not counted)."""
     a = layer.attrs
     p = a["modulesX"] ** 2
     cols = [c * a["filterSize"][i] ** 2 * p for i, c in enumerate(kernel_channels(a))]
     product = a["filters"] * p
-    return _with_neuron(layer, LayerMemory(True, FLOAT * sum(cols) + _fork_dropout_mask(layer),
-                                           FLOAT * product, FLOAT * product,
-                                           tuple(FLOAT * c for c in cols)))
-
-
-def cuda_local_memory(layer) -> LayerMemory:
-    """Locally-connected on CUDA: the columns as on the CPU; the column gradient is
-    gathered into the input gradient without a padded copy."""
-    cpu = local_memory(layer)
-    a = layer.attrs
-    cols = [c * a["filterSize"][i] ** 2 * a["modulesX"] ** 2
-            for i, c in enumerate(kernel_channels(a))]
-    return replace(cpu, input_grad_temp_per_case=tuple(FLOAT * c for c in cols))
+    if layer.type == "conv" and cudnn_conv.requested():  # no columns; its workspace aside
+        return _with_neuron(layer, LayerMemory(True, _fork_dropout_mask(layer),
+                                               FLOAT * product, 0, ()))
+    kept = sum(cols) if cuda_conv.KEEP_COLUMNS else 0
+    return _with_neuron(layer, LayerMemory(
+        True, FLOAT * kept + _fork_dropout_mask(layer), FLOAT * (max(cols) + product),
+        FLOAT * (product + (0 if cuda_conv.KEEP_COLUMNS else max(cols))),
+        tuple(FLOAT * c for c in cols)))
 
 
 def cuda_pool_memory(layer) -> LayerMemory:
@@ -297,7 +301,7 @@ def cuda_norm_memory(layer) -> LayerMemory:
                                            backward_temp_per_case=temp), keeps_output=True)
 
 
-_CUDA_RULES = {conv_memory: cuda_conv_memory, local_memory: cuda_local_memory,
+_CUDA_RULES = {conv_memory: cuda_conv_memory, local_memory: cuda_conv_memory,
                pool_memory: cuda_pool_memory, norm_memory: cuda_norm_memory}
 
 
@@ -329,3 +333,22 @@ class KernelMemory:
 
 CPU_KERNELS = KernelMemory(lambda layer: layer.layer_type.memory(layer), lambda layer: 0)
 CUDA_KERNELS = KernelMemory(cuda_memory, cuda_update_temp)
+#: ``--backend`` -> what its kernels allocate
+BACKEND_KERNELS = {"cpu": CPU_KERNELS, "cuda": CUDA_KERNELS}
+
+
+def in_precision(memory: LayerMemory, element_bytes: int) -> LayerMemory:
+    """``memory`` for float arrays of ``element_bytes`` (2 for a layer computing in
+    bfloat16 or float16): kept state and temporaries are scaled by it, masks with them
+    (so under-counted by half, a byte per output at most)."""
+    if element_bytes == FLOAT:
+        return memory
+
+    def scaled(n: int) -> int:
+        return n * element_bytes // FLOAT
+
+    return replace(memory, kept_per_case=scaled(memory.kept_per_case),
+                   forward_temp_per_case=scaled(memory.forward_temp_per_case),
+                   backward_temp_per_case=scaled(memory.backward_temp_per_case),
+                   input_grad_temp_per_case=tuple(
+                       scaled(t) for t in memory.input_grad_temp_per_case))

@@ -113,24 +113,24 @@ def _absorb(chunk: _Chunk, following: _Chunk) -> None:
         following.next.prev = chunk
 
 
-def step_buffers(plan, net, shared=frozenset()) -> tuple[dict, dict]:
+def step_buffers(plan, net, shared=frozenset(), precision: str = "fp32") -> tuple[dict, dict]:
     """Per logical device, the buffers made once (weights and momentum) and one training
     step's buffers, each as a list of (key, bytes) events (negative: dropped), in the
-    executor's order, with the CUDA kernels' memory rules."""
+    executor's order, with the CUDA kernels' memory rules, under ``--precision``."""
     once: dict[int, list] = {d: [] for d in range(plan.num_devices)}
     step: dict[int, list] = {d: [] for d in range(plan.num_devices)}
 
     def record(device: int, key, nbytes: int) -> None:
         (once if key[0] in _PARAMETERS else step)[device].append((key, nbytes))
 
-    memory_peaks(plan, net, shared, CUDA_KERNELS, record)
+    memory_peaks(plan, net, shared, CUDA_KERNELS, precision, record)
     return once, step
 
 
-def pool_bytes(plan, net, shared=frozenset()) -> list[int]:
+def pool_bytes(plan, net, shared=frozenset(), precision: str = "fp32") -> list[int]:
     """What CuPy's pool will hold for each logical device of ``plan`` once training runs
-    (see the module docstring)."""
-    once, step = step_buffers(plan, net, shared)
+    under ``--precision`` (see the module docstring)."""
+    once, step = step_buffers(plan, net, shared, precision)
     held = []
     for device in range(plan.num_devices):
         pool = PoolModel()

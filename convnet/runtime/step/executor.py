@@ -60,8 +60,12 @@ import numpy as np
 from convnet.plan.ops import piece_bounds, shard_bounds
 from convnet.runtime.devices.cuda_failures import note_running, op_text
 from convnet.runtime.step.activation_frees import ActivationReaders
+from convnet.errors import DivergedError, TrainingError
 from convnet.runtime.step.batch_check import check_batch
+from convnet.runtime.step.device_results import FailedCheck, StepResults
 from convnet.runtime.step.executor_setup import ExecutorSetup
+from convnet.runtime.step.non_finite import non_finite_cost_error, non_finite_gradient_error
+from convnet.runtime.step.precision import StepBackup
 from convnet.runtime.step.records import OpTiming, StepBuffers, StepResult
 from convnet.runtime.step.task_actions import TaskActions
 from convnet.runtime.step.tasks import Task
@@ -85,7 +89,9 @@ class Executor(ExecutorSetup, TaskActions):
     :class:`~convnet.runtime.devices.slowdown.Slowdown`, makes the tasks of a device F
     times as long in the steps it names (the device sleeps F - 1 times what each
     task took), a test-only way to make devices slower (``--slow-device``, see
-    docs/DESIGN.md).
+    docs/DESIGN.md).  ``precision`` is ``--precision``'s mode
+    (:mod:`convnet.runtime.step.precision`, docs/PRECISION.md): under ``fp16`` a step
+    whose gradients overflow is undone and its :class:`StepResult` says ``skipped``.
     """
 
     def state_arrays(self) -> dict[str, np.ndarray]:
@@ -114,9 +120,24 @@ class Executor(ExecutorSetup, TaskActions):
         ``update_cases``, if given, what the updates divide their gradient sums by
         instead of the cases they cover (a shard whose update is its part of a larger
         minibatch's: M / R, so that every case weighs 1/M however the shards fell)."""
-        result = self._execute(batch, self.train_tasks(), train=True, progress=progress,
-                               case_offset=case_offset, update_cases=update_cases,
-                               readers=self.train_readers())
+        scaling = self.precision.loss_scale
+        backup = StepBackup(self.store, self.devices) if scaling is not None else None
+        if self.step_graph is not None and case_offset == 0 \
+                and self.step_graph.applies(batch, update_cases):
+            result = self.step_graph.step(batch, progress)  # replayed (step_graph.py)
+        else:
+            result = self._execute(batch, self.train_tasks(), train=True, progress=progress,
+                                   case_offset=case_offset, update_cases=update_cases,
+                                   readers=self.train_readers())
+        if scaling is not None:
+            if result.skipped:
+                backup.restore()
+                if scaling.scale / 2 < scaling.MIN:
+                    raise DivergedError(f"the gradients overflow float16 even at loss scale "
+                                        f"{scaling.scale:g} at step {self.step_count} "
+                                        f"(--precision fp16); --precision bf16 has float32's "
+                                        f"range")
+            scaling.update(result.skipped)
         if self.exchange is not None:
             self.exchange.step_ended(self.step_count)
         self.step_count += 1
@@ -151,7 +172,8 @@ class Executor(ExecutorSetup, TaskActions):
         for piece in range(self.plan.num_pieces):
             _, device = self.plan.producer_of(layer, piece)
             if self.cluster.is_local(device):
-                parts[piece] = self.devices[device].to_host(buffers.acts[(layer, piece, device)])
+                parts[piece] = self.reads.read(self.devices[device],
+                                               buffers.acts[(layer, piece, device)])
         if self.cluster.size > 1:
             parts = {s: a for share in self.cluster.comm.allgather(
                 parts, what=f"gathering layer {layer}'s features") for s, a in share.items()}
@@ -184,14 +206,23 @@ class Executor(ExecutorSetup, TaskActions):
                  case_offset: int = 0, update_cases: float | None = None,
                  readers: ActivationReaders | None = None) -> StepResult:
         start = time.perf_counter()
+        self.reads.take()  # what was read between steps (a checkpoint) is not the step's
         buffers = self._run_tasks(batch, tasks, train, progress, case_offset, update_cases,
                                   readers)
         num_cases = buffers.bounds[-1][1]
-        metrics = buffers.metrics
+        metrics = buffers.results.metrics
+        skipped = buffers.overflow is not None
         if self.cluster.size > 1:  # each rank has the shards of its own cost layer replicas
-            metrics = {k: v for share in self.cluster.comm.allgather(
-                metrics, what="gathering a step's costs")
-                       for k, v in share.items()}
+            shares = self.cluster.comm.allgather((metrics, skipped),
+                                                 what="gathering a step's costs")
+            metrics = {k: v for share, _ in shares for k, v in share.items()}
+            skipped = any(overflow for _, overflow in shares)  # every rank skips it
+        return self._step_result(metrics, num_cases, start, skipped)
+
+    def _step_result(self, metrics: dict, num_cases: int, start: float,
+                     skipped: bool) -> StepResult:
+        """What a step returns: its costs from the shards' sums (``metrics``, by (cost
+        layer, shard)), its time since ``start`` and its host waits."""
         costs: dict[str, dict[str, float]] = {}
         for (layer, _), sums in sorted(metrics.items()):  # fixed order: shard order
             totals = costs.setdefault(layer, {})
@@ -199,14 +230,22 @@ class Executor(ExecutorSetup, TaskActions):
                 totals[k] = totals.get(k, 0.0) + v
         costs = {layer: {k: v / num_cases for k, v in sums.items()}
                  for layer, sums in costs.items()}
-        return StepResult(num_cases, costs, time.perf_counter() - start)
+        return StepResult(num_cases, costs, time.perf_counter() - start,
+                          host_waits=self.reads.take(), skipped=skipped)
 
     def _run_tasks(self, batch, tasks: list[Task], train: bool, progress: float,
                    case_offset: int = 0, update_cases: float | None = None,
-                   readers: ActivationReaders | None = None) -> StepBuffers:
+                   readers: ActivationReaders | None = None,
+                   diagnosing: bool = False, capturing: bool = False) -> StepBuffers:
         """Run ``tasks`` on ``batch``; with ``readers`` (a training step's), every
-        activation is dropped after its last reader (:mod:`.activation_frees`)."""
-        num_cases = check_batch(self.net, self.plan, batch)
+        activation is dropped after its last reader (:mod:`.activation_frees`).  Each
+        device's cost sums and finite flags come to the host once, after its last task;
+        a failed check raises its error (:meth:`_failed_step`).  ``diagnosing`` runs
+        the forward tasks of such a step again, keeping every activation and checking
+        nothing; ``capturing`` only queues the walk, on this thread (a CUDA graph's
+        capture, :mod:`.step_graph`, which packs and reads the results itself from a
+        ``batch`` already on the device, checked before)."""
+        num_cases = (len(batch[0]) if capturing else check_batch(self.net, self.plan, batch))
         plan = self.plan
         buffers = StepBuffers(batch=batch, bounds=shard_bounds(num_cases, plan.num_shards),
                               pieces=piece_bounds(num_cases, plan.num_shards,
@@ -214,7 +253,9 @@ class Executor(ExecutorSetup, TaskActions):
                               ctx_base={"train": train, "seed": self.seed,
                                         "step": self.step_count},
                               progress=progress, case_offset=case_offset,
-                              update_cases=update_cases)
+                              update_cases=update_cases,
+                              results=None if diagnosing else StepResults(len(self.devices)),
+                              diagnosing=diagnosing)
         actions, slowdown, step = self._actions, self.slowdown, self.step_count
         t0 = time.perf_counter()
         timings = [] if self.timings is not None else None
@@ -242,13 +283,53 @@ class Executor(ExecutorSetup, TaskActions):
             if meter is not None:
                 meter.sample(buffers)
 
-        if self.workers is None:
+        def finish(device: int) -> None:
+            """The device's end of the step: its results fetched, its one wait."""
+            if capturing:
+                return
+            if buffers.results is not None and self.cluster.is_local(device):
+                buffers.results.fetch(device, self.devices[device], self.reads)
+            else:
+                self.devices[device].synchronize()
+
+        if self.workers is None or capturing:
             for task in tasks:
                 self.devices[task.devices[0]].activate()  # the task's GPU and stream (CUDA)
                 run(task, None)
+            for device in range(len(self.devices)):
+                finish(device)
         else:
-            self.workers.run(tasks, run)
+            self.workers.run(tasks, run, finish)
         self.transfers.finish_sends(buffers)
         if timings is not None:
             self.timings = timings
+        if capturing:
+            return buffers
+        failed = buffers.results.first_failure() if buffers.results is not None else None
+        if failed is not None and failed.key is not None \
+                and self.precision.loss_scale is not None:
+            buffers.overflow = failed  # scaled too far: the step is undone (step())
+        elif failed is not None:
+            raise self._failed_step(failed, batch, train, progress, case_offset)
         return buffers
+
+    def _failed_step(self, failed: FailedCheck, batch, train: bool, progress: float,
+                     case_offset: int) -> TrainingError:
+        """The error for the step's first failed finite check (:mod:`.non_finite`).
+
+        A gradient names its weight array.  A cost is traced back to the first layer, in
+        net order, whose output for the shard is not finite: the step's activations are
+        gone by now, so its forward tasks run again (the same cases, weights and dropout
+        masks: the updates whose gradients the non-finite values reached were not applied)
+        and their outputs are read.  Across processes that run would need every rank, so
+        there the error names the cost layer."""
+        if failed.key is not None:
+            return non_finite_gradient_error(failed.op.layer, failed.key, failed.op.device,
+                                             self.step_count)
+        if self.cluster.size > 1:
+            return non_finite_cost_error(self.net, self.devices, {}, failed.op,
+                                         self.step_count, self.reads)
+        rerun = self._run_tasks(batch, self._eval_tasks, train, progress, case_offset,
+                                diagnosing=True)
+        return non_finite_cost_error(self.net, self.devices, rerun.acts, failed.op,
+                                     self.step_count, self.reads)

@@ -19,16 +19,23 @@ from __future__ import annotations
 import collections
 
 from convnet.config.model import NetConfig
+from convnet.errors import DeviceError
 from convnet.plan.ops import AllReduce, Copy, Forward, Load, Plan, Update
 from convnet.runtime.processes.cluster import Cluster, single_process
 from convnet.runtime.devices.collectives import ChunkedAllReduce, make_all_reduce
 from convnet.runtime.processes.increment_exchange import IncrementExchange
 from convnet.runtime.step.activation_frees import ActivationReaders
+from convnet.runtime.step.batch_check import labels_checked_on_host
+from convnet.runtime.step.host_reads import HostReads
 from convnet.runtime.step.learning_rules import scale_rates
 from convnet.runtime.step.optimizer import MomentumSGD
+from convnet.plan.precisions import GPU_ONLY
+from convnet.runtime.step.precision import Precision
 from convnet.runtime.step.rank_tasks import tasks_for_rank
 from convnet.runtime.devices.slowdown import Slowdown
 from convnet.runtime.step.records import OpTiming
+from convnet.runtime.step.step_graph import StepGraph, capture_blockers
+from convnet.runtime.step.step_graph import requested as step_graph_requested
 from convnet.runtime.step.tasks import ReplicaSync, Task, local_periods, make_tasks
 from convnet.runtime.step.transfers import Transfers
 from convnet.runtime.step.weights import WeightStore, shared_weight_layers
@@ -47,7 +54,8 @@ class ExecutorSetup:
                  parallel: bool = True, check_finite: bool = True,
                  cluster: Cluster | None = None, local_sgd: int | None = None,
                  slowdown: Slowdown | None = None,
-                 async_staleness: int | None = None, exchange_delay=None):
+                 async_staleness: int | None = None, exchange_delay=None,
+                 precision: str = "fp32"):
         if len(devices) != plan.num_devices:
             raise ValueError("one device per logical index of the plan is needed")
         if local_sgd is not None and local_sgd < 1:
@@ -57,6 +65,26 @@ class ExecutorSetup:
         if async_staleness is not None and any(l.params.get("sync") for l in net):
             raise ValueError("the asynchronous exchange runs every replicated layer apart: "
                              "no layer may set its own sync= mode")
+        self.precision = Precision(precision)
+        if precision in GPU_ONLY and any(d.kind == "cpu" for d in devices):
+            raise ValueError(f"--precision {precision} computes on GPU tensor cores; CPU "
+                             f"devices have none")
+        if self.precision.loss_scale is not None and (async_staleness is not None
+                                                      or local_sgd is not None):
+            raise ValueError(f"--precision {precision} skips the steps whose gradients "
+                             f"overflow, which replicas that update apart cannot agree on")
+        if any(d.kind == "cuda" for d in devices):
+            from convnet.kernels.cuda import cudnn_conv
+            from convnet.kernels.cuda.precision import use_tf32
+
+            use_tf32(precision == "tf32")  # process-wide: cuBLAS's compute type
+            if cudnn_conv.requested():
+                try:
+                    cudnn_conv.frontend()
+                except ImportError as error:
+                    raise DeviceError(f"{cudnn_conv.ENV}=1 computes the conv layers with "
+                                      f"NVIDIA's cuDNN frontend, which does not import "
+                                      f"(pip install -e '.[gpu]'): {error}") from None
         self.net = net
         self.plan = plan
         self.devices = devices
@@ -67,6 +95,8 @@ class ExecutorSetup:
         self.check_finite = check_finite
         self.layers = {name: build_layer(net[name]) for name, p in plan.layers.items()
                        if not net[name].is_data}
+        for name in labels_checked_on_host(net):  # batch_check.py, before the upload
+            self.layers[name].labels_checked = True
         self.collectives = {op.replica_devices: make_all_reduce([devices[d] for d in
                                                                  op.replica_devices])
                             for op in plan.ops if isinstance(op, AllReduce)}
@@ -108,7 +138,9 @@ class ExecutorSetup:
                 posts=collections.Counter((op.layer, op.replica) for op in plan.ops
                                           if isinstance(op, Update)))
         self.optimizer = MomentumSGD()
-        self.transfers = Transfers(self.cluster.comm, net, devices, self.store, self._collective)
+        self.reads = HostReads()  # every read of a device value, counted
+        self.transfers = Transfers(self.cluster.comm, net, devices, self.store, self._collective,
+                                   self.reads)
         # Training steps' task lists by what they do with each replicated layer (made
         # when a step first needs one: local layers with different K average at
         # different steps).
@@ -125,6 +157,9 @@ class ExecutorSetup:
                         if parallel else None)
         self.timings: list[OpTiming] | None = None
         self.memory = None  # a runtime.step.memory.MemoryMeter, sampled after every task when set
+        # CONVNET_CUDA_GRAPH=1: training steps replayed as one captured CUDA graph
+        self.step_graph = (StepGraph(self) if step_graph_requested()
+                           and not capture_blockers(self) else None)
 
     def _constrained(self, layer: str) -> bool:
         """Whether ``layer``'s weights are rescaled after each update (``wball``)."""

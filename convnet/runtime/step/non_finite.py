@@ -15,17 +15,21 @@ from convnet.plan.ops import Forward
 
 
 def non_finite_cost_error(net: NetConfig, devices: list, acts: dict, cost: Forward,
-                          step: int) -> TrainingError:
+                          step: int, reads) -> TrainingError:
     """The error for cost layer ``cost``, whose cost or inputs are not finite.
 
-    ``acts`` holds the step's activations by (layer, shard, device); the error
-    names the first layer, in net order, whose output for ``cost.shard`` is not
-    finite, or the cost layer itself when all of them are.
+    ``acts`` holds the step's activations by (layer, shard, device) (the executor runs
+    the step's forward again to have them); the error names the first layer, in net
+    order, whose output for ``cost.shard`` is not finite, or the cost layer itself
+    when all of them are.  ``reads`` (a :class:`~convnet.runtime.step.host_reads.HostReads`)
+    brings each check to the host.
     """
     for ldef in net:
         for (name, shard, device), value in list(acts.items()):
             if name == ldef.name and shard == cost.shard:
-                if bool(devices[device].xp.isfinite(value).all()):
+                with devices[device].scope():
+                    finite = devices[device].xp.isfinite(value).all()
+                if bool(reads.read(devices[device], finite)):
                     continue
                 if ldef.is_data:
                     return NonFiniteDataError(

@@ -4,7 +4,9 @@ An optimizer changes one weight array in place from its summed gradient.
 The executor calls it once per array and replica (or per slice of an array,
 with a sharded update), with the array's :class:`LearningRule`, the training
 progress in [0, 1] that the learning-rate schedule reads, and the number of
-cases the gradient sums over.  Each array has one state array of its shape
+cases the gradient sums over (and, where the step checks its gradients, the
+update's finite flag on the device: the update is skipped there when it is false,
+see :mod:`convnet.kernels.update`).  Each array has one state array of its shape
 beside it (the ``momentum`` of checkpoints), which only the optimizer reads
 or writes; a rule that needs other state would add it there.
 """
@@ -15,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from convnet.kernels.update import host_flag, momentum_update
 from convnet.runtime.step.learning_rules import LearningRule
 
 UPDATE_BLOCK = 1 << 17  # elements per block of the CPU update (stays in the L2 cache)
@@ -22,8 +25,9 @@ UPDATE_BLOCK = 1 << 17  # elements per block of the CPU update (stays in the L2 
 
 class Optimizer(Protocol):
     def update(self, xp, weights, state, grad, rule: LearningRule, progress: float,
-               num_cases: int) -> None:
-        """Update ``weights`` and ``state`` in place from ``grad``, a sum over ``num_cases``."""
+               num_cases: int, ok=None) -> None:
+        """Update ``weights`` and ``state`` in place from ``grad``, a sum over ``num_cases``,
+        where the device flag ``ok`` (None: always) is true."""
 
 
 class MomentumSGD:
@@ -32,24 +36,22 @@ class MomentumSGD:
     The state is ``inc``, the last increment.  On the CPU the passes run block
     by block over the flattened arrays, so each block stays in the cache
     instead of five trips through memory; every element goes through the same
-    operations in the same order as the whole-array form, which the other
-    cases (GPU arrays, mixed dtypes, non-contiguous slices) use.
+    operations in the same order as the whole-array form of
+    :func:`convnet.kernels.update.momentum_update`, which the other cases (GPU
+    arrays, mixed dtypes, non-contiguous slices) use.
     """
 
     def update(self, xp, weights, state, grad, rule: LearningRule, progress: float,
-               num_cases: int) -> None:
+               num_cases: int, ok=None) -> None:
         w, inc = weights, state
         if w.size == 0:
             return
         eps, mom, wc = rule.eps.value(progress), rule.momentum, rule.decay
         same = grad.dtype == w.dtype == inc.dtype
         if xp is not np or not (same and w.flags.c_contiguous and inc.flags.c_contiguous):
-            inc *= mom
-            step = grad / num_cases
-            if wc:
-                step += wc * w
-            inc -= eps * step
-            w += inc
+            momentum_update(w, inc, grad, ok, eps, mom, wc, num_cases)
+            return
+        if ok is not None and not host_flag(ok):
             return
         wf, incf, gf = w.reshape(-1), inc.reshape(-1), grad.reshape(-1)
         size = wf.size

@@ -1,7 +1,8 @@
 """What one step of the executor creates and gives back.
 
 :class:`StepBuffers` is everything a minibatch creates while its tasks run
-(activations, gradients, cost sums, the slices moving between processes); the
+(activations, gradients, the cost sums and finite flags left on the devices, the
+slices moving between processes); the
 task walk (:mod:`convnet.runtime.step.executor`) makes one per step and the
 task actions (:mod:`convnet.runtime.step.task_actions`) fill and empty it, so it
 lives apart from both.  :class:`StepResult` (the costs) and :class:`OpTiming`
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from convnet.runtime.step.device_results import StepResults
+
 
 @dataclass
 class StepResult:
@@ -21,6 +24,8 @@ class StepResult:
     num_cases: int
     costs: dict[str, dict[str, float]]
     seconds: float = 0.0
+    host_waits: int = 0  # points where the host waited for a device (host_reads.py)
+    skipped: bool = False  # --precision fp16: its gradients overflowed, nothing applied
 
 
 @dataclass
@@ -51,7 +56,10 @@ class StepBuffers:
     states: dict = field(default_factory=dict)
     grads: dict = field(default_factory=dict)
     gouts: dict = field(default_factory=dict)
-    metrics: dict = field(default_factory=dict)  # (cost layer, shard) -> sums over the shard
+    # the cost sums and finite flags left on the devices (None: a diagnosis, which has none)
+    results: StepResults | None = None
+    diagnosing: bool = False  # a failed step's forward run again to find the culprit
+    overflow: object = None  # under loss scaling, the first gradient check that failed
     collectives: dict = field(default_factory=dict)
     reduced: dict = field(default_factory=dict)  # (layer, pass, rank) -> summed gradient slices
     received: dict = field(default_factory=dict)  # slices from other processes (transfers.py)

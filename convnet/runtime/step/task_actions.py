@@ -8,21 +8,26 @@ task, the step's :class:`~convnet.runtime.step.records.StepBuffers` and the
 calling worker's device.  The methods are the arithmetic of a step: load a
 shard, copy, forward (with the cost sums and their finite check), backward,
 pull a gradient, the all-reduce and the parts of a sharded one, the update
-(:class:`~convnet.runtime.step.optimizer.MomentumSGD`, with the gradients'
+(:class:`~convnet.runtime.step.optimizer.MomentumSGD`, gated by the gradients'
 finite check), ``wball``, local SGD's averaging, the increments of the
 asynchronous exchange, and the transfers to and from other processes.  They
 live apart from the executor's set-up (:mod:`convnet.runtime.step.executor_setup`),
 which builds what they read, and from the walk that orders them, so that each
 can be read by itself (tests reach the table as ``Executor._actions``).
+
+No action reads a device value on the host: the cost sums and the finite checks
+stay on the device in the step's :class:`~convnet.runtime.step.device_results.StepResults`,
+which each device's worker fetches once, after its last task.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
+import numpy as np
+
 from convnet.plan.ops import Update
-from convnet.runtime.step.non_finite import non_finite_cost_error, non_finite_gradient_error
+from convnet.runtime.step.device_results import FailedCheck
 from convnet.runtime.step.records import StepBuffers
 from convnet.runtime.step.tasks import Task, TaskAction
 from convnet.runtime.step.transfers import accumulate
@@ -56,7 +61,8 @@ class TaskActions:
     It reads what :class:`~convnet.runtime.step.executor_setup.ExecutorSetup` builds
     (``net``, ``plan``, ``devices``, ``layers``, ``store``, ``collectives``,
     ``workers``, ``exchange``, ``transfers``, ``optimizer``, ``cluster``,
-    ``own_updates``, ``_sliced``) and the step's count and ``check_finite``.
+    ``own_updates``, ``_sliced``, ``precision``) and the step's count and
+    ``check_finite``.
     Each method runs one task: (task, the step's buffers, the calling worker's
     device or None for all of the task's devices).
     """
@@ -78,7 +84,11 @@ class TaskActions:
         start, stop = buffers.pieces[op.shard]
         column = buffers.batch[ldef.attrs["dataIdx"]][start:stop]
         column = column.reshape((stop - start,) + tuple(ldef.output_shape))
-        buffers.acts[(op.layer, op.shard, op.device)] = self.devices[op.device].to_device(column)
+        device = self.devices[op.device]
+        buffers.acts[(op.layer, op.shard, op.device)] = (
+            device.to_device(column) if isinstance(column, np.ndarray)
+            else device.xp.array(column, copy=True))  # already on the device: a captured step
+
 
     def _copy(self, task: Task, buffers: StepBuffers, device: int | None) -> None:
         op = task.op
@@ -89,20 +99,28 @@ class TaskActions:
         op = task.op
         ldef = self.net[op.layer]
         layer = self.layers[op.layer]
-        if self.exchange is not None and buffers.ctx_base["train"]:
+        if self.exchange is not None and buffers.ctx_base["train"] and not buffers.diagnosing:
             self._add_increments(op.layer, op.replica, self.step_count)
         inputs = [buffers.acts[(i, op.shard, op.device)] for i in ldef.inputs]
+        weights = self.store.weights[op.layer][op.replica]
+        if self.precision.mixed:
+            inputs = self.precision.layer_inputs(ldef, inputs)
+            weights = self.precision.layer_weights(ldef, weights)
         ctx = self._ctx(buffers, op.shard)
-        output, state = layer.forward(inputs, self.store.weights[op.layer][op.replica], ctx)
+        output, state = layer.forward(inputs, weights, ctx)
+        if self.precision.mixed:  # stored in the layer's dtype (numpy's bfloat16 GEMM widens)
+            output = self.precision.stored_output(ldef, output)
         buffers.acts[(op.layer, op.shard, op.device)] = output
         buffers.states[(op.layer, op.shard)] = state
-        if ldef.is_cost:
-            sums = {k: float(v) for k, v in layer.metrics(inputs, output).items()}
-            buffers.metrics[(op.layer, op.shard)] = sums
-            if self.check_finite and not (math.isfinite(sums["cost"]) and all(
-                    bool(self.devices[op.device].xp.isfinite(x).all()) for x in inputs)):
-                raise non_finite_cost_error(self.net, self.devices, buffers.acts, op,
-                                            self.step_count)
+        if ldef.is_cost and buffers.results is not None:
+            sums = layer.metrics(inputs, output)
+            buffers.results.add_metrics(op.device, op.layer, op.shard, sums)
+            if self.check_finite:
+                xp = self.devices[op.device].xp
+                finite = xp.isfinite(sums["cost"])
+                for x in inputs:
+                    finite = finite & xp.isfinite(x).all()
+                buffers.results.add_check(op.device, FailedCheck(op.index, op), finite)
 
     def _backward(self, task: Task, buffers: StepBuffers, device: int | None) -> None:
         op = task.op
@@ -111,10 +129,22 @@ class TaskActions:
         key = (op.layer, op.shard, op.device)
         grad_out = None if ldef.is_cost else buffers.grads.pop(key)
         inputs = [buffers.acts[(i, op.shard, op.device)] for i in ldef.inputs]
+        weights = self.store.weights[op.layer][op.replica]
+        precision = self.precision
+        if precision.mixed:
+            stored, inputs = inputs, precision.layer_inputs(ldef, inputs)
+            weights = precision.layer_weights(ldef, weights)
+            grad_out = precision.like(grad_out, buffers.acts[key])
         input_grads, param_grads = self.layers[op.layer].backward(
-            grad_out, inputs, buffers.acts[key], self.store.weights[op.layer][op.replica],
+            grad_out, inputs, buffers.acts[key], weights,
             buffers.states.pop((op.layer, op.shard)), self._ctx(buffers, op.shard),
             list(placement.input_grads))
+        if ldef.is_cost and precision.loss_scale is not None:
+            scale = precision.loss_scale.scale
+            input_grads = [None if g is None else g * scale for g in input_grads]
+        if precision.mixed:
+            input_grads = [precision.like(g, x) for g, x in zip(input_grads, stored)]
+            param_grads = precision.master_gradients(param_grads)
         for inp, wanted, grad in zip(ldef.inputs, placement.input_grads, input_grads):
             if not wanted:
                 continue
@@ -259,12 +289,26 @@ class TaskActions:
             num_cases = sum(buffers.bounds[s][1] - buffers.bounds[s][0]
                             for s in range(first, last)
                             if self.plan.producer_of(op.layer, s)[0] == op.replica)
+        if self.precision.loss_scale is not None:  # the gradients are S times the loss's
+            num_cases = num_cases * self.precision.loss_scale.scale
         rules = self.store.rules[op.layer]
         xp = self.devices[op.device].xp
+        ok = (self._gradients_finite(op, grads, buffers)
+              if self.check_finite or self.precision.loss_scale is not None else None)
         for k, grad in grads.items():
-            if self.check_finite and not bool(xp.isfinite(grad.sum())):
-                raise non_finite_gradient_error(op.layer, k, op.device, self.step_count)
             self.optimizer.update(xp, weights[k], momentum[k], grad, rules[k],
-                                  buffers.progress, num_cases)
+                                  buffers.progress, num_cases, ok=ok)
         grads.clear()
+
+    def _gradients_finite(self, op: Update, grads: dict, buffers: StepBuffers):
+        """The update's finite check, on the device: one flag per weight array for the
+        step's results (which name the array of a failure), and their conjunction, which
+        gates the update of the whole layer (:mod:`convnet.kernels.update`)."""
+        xp = self.devices[op.device].xp
+        ok = None
+        for k, grad in grads.items():
+            finite = xp.isfinite(grad.sum())
+            buffers.results.add_check(op.device, FailedCheck(op.index, op, k), finite)
+            ok = finite if ok is None else ok & finite
+        return ok
 

@@ -25,6 +25,12 @@ from __future__ import annotations
 import numpy as np
 
 
+def float32(array: np.ndarray) -> np.ndarray:
+    """What travels: float32 (activations of a lower ``--precision`` are widened; the
+    receiver's next layer casts them back)."""
+    return array.astype(np.float32, copy=False)
+
+
 def accumulate(store: dict, key, value) -> None:
     """Sum into ``store[key]`` without writing into ``value``, which a layer may
     have handed out as a view shared with another gradient."""
@@ -34,7 +40,8 @@ def accumulate(store: dict, key, value) -> None:
 class Transfers:
     """The SEND and RECV actions of one process's executor."""
 
-    def __init__(self, comm, net, devices: list, store, collective_of):
+    def __init__(self, comm, net, devices: list, store, collective_of, reads):
+        self.reads = reads  # the executor's HostReads: a send waits for its array
         self.comm = comm
         self.net = net
         self.devices = devices
@@ -49,13 +56,15 @@ class Transfers:
 
     def _outgoing(self, task, buffers) -> np.ndarray:
         op, transfer, device = task.op, task.transfer, self.devices[task.device]
+        read = self.reads.read
         if transfer.what == "act":
-            return device.to_host(buffers.acts[(op.layer, op.shard, op.src)])
+            return float32(read(device, buffers.acts[(op.layer, op.shard, op.src)]))
         if transfer.what == "grad":
-            return device.to_host(buffers.gouts.pop((op.consumer, op.layer, op.shard, op.src)))
+            return float32(read(device,
+                                buffers.gouts.pop((op.consumer, op.layer, op.shard, op.src))))
         source = (self.store.grads if transfer.what == "grad-slice" else self.store.weights)
         arrays = source[op.layer][transfer.source_replica]
-        parts = [device.to_host(arrays[k].reshape(-1)[lo:hi])
+        parts = [read(device, arrays[k].reshape(-1)[lo:hi])
                  for k, lo, hi in self._slice_layout(task)]
         return np.concatenate(parts).astype(np.float32, copy=False)
 

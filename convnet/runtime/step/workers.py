@@ -65,10 +65,14 @@ class DeviceWorkers:
         for t in self._threads:
             t.start()
 
-    def run(self, tasks: list, fn: Callable[[object, int], None]) -> None:
+    def run(self, tasks: list, fn: Callable[[object, int], None],
+            finish: Callable[[int], None] | None = None) -> None:
         """Run ``fn(task, device)`` for every task on each of its devices; re-raise the
         first error.  A task has ``index``, ``deps``, ``devices``, ``layer``,
-        ``deferrable`` and ``barrier`` (see :class:`convnet.runtime.step.tasks.Task`)."""
+        ``deferrable`` and ``barrier`` (see :class:`convnet.runtime.step.tasks.Task`).
+        After its last task each worker calls ``finish(device)``, which must end with
+        the device synchronised (the executor fetches the step's device results there);
+        without it, the worker synchronises its device."""
         self._finished = [threading.Event() for _ in range(max((t.index for t in tasks),
                                                                default=-1) + 1)]
         present = {t.index for t in tasks}
@@ -79,7 +83,7 @@ class DeviceWorkers:
             for d in task.devices:
                 per_device[d].append(task)
         for d, inbox in enumerate(self._inboxes):
-            inbox.put((per_device[d], present, fn))
+            inbox.put((per_device[d], present, fn, finish))
         errors = []
         for _ in self.devices:
             error = self._done.get()
@@ -122,7 +126,7 @@ class DeviceWorkers:
             job = self._inboxes[device].get()
             if job is None:
                 return
-            pending, present, fn = job
+            pending, present, fn, finish = job
             try:
                 while pending:
                     self._wake[device].clear()
@@ -133,7 +137,10 @@ class DeviceWorkers:
                     task = pending.pop(i)
                     fn(task, device)
                     self._mark_done(task)
-                self.devices[device].synchronize()
+                if finish is None:
+                    self.devices[device].synchronize()
+                else:
+                    finish(device)
                 self._done.put(None)
             except BaseException as error:  # noqa: BLE001 - handed to the caller
                 self._fail()

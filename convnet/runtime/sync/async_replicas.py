@@ -110,15 +110,15 @@ class AsyncReplicas(ReplicaThreads):
     ``evaluate``, ``features``, ``state_arrays``, ``load_state_arrays``,
     ``step_count``, ``timings`` and ``close``.  ``step`` queues the minibatch's shards
     and returns the costs of the shards finished since the last call (it waits only
-    while the queue is full).  ``seed``, ``check_finite``, ``slowdown`` and ``cluster``
-    are the :class:`Executor`'s: in a multi-process run ``devices`` holds stand-ins
-    for the other ranks' devices, and every rank must make its replica set at the
-    same point (see the module docstring).
+    while the queue is full).  ``seed``, ``check_finite``, ``slowdown``, ``precision``
+    and ``cluster`` are the :class:`Executor`'s: in a multi-process run ``devices`` holds
+    stand-ins for the other ranks' devices, and every rank must make its replica set at
+    the same point (see the module docstring).
     """
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, staleness: int,
-                 seed: int = 0, check_finite: bool = True,
-                 slowdown: Slowdown | None = None, cluster: Cluster | None = None):
+                 seed: int = 0, check_finite: bool = True, slowdown: Slowdown | None = None,
+                 cluster: Cluster | None = None, precision: str = "fp32"):
         replica_devices = async_replica_devices(plan)
         if replica_devices is None:
             raise ValueError("asynchronous training needs every layer replicated on the same "
@@ -133,7 +133,7 @@ class AsyncReplicas(ReplicaThreads):
         one_plan = make_plan(one, (plan.physical_devices[self.replica_devices[0]],),
                              plan.minibatch // count)
         super().__init__([Executor(one, one_plan, [devices[d]], seed=seed, parallel=False,
-                                   check_finite=check_finite,
+                                   check_finite=check_finite, precision=precision,
                                    slowdown=slowdown and slowdown.on_devices((d,)))
                           for d in self.replica_devices],
                          [f"replica {replica_devices.index(d)} (device {d})"

@@ -77,11 +77,12 @@ class LocalReplicas(ReplicaThreads):
     """The replicas of ``net`` on ``devices`` (those of
     :func:`~convnet.runtime.sync.async_replicas.async_replica_devices`), trained by local
     SGD with the layers' periods ``periods`` (from :func:`apart_periods`), apart
-    between averages.  ``seed``, ``check_finite`` and ``slowdown`` are the
+    between averages.  ``seed``, ``check_finite``, ``slowdown`` and ``precision`` are the
     :class:`Executor`'s."""
 
     def __init__(self, net: NetConfig, plan: Plan, devices: list, periods: dict[str, int],
-                 seed: int = 0, check_finite: bool = True, slowdown: Slowdown | None = None):
+                 seed: int = 0, check_finite: bool = True, slowdown: Slowdown | None = None,
+                 precision: str = "fp32"):
         replica_devices = async_replica_devices(plan)
         if replica_devices is None:
             raise ValueError("the replicas run apart only in a data-parallel net")
@@ -92,7 +93,7 @@ class LocalReplicas(ReplicaThreads):
         one_plan = make_plan(one, (plan.physical_devices[replica_devices[0]],),
                              plan.minibatch // count)
         super().__init__([Executor(one, one_plan, [devices[d]], seed=seed, parallel=False,
-                                   check_finite=check_finite,
+                                   check_finite=check_finite, precision=precision,
                                    slowdown=slowdown and slowdown.on_devices((d,)))
                           for d in replica_devices],
                          [f"replica {r} (device {d})" for r, d in enumerate(replica_devices)])
