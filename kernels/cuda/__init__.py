@@ -39,6 +39,8 @@ import warnings
 from convnet import kernels as _kernels
 from convnet.errors import OneLineWarning
 
+from .kernel_set import KERNEL_DTYPES
+
 #: kernel name -> module holding its CuPy override
 OVERRIDES = {
     "conv_forward": "conv", "conv_backward": "conv",
@@ -51,12 +53,7 @@ OVERRIDES = {
     "momentum_update": "update",
 }
 
-#: The element types the CUDA kernel sources are written for.  Arrays of a 16-bit float
-#: (``--precision bf16`` or ``fp16``) take the generic kernels on CuPy instead: the
-#: sources' mixed float and ``T`` arithmetic does not compile for them (NVRTC rejects
-#: 9 of float16's and 19 of bfloat16's).  The conv layers choose for themselves (cuDNN
-#: takes every float type), and the dropout uniforms do not depend on the dtype.
-KERNEL_DTYPES = ("float32", "float64")
+#: The overrides that take every float type (see :data:`~.kernel_set.KERNEL_DTYPES`).
 _ANY_DTYPE = ("conv_forward", "conv_backward", "uniform_like")
 
 _install_lock = threading.Lock()

@@ -26,7 +26,7 @@ pass rebuilds them with one im2col kernel.  Kept, they were most of a GPU step's
 memory (about 1.8 GB of AlexNet's at minibatch 128, against its 0.5 GB of
 activations), for one pass over them saved per layer; with the environment
 variable ``CONVNET_CUDA_KEEP_COLUMNS=1`` they are kept (:data:`KEEP_COLUMNS`, which
-the memory estimate reads too: :func:`convnet.config.layer_types.memory_rules.layer_memory`).
+the memory estimate reads too: :func:`convnet.config.layer_types.memory_rules.cuda_conv_memory`).
 The CPU kernels keep theirs (:mod:`convnet.kernels.conv.choice`), where rebuilding
 measured 2-3% slower (docs/CUDA.md, "Memory").
 
@@ -41,8 +41,8 @@ import os
 
 from .. import conv as _generic_conv
 from ..conv.local import local_cols_grad, local_weight_grad
-from . import KERNEL_DTYPES, cudnn_conv
-from .kernel_set import contiguous, current
+from . import cudnn_conv
+from .kernel_set import KERNEL_DTYPES, contiguous, current
 
 #: Keep the columns from the forward pass for the backward pass (see the module docstring).
 KEEP_COLUMNS = os.environ.get("CONVNET_CUDA_KEEP_COLUMNS", "").strip() == "1"

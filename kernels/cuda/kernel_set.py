@@ -16,6 +16,13 @@ from typing import Callable
 
 from .sources import SPECS, KernelSpec
 
+#: The element types the CUDA kernel sources are written for.  Arrays of a 16-bit float
+#: (``--precision bf16`` or ``fp16``) take the generic kernels on CuPy instead: the
+#: sources' mixed float and ``T`` arithmetic does not compile for them (NVRTC rejects
+#: 9 of float16's and 19 of bfloat16's).  The conv layers choose for themselves (cuDNN
+#: takes every float type), and the dropout uniforms do not depend on the dtype.
+KERNEL_DTYPES = ("float32", "float64")
+
 
 class KernelSet:
     """An array module plus a kernel factory; compiled kernels are cached per spec."""

@@ -61,17 +61,25 @@ def test_freed_chunks_too_small_for_a_request_stay_held_beside_the_new_one():
     assert pool.held == 14 * MIB  # 8 MiB free in the pool, 6 MiB taken anew
 
 
-def test_the_alexnet_estimate_is_what_the_pool_held_on_an_h200():
+def test_the_alexnet_estimate_is_what_the_pool_held_on_an_h200(monkeypatch):
     """cuda-convnet2's layers-imagenet-1gpu.cfg at minibatch 128: CuPy's pool held
-    4,637 MiB on an H200 (CuPy 14.2, 2026-11-26, docs/CUDA.md); the model, derived from
-    CuPy's allocator and not fitted to this figure, holds within 2% of it, where the
-    step's largest live set alone (the plan's peak with the CUDA kernels) is 28% less."""
+    4,637 MiB on an H200 (CuPy 14.2, 2026-11-26, docs/CUDA.md), with the conv layers
+    keeping their columns for the backward pass as they did then
+    (``CONVNET_CUDA_KEEP_COLUMNS=1`` today); the model, derived from CuPy's allocator and
+    not fitted to this figure, holds within 2% of it, where the step's largest live set
+    alone (the plan's peak with the CUDA kernels) is 28% less.  Rebuilding the columns in
+    the backward pass (the default now) saves at least a quarter of it."""
+    from convnet.kernels.cuda import conv
+
     net = _reference("imagenet-1gpu", 224, 1000)
     plan = make_plan(net, (0,), 128)
+    rebuilt = pool_bytes(plan, net)[0]
+    monkeypatch.setattr(conv, "KEEP_COLUMNS", True)
     held = pool_bytes(plan, net)[0]
     assert held == pytest.approx(4637 * MIB, rel=0.02), held / MIB
     live = memory_peaks(plan, net, kernels=CUDA_KERNELS)[0].peak_bytes
     assert live < 0.8 * held
+    assert rebuilt < 0.75 * held
 
 
 def test_logical_devices_on_one_gpu_hold_their_own_pools():
@@ -140,9 +148,9 @@ def test_print_plan_on_cuda_shows_what_the_pool_will_hold(monkeypatch, capsys):
                               "--data-dims", "3x224x224", "--num-classes", "1000",
                               "--backend", "cuda", "--print-plan", "--gpu", "0")
     assert code == 0, err
-    assert ("GPU 0 needed (est.): 4.6 GiB (CuPy's memory pool 4.5 GiB, beside it 64.0 MiB); "
+    assert ("GPU 0 needed (est.): 3.2 GiB (CuPy's memory pool 3.1 GiB, beside it 64.0 MiB); "
             "free: 2.0 GiB (GPU 0's free memory)") in out.splitlines()
-    assert err.startswith("warning: the plan needs about 4.6 GiB of GPU 0 (what CuPy's "
+    assert err.startswith("warning: the plan needs about 3.2 GiB of GPU 0 (what CuPy's "
                           "memory pool will hold for logical device(s) 0)")
 
 
@@ -156,7 +164,7 @@ def test_training_refuses_a_plan_the_gpu_cannot_hold_before_making_a_device(monk
                               "--data-provider", "dummy", "--data-dims", "3x224x224",
                               "--num-classes", "1000", "--dummy-cases", "128",
                               "--backend", "cuda", "--no-progress")
-    assert_clean_error((code, err), 1, "not enough memory: the plan needs about 4.6 GiB of "
+    assert_clean_error((code, err), 1, "not enough memory: the plan needs about 3.2 GiB of "
                        "GPU 0 (what CuPy's memory pool will hold for logical device(s) 0), "
                        "but GPU 0's free memory leaves only 2.0 GiB", "--mini")
     assert made == []

@@ -243,7 +243,7 @@ def test_the_gated_update_is_bitwise_the_cpu_update(emulated, wc, flag):
         MomentumSGD().update(np, expected[0], expected[1], grad, rule, 0.0, 37)
     ok = None if flag is None else np.array(flag)
     fused = [w.copy(), inc.copy()]
-    _override("momentum_update")(fused[0], fused[1], grad, ok, 0.01, 0.9, wc, 37)
+    override("momentum_update")(fused[0], fused[1], grad, ok, 0.01, 0.9, wc, 37)
     masked = [w.copy(), inc.copy()]
     kupdate.masked_update(np, masked[0], masked[1], grad, np.array(flag is not False), 0.01,
                           0.9, wc, 37)

@@ -264,9 +264,9 @@ def cuda_conv_memory(layer) -> LayerMemory:
     """Conv and local layers on CUDA devices (:mod:`convnet.kernels.cuda.conv`): the
     columns, (C fs^2, p) per case and input, are rebuilt in the backward pass, so only
     the dropout fork's mask and the neuron's state are kept (all columns too with
-    :data:`~convnet.kernels.cuda.conv.KEEP_COLUMNS`).  Temporaries: forward one input's
-    columns and the (F, p) product; backward the output gradient in (F, p) order and
-    one input's columns, and per input gradient the column gradient, gathered into the
+    :data:`~convnet.kernels.cuda.conv.KEEP_COLUMNS`, and then none is a temporary).
+    Temporaries: forward one input's columns and the (F, p) product; backward the output
+    gradient in (F, p) order and one input's columns, and per input gradient the column gradient, gathered into the
     input gradient without a padded copy.  Conv layers by cuDNN (``CONVNET_CUDNN=1``)
     keep nothing and hold one input's (F, p) output while they run, besides cuDNN's
     workspace (at most ``CONVNET_CUDNN_WORKSPACE_MB``, not per case, not counted)."""
@@ -277,11 +277,10 @@ def cuda_conv_memory(layer) -> LayerMemory:
     if layer.type == "conv" and cudnn_conv.requested():  # no columns; its workspace aside
         return _with_neuron(layer, LayerMemory(True, _fork_dropout_mask(layer),
                                                FLOAT * product, 0, ()))
-    kept = sum(cols) if cuda_conv.KEEP_COLUMNS else 0
+    kept, rebuilt = (sum(cols), 0) if cuda_conv.KEEP_COLUMNS else (0, max(cols))
     return _with_neuron(layer, LayerMemory(
-        True, FLOAT * kept + _fork_dropout_mask(layer), FLOAT * (max(cols) + product),
-        FLOAT * (product + (0 if cuda_conv.KEEP_COLUMNS else max(cols))),
-        tuple(FLOAT * c for c in cols)))
+        True, FLOAT * kept + _fork_dropout_mask(layer), FLOAT * (rebuilt + product),
+        FLOAT * (product + rebuilt), tuple(FLOAT * c for c in cols)))
 
 
 def cuda_pool_memory(layer) -> LayerMemory:
