@@ -64,13 +64,14 @@ _ZIP_MAGIC = b"PK\x03\x04"
 MAX_HEADER_BYTES = 16 * 2**20
 
 
-def find_checkpoint(path: str | os.PathLike) -> Path:
-    """The checkpoint file ``path`` names: the file itself, or the save path holding one."""
+def find_checkpoint(path: str | os.PathLike, option: str = "--load-file") -> Path:
+    """The checkpoint file ``path`` names: the file itself, or the save path holding one
+    (``option``: the option that named it, for the error)."""
     path = Path(path)
     if path.is_dir():
         inside = path / CHECKPOINT_NAME
         if not inside.exists():
-            raise CheckpointError(f"{path}: a folder without a {CHECKPOINT_NAME}; --load-file "
+            raise CheckpointError(f"{path}: a folder without a {CHECKPOINT_NAME}; {option} "
                                   f"takes a checkpoint file or the save path holding one")
         return inside
     return path
@@ -206,6 +207,20 @@ class CheckpointReader:
         if header.dtype != np.uint8 or header.ndim != 1:
             raise CheckpointError(f"{self.path}: damaged checkpoint header (not UTF-8 bytes)")
         return header
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        """The shape of array ``key``, from its ``.npy`` header alone."""
+        info = self._members.get(key)
+        if info is None:
+            raise CheckpointError(f"{self.path}: the checkpoint has no '{key}'")
+        try:
+            with self._archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                return tuple(int(d) for d in read_header(member)[0])
+        except Exception as error:  # zipfile, numpy.lib.format and OSError all report damage
+            raise self._damaged(error) from None
 
     def read(self, key: str, shape: tuple[int, ...] | None = None,
              dtype: np.dtype | None = None) -> np.ndarray:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from convnet.app import bundled_example, launch
 from convnet.app.option_values import MAX_DEVICES
+from convnet.app.checkpoint import CheckpointReader, find_checkpoint
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
 from convnet.errors import UsageError
@@ -94,6 +95,8 @@ class RunOptions:
     show_preds: int | None
     out: Path | None
     export_onnx: Path | None
+    # --init-from: the checkpoint file a new run takes the layers that fit from
+    init_from: Path | None
     # --load-file, read
     resume: Resume | None
     #: how the logical devices were placed on the GPUs without --gpu (for the banner)
@@ -121,6 +124,8 @@ def resolve_options(args: argparse.Namespace,
               if f.name not in ("resume", "gpu_note")}
     if values["predict"] is not None:
         values["predict"] = tuple(values["predict"])
+    if values["init_from"] is not None:
+        values["init_from"] = init_from_checkpoint(values["init_from"], args.load_file)
     if isinstance(values["sync"], list):  # --sync takes several modes for --compare
         if len(values["sync"]) > 1:
             raise UsageError(f"--sync takes one mode, not {len(values['sync'])} (several, e.g. "
@@ -172,6 +177,17 @@ def resolve_options(args: argparse.Namespace,
     return opts
 
 
+def init_from_checkpoint(path: Path, load_file: Path | None) -> Path:
+    """The checkpoint file ``--init-from`` names, opened once to know it is one (a file
+    of another kind is refused here, in one line, before any work)."""
+    if load_file is not None:
+        raise UsageError("--init-from starts a new run from another run's weights and "
+                         "--load-file continues a saved run; give one of them")
+    checkpoint = find_checkpoint(path, "--init-from")
+    CheckpointReader(checkpoint).close()
+    return checkpoint
+
+
 def _default_gpus(values: dict, bundled: bool) -> tuple[int, ...]:
     """The devices without --gpu: 0..N-1 for --auto-place N; the bundled example's; in
     one process, 0..k-1 for a config whose gpu= lines name k devices (as --compare
@@ -209,6 +225,11 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError(f"{' and '.join(tools)} cannot be combined; give one of them")
     check_using_options(opts)
     check_auto_place(opts)
+    if opts.init_from is not None and (tools or opts.test_only):
+        tool = (tools or ["--test-only"])[0]
+        if tool != "--print-plan":
+            raise UsageError(f"--init-from starts a training run; {tool} uses a saved net "
+                             "as it is: give --load-file CHECKPOINT instead")
     if opts.test_only and opts.resume is None:
         raise UsageError("--test-only evaluates a saved net: give --load-file CHECKPOINT too")
     if opts.feature_path is not None and not opts.write_features:

@@ -123,6 +123,8 @@ class TaskActions:
                 accumulate(buffers.grads, (inp, op.shard, op.device), grad)
             else:
                 accumulate(buffers.gouts, (op.layer, inp, op.shard, op.device), grad)
+        if not placement.learns:
+            return  # frozen: no update will read its weight gradients
         accum = self.store.grads[op.layer][op.replica]
         for k, g in param_grads.items():
             accumulate(accum, k, g)
@@ -262,6 +264,8 @@ class TaskActions:
         rules = self.store.rules[op.layer]
         xp = self.devices[op.device].xp
         for k, grad in grads.items():
+            if rules[k].frozen:
+                continue
             if self.check_finite and not bool(xp.isfinite(grad.sum())):
                 raise non_finite_gradient_error(op.layer, k, op.device, self.step_count)
             self.optimizer.update(xp, weights[k], momentum[k], grad, rules[k],
