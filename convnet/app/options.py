@@ -223,13 +223,11 @@ def check_options(opts: RunOptions) -> None:
     tools = tools_asked(opts)
     if len(tools) > 1:
         raise UsageError(f"{' and '.join(tools)} cannot be combined; give one of them")
+    if tools and tools != ["--print-plan"] and opts.init_from is not None:
+        raise UsageError(f"--init-from starts a training run; {tools[0]} uses a saved net "
+                         "as it is: give --load-file CHECKPOINT instead")
     check_using_options(opts)
     check_auto_place(opts)
-    if opts.init_from is not None and (tools or opts.test_only):
-        tool = (tools or ["--test-only"])[0]
-        if tool != "--print-plan":
-            raise UsageError(f"--init-from starts a training run; {tool} uses a saved net "
-                             "as it is: give --load-file CHECKPOINT instead")
     if opts.test_only and opts.resume is None:
         raise UsageError("--test-only evaluates a saved net: give --load-file CHECKPOINT too")
     if opts.feature_path is not None and not opts.write_features:
