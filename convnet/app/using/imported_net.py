@@ -58,10 +58,13 @@ def with_cost(layers: list[ImportedLayer], output: str) -> tuple[list[ImportedLa
     last = next(layer for layer in layers if layer.name == output)
     classes = int(np.prod(last.shape))
     added = [ImportedLayer("labels", "data", [], (1,), {"dataIdx": 1})]
-    if last.type != "softmax":
+    if last.type == "softmax":  # the model's own, named as the engine names it
+        for layer in layers:
+            layer.inputs = ["probs" if i == output else i for i in layer.inputs]
+        last.name = "probs"
+    else:
         added.append(ImportedLayer("probs", "softmax", [output], (classes,)))
-    probs = added[-1].name if last.type != "softmax" else output
-    added.append(ImportedLayer("logprob", "cost.logreg", ["labels", probs], (1,),
+    added.append(ImportedLayer("logprob", "cost.logreg", ["labels", "probs"], (1,),
                                params={"coeff": 1}))
     return layers + added, classes
 

@@ -144,6 +144,9 @@ class Translation(ImageOps):
 
     def _op_alias(self, node) -> None:
         x = node.input[0]
+        if x in self.g.constants:  # PyTorch names a shared initializer twice this way
+            self.g.constants[node.output[0]] = self.g.constants[x]
+            return
         self._alias(node.output[0], self._source(node, x), self.shape[x])
         if x in self.raw:
             self.raw.add(node.output[0])

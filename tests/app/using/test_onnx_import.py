@@ -22,6 +22,7 @@ from convnet.import_onnx.cli import main
 from convnet.plan import make_plan
 from convnet.runtime.devices.backends import make_devices
 from convnet.runtime.step.executor import Executor
+from tests.support.cli import SINGLE_DEF, SINGLE_PARAMS, run_main
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
@@ -146,3 +147,90 @@ def test_a_resnet_from_pytorch_computes_what_pytorch_computes(tmp_path, capsys):
     assert_imports_as_torch_computes(model, 32, tmp_path, capsys)
     text = (tmp_path / "net" / "layers.cfg").read_text()
     assert "type=eltsum" in text and "pool=avg" in text
+
+
+def test_the_engines_own_export_comes_back_with_its_outputs_and_names(tmp_path, capsys):
+    from tests.support.trained_runs import train_digits
+
+    run = train_digits(tmp_path / "run")
+    code = run_main(capsys, "--load-file", run, "--export-onnx", tmp_path / "digits.onnx")[0]
+    assert code == 0
+    assert main([str(tmp_path / "digits.onnx"), "--tgt-dir", str(tmp_path / "net")]) == 0
+    out = capsys.readouterr().out
+    assert "adds a constant image to the input (a mean): left out" in out
+    saved, _ = load_checkpoint(run / "checkpoint.npz")
+    back, _ = load_checkpoint(tmp_path / "net" / "checkpoint.npz")
+    for key, value in saved.items():  # every weight under its own name, fc10's two inputs too
+        if key.startswith("weights/"):
+            np.testing.assert_array_equal(back[key], value)
+    images = np.random.default_rng(0).uniform(-0.5, 0.5, (4, 1, 8, 8)).astype(np.float32)
+    imported = engine_outputs(tmp_path / "net", images)
+    ours = engine_outputs_of(SINGLE_DEF, SINGLE_PARAMS, saved, images)
+    np.testing.assert_allclose(imported, ours, rtol=0, atol=1e-5 * np.abs(ours).max())
+    # and --init-from takes it as it takes a run
+    code, out, _ = run_main(capsys, "--no-progress", "--layer-def", SINGLE_DEF,
+                            "--layer-params", SINGLE_PARAMS, "--init-from", tmp_path / "net",
+                            "--epochs", "1")
+    assert code == 0 and "5 layer(s) loaded, 0 new, 0 with other shapes" in out
+    # and --load-file runs it as a saved net (on the dummy data it names, or real data)
+    code, out, _ = run_main(capsys, "--load-file", tmp_path / "net", "--test-only",
+                            "--data-provider", "digits")
+    assert code == 0 and "test cost" in out
+
+
+def engine_outputs_of(layer_def, layer_params, arrays, images):
+    net = load_net(layer_def, layer_params, {0: images.shape[1:], 1: (1,)}, 10)
+    plan = make_plan(net, (0,), len(images))
+    executor = Executor(net, plan, make_devices((0,), "cpu"), seed=0, parallel=False)
+    try:
+        executor.load_state_arrays(arrays)
+        labels = np.zeros((len(images), 1), np.float32)
+        return executor.features([images, labels], "fc10").reshape(len(images), -1)
+    finally:
+        executor.close()
+
+
+@pytest.mark.parametrize("case", ["checkpoint", "corrupt", "unsupported", "batchnorm",
+                                  "dynamic", "missing", "exists"])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
+    model = tmp_path / "model.onnx"
+    target = tmp_path / "net"
+    if case == "checkpoint":  # a file of another kind
+        from tests.support.trained_runs import train_digits
+        model = train_digits(tmp_path / "run") / "checkpoint.npz"
+        capsys.readouterr()
+    elif case == "corrupt":
+        export(SmallResNet(), 16, model)
+        data = model.read_bytes()
+        model.write_bytes(data[:len(data) // 2])
+    elif case == "unsupported":
+        export(nn.Sequential(nn.Conv2d(3, 4, 3), nn.GELU()), 8, model)
+    elif case == "batchnorm":
+        export(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.BatchNorm2d(4)), 8, model)
+    elif case == "dynamic":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(nn.Sequential(nn.Conv2d(3, 4, 3)).eval(), torch.zeros(1, 3, 8, 8),
+                              str(model), dynamo=False, input_names=["x"],
+                              dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})
+    elif case == "missing":
+        model = tmp_path / "nothing.onnx"
+    else:
+        export(SmallResNet(), 16, model)
+        target.mkdir()
+        (target / "layers.cfg").write_text("mine\n")
+    capsys.readouterr()
+    code = main([str(model), "--tgt-dir", str(target)])
+    out, err = capsys.readouterr()
+    assert code in (1, 2) and out == "" and len(err.strip().splitlines()) == 1, err
+    expected = {"checkpoint": "not a valid ONNX model", "corrupt": "not a valid ONNX model",
+                "unsupported": "(Gelu): the engine has no layer for this operator",
+                "batchnorm": "(BatchNormalization): the engine has no batch-normalisation",
+                "dynamic": "dynamic shape", "missing": "does not exist",
+                "exists": "exists and this run would replace it"}[case]
+    assert expected in err
+    if case == "exists":
+        assert sorted(p.name for p in target.iterdir()) == ["layers.cfg"]
+        assert (target / "layers.cfg").read_text() == "mine\n"
+    else:
+        assert not target.exists()
