@@ -56,6 +56,7 @@ class RunOptions:
     train_range: str | None
     test_range: str | None
     inner_size: int
+    image_size: int  # photos in class folders are brought to this side
     color_noise: float
     scalar_mean: float | None
     multiview_test: bool
@@ -110,7 +111,8 @@ PROVIDER_OPTIONS = {"data_path": ("cifar", "convnet-batches", "image"), "dummy_c
 #: Built-in values of resumable options.  epochs, gpu and data_provider depend on
 #: other options and are filled in by :func:`resolve_options`.
 DEFAULTS = {"mini": 128, "micro_batches": 1, "pipeline_schedule": DEFAULT_SCHEDULE, "seed": 0,
-            "backend": "auto", "inner_size": 0, "color_noise": 0.0, "sync": "sync"}
+            "backend": "auto", "inner_size": 0, "image_size": 256, "color_noise": 0.0,
+            "sync": "sync"}
 
 
 def resolve_options(args: argparse.Namespace,

@@ -187,7 +187,7 @@ SUBLAYERING = {
             "run", "."),
     "runtime": ("__init__", ".", "sync", "step", "processes", "devices"),
     "config": ("__init__", ".", "layer_types", "values"),
-    "data": ("__init__", "image", "."),
+    "data": ("__init__", "photos", "image", "."),
     "kernels": ("cuda", "conv", ".", "__init__"),
 }
 

@@ -43,7 +43,7 @@ def make_data_provider(opts: RunOptions):
         test_range=parse_range(opts.test_range) if opts.test_range else None,
         inner_size=opts.inner_size, color_noise=opts.color_noise, scalar_mean=opts.scalar_mean,
         multiview_test=opts.multiview_test, seed=opts.seed,
-        skip_bad_images=opts.skip_bad_images,
+        skip_bad_images=opts.skip_bad_images, image_size=opts.image_size,
         data_dims=parse_data_columns(opts.data_dims) if opts.data_dims else None,
         num_classes=opts.num_classes)
     if opts.dummy_cases is not None:
