@@ -14,8 +14,9 @@ batches of it see the same cases, pixel for pixel.
 The test images are ``photos/val`` (or ``photos/test``) when the folder holds exactly
 ``train`` and one of those, each a class-folder tree; otherwise
 :data:`TEST_FRACTION` of every class (at least one of a class of two or more), chosen
-by ``--seed``.  The images are cut into batches of :data:`BATCH_IMAGES`, numbered from
-0 for training and from 1000 for testing, as make-data numbers them.
+by ``--seed``.  The images, shuffled by ``--seed`` (the tree lists them class by class),
+are cut into batches of :data:`BATCH_IMAGES`, numbered from 0 for training and from
+1000 for testing, as make-data numbers them.
 
 A photo is converted the first time its batch is asked for and kept (uint8), so later
 epochs cost no decoding; a tree whose converted images would take more than
@@ -42,6 +43,7 @@ TEST_FRACTION = 0.2
 #: The most memory the converted photos may take: beyond, make-data's batches on disk.
 MAX_KEPT_BYTES = 4 * 2**30
 TEST_FOLDERS = ("val", "test")
+_ORDER_STREAM = 4  # the shuffle of the images into batches, apart from other seeded draws
 
 
 def is_class_tree(path: str | None) -> bool:
@@ -84,8 +86,11 @@ class PhotoFolderProvider(DataProvider):
                             "in memory; write them as batches with python -m "
                             "convnet.make_data (docs/IMAGENET.md) and train from those")
         self._batches = {}
+        rng = np.random.default_rng([options.seed, _ORDER_STREAM])
         for first, refs, labels in ((0, data.train, data.train_labels),
                                     (FIRST_TEST_BATCH, data.test, data.test_labels)):
+            order = rng.permutation(len(refs))  # the tree lists the images class by class
+            refs, labels = [refs[i] for i in order], [labels[i] for i in order]
             for k, lo in enumerate(range(0, len(refs), BATCH_IMAGES)):
                 self._batches[first + k] = (refs[lo:lo + BATCH_IMAGES],
                                             labels[lo:lo + BATCH_IMAGES])
