@@ -73,3 +73,10 @@ def test_an_unreadable_photo_names_its_file(tmp_path):
                 provider.get_batch(batch, train=False)
     finally:
         provider.close()
+
+
+def test_other_providers_on_a_class_tree_point_to_the_image_provider(tmp_path):
+    mixed_tree(tmp_path / "photos")
+    with pytest.raises(DataError, match="a folder of class folders, not 'cifar' batches: "
+                                        "train from it with --data-provider image"):
+        make_provider("cifar", options=DataOptions(data_path=str(tmp_path / "photos")))

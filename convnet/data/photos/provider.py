@@ -27,6 +27,7 @@ disk instead.  Converting needs Pillow (the ``make-data`` extra).
 from __future__ import annotations
 
 import os
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -48,11 +49,13 @@ _ORDER_STREAM = 4  # the shuffle of the images into batches, apart from other se
 
 def is_class_tree(path: str | None) -> bool:
     """Whether ``path`` is a folder of class folders rather than a folder of batches:
-    no ``batches.meta``, and at least one visible folder inside."""
+    no ``batches.meta``, at least one visible folder inside, and none of them a batch
+    (``data_batch_N``, make-data's sub-batch folders)."""
     if not path or not os.path.isdir(path) or os.path.exists(os.path.join(path, "batches.meta")):
         return False
     with os.scandir(path) as entries:
-        return any(e.is_dir() and not e.name.startswith(".") for e in entries)
+        folders = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")]
+    return bool(folders) and not any(re.fullmatch(r"data_batch_\d+", f) for f in folders)
 
 
 def _split_folders(folder: str) -> tuple[str, str | None]:
