@@ -215,10 +215,7 @@ class CheckpointReader:
             raise CheckpointError(f"{self.path}: the checkpoint has no '{key}'")
         try:
             with self._archive.open(info) as member:
-                version = np.lib.format.read_magic(member)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
-                return tuple(int(d) for d in read_header(member)[0])
+                return tuple(int(d) for d in _npy_header(member)[0])
         except Exception as error:  # zipfile, numpy.lib.format and OSError all report damage
             raise self._damaged(error) from None
 
@@ -230,10 +227,7 @@ class CheckpointReader:
             raise CheckpointError(f"{self.path}: the checkpoint has no '{key}'")
         try:
             with self._archive.open(info) as member:
-                version = np.lib.format.read_magic(member)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
-                have_shape, fortran, have_dtype = read_header(member)
+                have_shape, fortran, have_dtype = _npy_header(member)
                 self._check_member(key, info, member.tell(), have_shape, have_dtype,
                                    shape, dtype)
                 data = bytearray(math.prod(have_shape) * have_dtype.itemsize)
@@ -262,6 +256,14 @@ class CheckpointReader:
     def _damaged(self, error: Exception) -> CheckpointError:
         return CheckpointError(f"{self.path}: truncated or corrupt checkpoint "
                                f"({type(error).__name__}: {error})")
+
+
+def _npy_header(member) -> tuple:
+    """(shape, fortran order, dtype) from an ``.npy`` member's header, its data unread."""
+    version = np.lib.format.read_magic(member)
+    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                   else np.lib.format.read_array_header_2_0)
+    return read_header(member)
 
 
 def _read_header(path: str, raw: np.ndarray) -> dict:
