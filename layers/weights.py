@@ -75,6 +75,19 @@ class _WeightLayer(ComputeLayer):
     def _weights(self, params):
         return [params[f"W{i}"] for i in range(len(self.ldef.inputs))]
 
+    @property
+    def learns(self) -> bool:
+        """A frozen layer (all rates 0) needs no weight gradients: the kernels skip them."""
+        return self.ldef.learns
+
+    def _param_grads(self, dws, db, params) -> dict:
+        """``W<i>`` and ``b`` gradients; none for a frozen layer."""
+        if not self.learns:
+            return {}
+        grads = {f"W{i}": dw for i, dw in enumerate(dws)}
+        grads["b"] = db.reshape(params["b"].shape)
+        return grads
+
 
 class _ConvLike(_WeightLayer):
     """Geometry shared by conv and local, and ``randSparse``'s gather and scatter: the
@@ -153,10 +166,8 @@ class ConvLayer(_DropsOutputs, _ConvLike):
         ws = self._weights(params)
         dxs, dws, db = kconv.conv_backward(grad, self._kernel_inputs(inputs, params), ws, cache,
                                            need, shared_biases=params["b"].ndim == 1,
-                                           **self._geom())
-        grads = {f"W{i}": dw for i, dw in enumerate(dws)}
-        grads["b"] = db.reshape(params["b"].shape)
-        return self._input_grads(dxs, inputs, params), grads
+                                           need_dw=self.learns, **self._geom())
+        return self._input_grads(dxs, inputs, params), self._param_grads(dws, db, params)
 
 
 class LocalLayer(_ConvLike):
@@ -170,10 +181,9 @@ class LocalLayer(_ConvLike):
 
     def _backward(self, grad, inputs, params, state, ctx, need):
         dxs, dws, db = kconv.local_backward(grad, self._kernel_inputs(inputs, params),
-                                            self._weights(params), state, need, **self._geom())
-        grads = {f"W{i}": dw for i, dw in enumerate(dws)}
-        grads["b"] = db.reshape(params["b"].shape)
-        return self._input_grads(dxs, inputs, params), grads
+                                            self._weights(params), state, need,
+                                            need_dw=self.learns, **self._geom())
+        return self._input_grads(dxs, inputs, params), self._param_grads(dws, db, params)
 
 
 class FCLayer(_DropsOutputs, _WeightLayer):
@@ -185,7 +195,6 @@ class FCLayer(_DropsOutputs, _WeightLayer):
 
     def _backward(self, grad, inputs, params, state, ctx, need):
         grad = self._undrop(grad.reshape(grad.shape[0], -1), state)
-        dxs, dws, db = knn.fc_backward(grad, inputs, self._weights(params), need)
-        grads = {f"W{i}": dw for i, dw in enumerate(dws)}
-        grads["b"] = db
-        return dxs, grads
+        dxs, dws, db = knn.fc_backward(grad, inputs, self._weights(params), need,
+                                       need_dw=self.learns)
+        return dxs, self._param_grads(dws, db, params)

@@ -64,13 +64,14 @@ _ZIP_MAGIC = b"PK\x03\x04"
 MAX_HEADER_BYTES = 16 * 2**20
 
 
-def find_checkpoint(path: str | os.PathLike) -> Path:
-    """The checkpoint file ``path`` names: the file itself, or the save path holding one."""
+def find_checkpoint(path: str | os.PathLike, option: str = "--load-file") -> Path:
+    """The checkpoint file ``path`` names: the file itself, or the save path holding one
+    (``option``: the option that named it, for the error)."""
     path = Path(path)
     if path.is_dir():
         inside = path / CHECKPOINT_NAME
         if not inside.exists():
-            raise CheckpointError(f"{path}: a folder without a {CHECKPOINT_NAME}; --load-file "
+            raise CheckpointError(f"{path}: a folder without a {CHECKPOINT_NAME}; {option} "
                                   f"takes a checkpoint file or the save path holding one")
         return inside
     return path
@@ -207,6 +208,17 @@ class CheckpointReader:
             raise CheckpointError(f"{self.path}: damaged checkpoint header (not UTF-8 bytes)")
         return header
 
+    def shape(self, key: str) -> tuple[int, ...]:
+        """The shape of array ``key``, from its ``.npy`` header alone."""
+        info = self._members.get(key)
+        if info is None:
+            raise CheckpointError(f"{self.path}: the checkpoint has no '{key}'")
+        try:
+            with self._archive.open(info) as member:
+                return tuple(int(d) for d in _npy_header(member)[0])
+        except Exception as error:  # zipfile, numpy.lib.format and OSError all report damage
+            raise self._damaged(error) from None
+
     def read(self, key: str, shape: tuple[int, ...] | None = None,
              dtype: np.dtype | None = None) -> np.ndarray:
         """Array ``key``; with ``shape``/``dtype``, refused unless it has exactly those."""
@@ -215,10 +227,7 @@ class CheckpointReader:
             raise CheckpointError(f"{self.path}: the checkpoint has no '{key}'")
         try:
             with self._archive.open(info) as member:
-                version = np.lib.format.read_magic(member)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
-                have_shape, fortran, have_dtype = read_header(member)
+                have_shape, fortran, have_dtype = _npy_header(member)
                 self._check_member(key, info, member.tell(), have_shape, have_dtype,
                                    shape, dtype)
                 data = bytearray(math.prod(have_shape) * have_dtype.itemsize)
@@ -247,6 +256,14 @@ class CheckpointReader:
     def _damaged(self, error: Exception) -> CheckpointError:
         return CheckpointError(f"{self.path}: truncated or corrupt checkpoint "
                                f"({type(error).__name__}: {error})")
+
+
+def _npy_header(member) -> tuple:
+    """(shape, fortran order, dtype) from an ``.npy`` member's header, its data unread."""
+    version = np.lib.format.read_magic(member)
+    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                   else np.lib.format.read_array_header_2_0)
+    return read_header(member)
 
 
 def _read_header(path: str, raw: np.ndarray) -> dict:

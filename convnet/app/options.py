@@ -19,6 +19,7 @@ from pathlib import Path
 
 from convnet.app import bundled_example, launch
 from convnet.app.option_values import MAX_DEVICES
+from convnet.app.checkpoint import CheckpointReader, find_checkpoint
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
 from convnet.errors import UsageError
@@ -56,6 +57,7 @@ class RunOptions:
     train_range: str | None
     test_range: str | None
     inner_size: int
+    image_size: int  # photos in class folders are brought to this side
     color_noise: float
     scalar_mean: float | None
     multiview_test: bool
@@ -95,6 +97,8 @@ class RunOptions:
     show_preds: int | None
     out: Path | None
     export_onnx: Path | None
+    # --init-from: the checkpoint file a new run takes the layers that fit from
+    init_from: Path | None
     # --load-file, read
     resume: Resume | None
     #: how the logical devices were placed on the GPUs without --gpu (for the banner)
@@ -108,8 +112,8 @@ PROVIDER_OPTIONS = {"data_path": ("cifar", "convnet-batches", "image"), "dummy_c
 #: Built-in values of resumable options.  epochs, gpu and data_provider depend on
 #: other options and are filled in by :func:`resolve_options`.
 DEFAULTS = {"mini": 128, "micro_batches": 1, "pipeline_schedule": DEFAULT_SCHEDULE, "seed": 0,
-            "backend": "auto", "inner_size": 0, "color_noise": 0.0, "sync": "sync",
-            "precision": "fp32"}
+            "backend": "auto", "inner_size": 0, "image_size": 256, "color_noise": 0.0,
+            "sync": "sync", "precision": "fp32"}
 
 
 def resolve_options(args: argparse.Namespace,
@@ -123,6 +127,8 @@ def resolve_options(args: argparse.Namespace,
               if f.name not in ("resume", "gpu_note")}
     if values["predict"] is not None:
         values["predict"] = tuple(values["predict"])
+    if values["init_from"] is not None:
+        values["init_from"] = init_from_checkpoint(values["init_from"], args.load_file)
     if isinstance(values["sync"], list):  # --sync takes several modes for --compare
         if len(values["sync"]) > 1:
             raise UsageError(f"--sync takes one mode, not {len(values['sync'])} (several, e.g. "
@@ -174,6 +180,17 @@ def resolve_options(args: argparse.Namespace,
     return opts
 
 
+def init_from_checkpoint(path: Path, load_file: Path | None) -> Path:
+    """The checkpoint file ``--init-from`` names, opened once to know it is one (a file
+    of another kind is refused here, in one line, before any work)."""
+    if load_file is not None:
+        raise UsageError("--init-from starts a new run from another run's weights and "
+                         "--load-file continues a saved run; give one of them")
+    checkpoint = find_checkpoint(path, "--init-from")
+    CheckpointReader(checkpoint).close()
+    return checkpoint
+
+
 def _default_gpus(values: dict, bundled: bool) -> tuple[int, ...]:
     """The devices without --gpu: 0..N-1 for --auto-place N; the bundled example's; in
     one process, 0..k-1 for a config whose gpu= lines name k devices (as --compare
@@ -209,6 +226,9 @@ def check_options(opts: RunOptions) -> None:
     tools = tools_asked(opts)
     if len(tools) > 1:
         raise UsageError(f"{' and '.join(tools)} cannot be combined; give one of them")
+    if tools and tools != ["--print-plan"] and opts.init_from is not None:
+        raise UsageError(f"--init-from starts a training run; {tools[0]} uses a saved net "
+                         "as it is: give --load-file CHECKPOINT instead")
     check_using_options(opts)
     check_auto_place(opts)
     if opts.test_only and opts.resume is None:

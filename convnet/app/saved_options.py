@@ -33,8 +33,8 @@ MAX_SAVED_TEXT = 4096
 #: Options a checkpoint remembers; on resume a command-line value wins.
 RESUMABLE = ("layer_def", "layer_params", "gpu", "mini", "micro_batches", "pipeline_schedule",
              "seed", "data_provider", "data_path", "data_dims", "num_classes", "dummy_cases",
-             "train_range", "test_range", "inner_size", "color_noise", "scalar_mean", "epochs",
-             "test_freq", "logreg_name", "backend", "sync", "precision")
+             "train_range", "test_range", "inner_size", "image_size", "color_noise",
+             "scalar_mean", "epochs", "test_freq", "logreg_name", "backend", "sync", "precision")
 
 @dataclass(frozen=True)
 class Resume:
@@ -103,6 +103,7 @@ _DECODE_SAVED = {
     "train_range": _saved_text(batch_range),
     "test_range": _saved_text(batch_range),
     "inner_size": _saved_int(non_negative_int),
+    "image_size": _saved_int(positive_int),
     "color_noise": _saved_number(color_noise),
     "scalar_mean": _saved_number(scalar_mean),
     "epochs": _saved_int(positive_int),

@@ -109,6 +109,17 @@ class LayerDef:
         return self.layer_type.kind is Kind.WEIGHTED
 
     @property
+    def learns(self) -> bool:
+        """Whether training changes any of its weights: a weight layer whose ``epsW`` and
+        ``epsB`` are not all 0 (a schedule whose base is 0 is 0 throughout).  A layer that
+        does not learn is *frozen*: no update, no weight gradients, and no backward pass
+        at all where nothing below it learns either."""
+        if not self.has_weights:
+            return False
+        rates = list(self.params.get("epsW") or ()) + [self.params.get("epsB")]
+        return any(rate is None or rate.base > 0 for rate in rates)
+
+    @property
     def is_cost(self) -> bool:
         return self.layer_type.kind is Kind.COST
 

@@ -18,6 +18,7 @@ from convnet.data.convnet_batches import ConvnetBatchesProvider
 from convnet.data.digits import DigitsProvider
 from convnet.data.dummy import DummyProvider
 from convnet.data.image import ImageProvider
+from convnet.data.photos.provider import PhotoFolderProvider, is_class_tree
 from convnet.data.prefetch import BatchPrefetcher
 from convnet.data.ranges import format_range, parse_range
 from convnet.errors import DataError
@@ -44,4 +45,11 @@ def make_provider(name: str, data_path: str | None = None,
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise DataError(f"unknown data provider '{name}'{hint}; known: "
                         f"{', '.join(sorted(PROVIDERS))}") from None
+    if is_class_tree(options.data_path):
+        if cls is ImageProvider:
+            return PhotoFolderProvider(options)  # photos in class folders, not batches yet
+        if cls in (CifarProvider, ConvnetBatchesProvider):
+            raise DataError(f"{options.data_path}: a folder of class folders, not "
+                            f"'{name}' batches: train from it with --data-provider image, or "
+                            "write batches with python -m convnet.make_data")
     return cls(options)

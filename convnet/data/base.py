@@ -90,7 +90,8 @@ class DataOptions:
     """Options a provider understands; ``None`` ranges mean the provider's defaults.
 
     ``data_dims``, ``num_classes`` and ``cases_per_batch`` are read by the
-    ``dummy`` provider only, ``skip_bad_images`` and ``decode_threads`` by ``image``.
+    ``dummy`` provider only, ``skip_bad_images`` and ``decode_threads`` by ``image``, and
+    ``image_size`` by ``image`` on a folder of class folders.
     """
 
     data_path: str | None = None
@@ -106,6 +107,7 @@ class DataOptions:
     cases_per_batch: int = 512
     skip_bad_images: bool = False
     decode_threads: int | None = None
+    image_size: int = 256  # the side photos in class folders are brought to
 
 
 def format_shape(shape: tuple[int, ...]) -> str:

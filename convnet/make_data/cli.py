@@ -12,10 +12,10 @@ import os
 import signal
 import sys
 
+from convnet.data.photos.convert import DEFAULT_QUALITY
 from convnet.data.ranges import format_range
 from convnet.errors import ConvnetError, UsageError
-from convnet.make_data.layout import (DEFAULT_BATCH_SIZE, DEFAULT_QUALITY,
-                                      DEFAULT_SUB_BATCH_SIZE)
+from convnet.make_data.layout import DEFAULT_BATCH_SIZE, DEFAULT_SUB_BATCH_SIZE
 from convnet.optional import require_for_make_data
 from convnet.stop_signals import STOP_EXITS, Terminated, raising_on_stop_signals
 

@@ -7,7 +7,7 @@ Labels follow the original: a synset's label is its ``ILSVRC2012_ID`` - 1 (ids 1
 1000, the leaf synsets), ``label_names`` are their ``words`` in label order, and the
 ground truth's n-th line is the id of the n-th validation image (by file name).  The
 tars are only listed here: the images stay byte ranges of the tar files
-(:class:`~convnet.make_data.sources.ImageRef`), so nothing is extracted to disk.
+(:class:`~convnet.data.photos.sources.ImageRef`), so nothing is extracted to disk.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tarfile
 from tqdm import tqdm
 
 from convnet.errors import DataError
-from convnet.make_data.sources import DataSet, ImageRef, fingerprint
+from convnet.data.photos.sources import DataSet, ImageRef, fingerprint
 from convnet.optional import require_for_make_data
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"

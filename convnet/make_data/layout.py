@@ -18,13 +18,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from convnet.make_data.sources import DataSet, ImageRef
+from convnet.data.photos.sources import DataSet, ImageRef
 
 #: The original's OUTPUT_BATCH_SIZE and OUTPUT_SUB_BATCH_SIZE.
 DEFAULT_BATCH_SIZE = 3072
 DEFAULT_SUB_BATCH_SIZE = 1024
-#: The original's JPEG quality (``JPEG_QUALITY`` in its ``pyext.h``).
-DEFAULT_QUALITY = 95
 
 
 class BatchPlan(NamedTuple):

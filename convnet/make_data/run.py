@@ -18,12 +18,13 @@ from typing import Iterator, NamedTuple
 
 from tqdm import tqdm
 
+from convnet.data.photos.convert import DEFAULT_QUALITY
+from convnet.data.photos.sources import DataSet, folder_dataset
 from convnet.errors import DataError, UsageError
 from convnet.make_data.ilsvrc import ilsvrc_dataset, is_ilsvrc_folder
-from convnet.make_data.layout import (DEFAULT_BATCH_SIZE, DEFAULT_QUALITY,
-                                      DEFAULT_SUB_BATCH_SIZE, BatchPlan, plan_batches)
+from convnet.make_data.layout import (DEFAULT_BATCH_SIZE, DEFAULT_SUB_BATCH_SIZE, BatchPlan,
+                                      plan_batches)
 from convnet.make_data.skip_log import SkipLog
-from convnet.make_data.sources import DataSet, folder_dataset
 from convnet.make_data.statistics import PixelSums
 from convnet.make_data.target import LOG_FILE, META_FILE, prepare_target
 from convnet.make_data.pool import run_in_order

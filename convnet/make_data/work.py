@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from convnet.data.safe_pickle import load_dict
-from convnet.make_data.convert import UnreadableImage, decode_rgb, square_jpeg
-from convnet.make_data.sources import ImageRef, SkippedSource, read_image_bytes
+from convnet.data.photos.convert import UnreadableImage, decode_rgb, square_jpeg
+from convnet.data.photos.sources import ImageRef, SkippedSource, read_image_bytes
 from convnet.make_data.statistics import PixelSums
 
 

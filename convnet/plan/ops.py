@@ -166,6 +166,12 @@ class LayerPlacement:
     update_period: int = 0  # effective U for weight layers, else 0
     needs_backward: bool = False
     input_grads: tuple[bool, ...] = ()
+    learns: bool = False  # a weight layer whose weights change (not frozen by epsW=epsB=0)
+
+    @property
+    def frozen(self) -> bool:
+        """A weight layer that does not learn (its rates are all 0)."""
+        return self.param_count > 0 and not self.learns
 
     @property
     def replicas(self) -> int:

@@ -62,7 +62,7 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int,
             output_shape=tuple(ldef.output_shape), param_count=ldef.param_count,
             update_period=update_periods.get(ldef.name, 0), needs_backward=needs_backward,
             input_grads=tuple(needs_backward and trainable[i] and not net[i].is_data
-                              for i in ldef.inputs))
+                              for i in ldef.inputs), learns=ldef.learns)
     plan = Plan(layers=placements, ops=[], num_devices=len(gpus), physical_devices=gpus,
                 num_shards=rmax, num_passes=num_passes, rmin=rmin,
                 scheme=_net_scheme(schemes, devices, num_passes), minibatch=minibatch,
@@ -206,10 +206,11 @@ def _check_pass_overlap(net: NetConfig, devices) -> None:
 
 
 def _trainable_upstream(net: NetConfig) -> dict[str, bool]:
-    """Whether a layer has weights or reads (transitively) a layer that does."""
+    """Whether a layer has weights that learn or reads (transitively) a layer that does:
+    below frozen layers only, a gradient would have nowhere to go."""
     out: dict[str, bool] = {}
     for ldef in net:
-        out[ldef.name] = ldef.has_weights or any(out[i] for i in ldef.inputs)
+        out[ldef.name] = ldef.learns or any(out[i] for i in ldef.inputs)
     return out
 
 

@@ -190,7 +190,9 @@ def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
     rows = []
     for p in plan.layers.values():
         update = ""
-        if p.update_period:
+        if p.frozen:
+            update = "frozen (rates 0)"
+        elif p.update_period:
             update = (f"every {p.update_period} pass(es), "
                       f"{p.update_period * plan.minibatch // plan.num_passes} cases")
         rows.append([p.name, p.type, _shape_text(p.output_shape), f"{p.param_count:,}",
@@ -219,6 +221,22 @@ def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
                                       zip(fields, units)] for t in totals]
     lines += _table(rows, ["device", "physical"] + [f"{name} ({unit})" for name, (unit, _) in
                                                     zip(names, units)])
-    if plan.notes:
-        lines += ["", "Notes"] + [f"  - {n}" for n in plan.notes]
+    notes = plan.notes + frozen_notes(plan)
+    if notes:
+        lines += ["", "Notes"] + [f"  - {n}" for n in notes]
     return "\n".join(lines)
+
+
+def frozen_notes(plan: Plan) -> list[str]:
+    """What freezing layers (all their rates 0) saves: no update or weight gradient for
+    them, and no backward pass at all below the lowest layer that learns."""
+    frozen = [p.name for p in plan.layers.values() if p.frozen]
+    if not frozen:
+        return []
+    skipped = [name for name in frozen if not plan.layers[name].needs_backward]
+    note = (f"frozen (epsW and epsB 0): {', '.join(frozen)}: no update and no weight "
+            "gradients")
+    if skipped:
+        note += (f"; no backward pass at all for {', '.join(skipped)} (no layer below "
+                 "learns)")
+    return [note]

@@ -124,7 +124,7 @@ class Scheduler:
             reads = [("grad", ldef.name, shard, device), ("act", ldef.name, shard, device),
                      ("w", ldef.name, replica)]
             reads += [("act", i, shard, device) for i in ldef.inputs]
-            writes = [("wgrad", ldef.name, replica)]
+            writes = [("wgrad", ldef.name, replica)] if placement.learns else []
             pulls = []
             for inp, wanted in zip(ldef.inputs, placement.input_grads):
                 if not wanted or any(inp == pulled for pulled, _ in pulls):
@@ -143,7 +143,7 @@ class Scheduler:
                            consumer=ldef.name, shard=shard, src=device, dst=dst,
                            nbytes=self._shard_bytes(inp))
         last_micro = micro == self.plan.micro_batches - 1
-        if ldef.has_weights and last_micro and (p + 1) % placement.update_period == 0:
+        if placement.learns and last_micro and (p + 1) % placement.update_period == 0:
             self._update(ldef, placement, p)
 
     def _update(self, ldef: LayerDef, placement: LayerPlacement, p: int) -> None:

@@ -95,7 +95,7 @@ def forward(xp, xs, ws, b, geom, keep_cache):
     return y, ("chwn", xpads if keep_cache else None)
 
 
-def backward(xp, gy, xs, ws, xpads, need_dx, geom, shared_biases):
+def backward(xp, gy, xs, ws, xpads, need_dx, geom, shared_biases, need_dw=True):
     """Backward of :func:`forward`, block by block of output pixels.
 
     Weight gradients: per block, the columns are rebuilt in cache and
@@ -109,7 +109,6 @@ def backward(xp, gy, xs, ws, xpads, need_dx, geom, shared_biases):
     filters = ws[0].shape[0]
     m = geom.modules
     dtype = gy.dtype
-    item = xp.dtype(dtype).itemsize
     g4 = gy.reshape(n, filters, m, m)
     db = g4.sum(axis=(0, 2, 3)) if shared_biases else g4.sum(axis=0)
     gt = scratch(xp, "gt", (filters, m, m, n), dtype)
@@ -118,26 +117,13 @@ def backward(xp, gy, xs, ws, xpads, need_dx, geom, shared_biases):
     for i, (x, w) in enumerate(zip(xs, ws)):
         fs, pad, stride, g = geom.fs[i], geom.pad[i], geom.stride[i], geom.groups[i]
         img, c = geom.img[i], geom.channels[i]
-        xpad = xpads[i] if xpads is not None else padded_chwn_buffer(
-            xp, as_image(x, c, img), pad, geom.span(i), "xpad")
         wm = w.reshape(filters, -1)
-        k = wm.shape[1] * g
-        # dW = sum over blocks of gt_block @ cols_block.T
-        dwt = scratch(xp, "dwt", (wm.shape[1], filters), dtype)
-        tmp = None
-        unit = n * max(k, filters) * item
-        columns = _Columns(xp, xpad, fs, stride, m, m, pixel_block_size(m, m, unit), "cols0")
-        for bi, (y0, y1, x0, x1) in enumerate(pixel_blocks(m, m, unit)):
-            cols = columns(y0, y1, x0, x1)
-            gmat = gt[:, y0:y1, x0:x1].reshape(filters, -1)
-            if bi == 0:
-                gemm_groups_dwt(xp, gmat, cols, dwt, g)
-            else:
-                if tmp is None:
-                    tmp = scratch(xp, "dw_tmp", dwt.shape, dtype)
-                gemm_groups_dwt(xp, gmat, cols, tmp, g)
-                dwt += tmp
-        dws.append(xp.ascontiguousarray(dwt.T).reshape(w.shape))
+        if need_dw:
+            xpad = xpads[i] if xpads is not None else padded_chwn_buffer(
+                xp, as_image(x, c, img), pad, geom.span(i), "xpad")
+            dws.append(_weight_gradient(xp, gt, xpad, wm, geom, i, n).reshape(w.shape))
+        else:
+            dws.append(None)
         if not need_dx[i]:
             dxs.append(None)
             continue
@@ -147,6 +133,29 @@ def backward(xp, gy, xs, ws, xpads, need_dx, geom, shared_biases):
             dx = _conv_dx_scatter(xp, gt, wm, n, c, img, fs, pad, stride, g, m)
         dxs.append(dx.reshape(x.shape))
     return dxs, dws, db
+
+
+def _weight_gradient(xp, gt, xpad, wm, geom, i: int, n: int):
+    """dW of input i, summed block by block of output pixels: gt_block @ cols_block.T."""
+    filters, m, g = wm.shape[0], geom.modules, geom.groups[i]
+    dtype = gt.dtype
+    k = wm.shape[1] * g
+    dwt = scratch(xp, "dwt", (wm.shape[1], filters), dtype)
+    tmp = None
+    unit = n * max(k, filters) * xp.dtype(dtype).itemsize
+    columns = _Columns(xp, xpad, geom.fs[i], geom.stride[i], m, m,
+                       pixel_block_size(m, m, unit), "cols0")
+    for bi, (y0, y1, x0, x1) in enumerate(pixel_blocks(m, m, unit)):
+        cols = columns(y0, y1, x0, x1)
+        gmat = gt[:, y0:y1, x0:x1].reshape(filters, -1)
+        if bi == 0:
+            gemm_groups_dwt(xp, gmat, cols, dwt, g)
+        else:
+            if tmp is None:
+                tmp = scratch(xp, "dw_tmp", dwt.shape, dtype)
+            gemm_groups_dwt(xp, gmat, cols, tmp, g)
+            dwt += tmp
+    return xp.ascontiguousarray(dwt.T)
 
 
 def gemm_groups_dwt(xp, gmat, cols, out, groups: int) -> None:

@@ -105,11 +105,12 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
 
 @kernel
 def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides, channels,
-                  groups, img_sizes, modules, shared_biases=True):
+                  groups, img_sizes, modules, shared_biases=True, need_dw=True):
     """Gradients of :func:`conv_forward`: ``(dxs, dws, db)``.
 
     ``dxs[i]`` is None where ``need_dx[i]`` is false; ``dxs[i]`` has the shape
-    of ``xs[i]``.  Weight and bias gradients are sums over the cases.
+    of ``xs[i]``.  Weight and bias gradients are sums over the cases; without
+    ``need_dw`` (a frozen layer) the weight gradients are not computed (None).
     """
     xp = array_module(gy)
     filters = ws[0].shape[0]
@@ -120,9 +121,11 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
         layout = _layout_of(geom, filters)
         saved = None
     if layout == "winograd":
-        return winograd_conv.backward(xp, gy, xs, ws, saved, need_dx, geom, shared_biases)
+        return winograd_conv.backward(xp, gy, xs, ws, saved, need_dx, geom, shared_biases,
+                                      need_dw)
     if layout == "cases":
-        return per_case.backward(xp, gy, xs, ws, need_dx, geom, shared_biases)
+        return per_case.backward(xp, gy, xs, ws, need_dx, geom, shared_biases, need_dw)
     if layout == "chwn":
-        return channel_major.backward(xp, gy, xs, ws, saved, need_dx, geom, shared_biases)
-    return im2col.backward(xp, gy, xs, ws, saved, need_dx, geom, shared_biases)
+        return channel_major.backward(xp, gy, xs, ws, saved, need_dx, geom, shared_biases,
+                                      need_dw)
+    return im2col.backward(xp, gy, xs, ws, saved, need_dx, geom, shared_biases, need_dw)

@@ -90,7 +90,7 @@ def forward(xp, xs, ws, b, geom, keep_cache):
     return y, ("nchw", cols_all)
 
 
-def backward(xp, gy, xs, ws, cols_all, need_dx, geom, shared_biases):
+def backward(xp, gy, xs, ws, cols_all, need_dx, geom, shared_biases, need_dw=True):
     n = gy.shape[0]
     filters = ws[0].shape[0]
     modules = geom.modules
@@ -104,27 +104,31 @@ def backward(xp, gy, xs, ws, cols_all, need_dx, geom, shared_biases):
         gt.reshape(filters, n, modules, modules).sum(axis=1)
     dxs, dws = [], []
     for i, (x, w) in enumerate(zip(xs, ws)):
-        fs = geom.fs[i]
-        cols = cols_all[i]
-        if cols is None:
-            cols = _cols_conv(xp, as_image(x, geom.channels[i], geom.img[i]), fs, geom.pad[i],
-                              geom.stride[i], modules, keep=False)
-        g = geom.groups[i]
         wm = w.reshape(filters, -1)
-        fg, kg = filters // g, wm.shape[1]
-        if g == 1:
-            dw = gt @ cols.T
-        else:
-            dw = xp.empty_like(wm)
-            for gi in range(g):
-                fsl = slice(gi * fg, (gi + 1) * fg)
-                dw[fsl] = gt[fsl] @ cols[gi * kg:(gi + 1) * kg].T
-        dws.append(dw.reshape(w.shape))
+        dws.append(_weight_gradient(xp, gt, cols_all[i], x, wm, geom, i).reshape(w.shape)
+                   if need_dw else None)
         if not need_dx[i]:
             dxs.append(None)
             continue
         dxs.append(input_gradient(xp, gt, wm, geom, i, n).reshape(x.shape))
     return dxs, dws, db
+
+
+def _weight_gradient(xp, gt, cols, x, wm, geom, i: int):
+    """dW of input i: gt (F, N*M*M) times its columns, group by group."""
+    if cols is None:
+        cols = _cols_conv(xp, as_image(x, geom.channels[i], geom.img[i]), geom.fs[i],
+                          geom.pad[i], geom.stride[i], geom.modules, keep=False)
+    g = geom.groups[i]
+    filters, kg = wm.shape
+    fg = filters // g
+    if g == 1:
+        return gt @ cols.T
+    dw = xp.empty_like(wm)
+    for gi in range(g):
+        fsl = slice(gi * fg, (gi + 1) * fg)
+        dw[fsl] = gt[fsl] @ cols[gi * kg:(gi + 1) * kg].T
+    return dw
 
 
 def input_gradient(xp, gt, wm, geom, i: int, n: int):

@@ -117,8 +117,9 @@ def local_cols_grad(xp, wm, gp, groups: int, out):
 
 @kernel
 def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides, channels,
-                   groups, img_sizes, modules):
-    """Gradients of :func:`local_forward`: ``(dxs, dws, db)``."""
+                   groups, img_sizes, modules, need_dw=True):
+    """Gradients of :func:`local_forward`: ``(dxs, dws, db)`` (no weight gradients,
+    None, without ``need_dw``)."""
     xp = array_module(gy)
     n = gy.shape[0]
     p, filters = ws[0].shape[0], ws[0].shape[1]
@@ -132,7 +133,8 @@ def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, stride
             _cols_local(xp, as_image(x, channels[i], img_sizes[i]), fs, paddings[i], strides[i],
                         modules, keep=False)
         wm = w.reshape(p, filters, -1)
-        dws.append(local_weight_grad(xp, gp, cols, wm, groups[i]).reshape(w.shape))
+        dws.append(local_weight_grad(xp, gp, cols, wm, groups[i]).reshape(w.shape)
+                   if need_dw else None)
         if not need_dx[i]:
             dxs.append(None)
             continue

@@ -92,7 +92,7 @@ def forward(xp, xs, ws, b, geom):
     return y.reshape(n, filters, geom.modules, geom.modules), ("cases", None)
 
 
-def backward(xp, gy, xs, ws, need_dx, geom, shared_biases):
+def backward(xp, gy, xs, ws, need_dx, geom, shared_biases, need_dw=True):
     """Backward of :func:`forward`.  Weight gradients: per block of cases,
     the columns in (K, B*M*M) order and the output gradient in (F, B*M*M) order, one
     GEMM per group.  Input gradients as in the nchw layout (the large maps of this
@@ -113,7 +113,7 @@ def backward(xp, gy, xs, ws, need_dx, geom, shared_biases):
     tmp = scratch(xp, "dw_tmp", (k, filters), dtype)
     columns = [_CaseColumns(xp, as_image(x, geom.channels[i], geom.img[i]), geom, i, block,
                             "kbp") for i, x in enumerate(xs)]
-    for b0 in range(0, n, block):
+    for b0 in range(0, n if need_dw else 0, block):
         b1 = min(n, b0 + block)
         gt = gbuf[:, :b1 - b0]
         gt[...] = g3[b0:b1].transpose(1, 0, 2)
@@ -137,4 +137,6 @@ def backward(xp, gy, xs, ws, need_dx, geom, shared_biases):
             gt_full[...] = g3.transpose(1, 0, 2)
         dx = im2col.input_gradient(xp, gt_full.reshape(filters, n * p), wms[i], geom, i, n)
         dxs.append(dx.reshape(x.shape))
-    return dxs, [xp.ascontiguousarray(dwt.T).reshape(w.shape) for dwt, w in zip(dwts, ws)], db
+    dws = [xp.ascontiguousarray(dwt.T).reshape(w.shape) if need_dw else None
+           for dwt, w in zip(dwts, ws)]
+    return dxs, dws, db

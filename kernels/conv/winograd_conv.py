@@ -165,7 +165,7 @@ def _winograd_input_gradient(xp, dv, bt, m: int, t: int, pad: int, img: int, n: 
     return xp.ascontiguousarray(dxpad[:, pad:pad + img, pad:pad + img].transpose(3, 0, 1, 2))
 
 
-def backward(xp, gy, xs, ws, vs, need_dx, geom, shared_biases):
+def backward(xp, gy, xs, ws, vs, need_dx, geom, shared_biases, need_dw=True):
     """Backward of :func:`forward`, the exact transpose of its algorithm.
 
     With V the transformed input tiles (kept by the forward pass, else made again)
@@ -185,16 +185,19 @@ def backward(xp, gy, xs, ws, vs, need_dx, geom, shared_biases):
     dxs, dws = [], []
     for i, (x, w) in enumerate(zip(xs, ws)):
         groups, c, img = geom.groups[i], geom.channels[i], geom.img[i]
-        v = vs[i] if vs is not None else _winograd_input(
-            xp, as_image(x, c, img), geom.pad[i], r, m, t, bt)
         fg, cg = filters // groups, w.shape[1]
-        du = xp.empty((a * a, filters, cg), gy.dtype)
-        for gi in range(groups):
-            f0, c0 = gi * fg, gi * cg
-            xp.matmul(gt[:, f0:f0 + fg], v[:, c0:c0 + cg].transpose(0, 2, 1),
-                      out=du[:, f0:f0 + fg])
-        # dW = G^T dU G for every filter and channel: the transpose of _winograd_weights
-        dws.append(xp.matmul(du.reshape(a * a, filters * cg).T, kron).reshape(w.shape))
+        if need_dw:
+            v = vs[i] if vs is not None else _winograd_input(
+                xp, as_image(x, c, img), geom.pad[i], r, m, t, bt)
+            du = xp.empty((a * a, filters, cg), gy.dtype)
+            for gi in range(groups):
+                f0, c0 = gi * fg, gi * cg
+                xp.matmul(gt[:, f0:f0 + fg], v[:, c0:c0 + cg].transpose(0, 2, 1),
+                          out=du[:, f0:f0 + fg])
+            # dW = G^T dU G for every filter and channel: the transpose of _winograd_weights
+            dws.append(xp.matmul(du.reshape(a * a, filters * cg).T, kron).reshape(w.shape))
+        else:
+            dws.append(None)
         if not need_dx[i]:
             dxs.append(None)
             continue

@@ -142,16 +142,18 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
 
 
 def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides, channels,
-                  groups, img_sizes, modules, shared_biases=True):
+                  groups, img_sizes, modules, shared_biases=True, need_dw=True):
     geometry = dict(filter_sizes=filter_sizes, paddings=paddings, strides=strides,
                     channels=channels, groups=groups, img_sizes=img_sizes, modules=modules)
     if isinstance(cache, cudnn_conv.CudnnCache) or (cache is None
                                                     and _by_cudnn(gy.dtype, geometry)):
         return cudnn_conv.conv_backward(gy, xs, ws, cache, need_dx,
-                                        shared_biases=shared_biases, **geometry)
+                                        shared_biases=shared_biases, need_dw=need_dw,
+                                        **geometry)
     if gy.dtype.name not in KERNEL_DTYPES:
         return _generic_conv.conv_backward.generic(gy, xs, ws, cache, need_dx,
-                                                   shared_biases=shared_biases, **geometry)
+                                                   shared_biases=shared_biases,
+                                                   need_dw=need_dw, **geometry)
     xp = current().xp
     n = gy.shape[0]
     filters = ws[0].shape[0]
@@ -163,20 +165,23 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
     dxs, dws = [], []
     for i, (x, w) in enumerate(zip(xs, ws)):
         fs, pad, stride = filter_sizes[i], paddings[i], strides[i]
-        cols = cols_all[i]
-        if cols is None:
-            cols = im2col_conv(x, channels[i], img_sizes[i], fs, pad, stride, modules)
         g = groups[i]
         wm = contiguous(w).reshape(filters, -1)
         fg, kg = filters // g, wm.shape[1]
-        if g == 1:
-            dw = xp.matmul(gt, cols.T)
+        if not need_dw:
+            dws.append(None)
         else:
-            dw = xp.empty_like(wm)
-            for gi in range(g):
-                fsl = slice(gi * fg, (gi + 1) * fg)
-                xp.matmul(gt[fsl], cols[gi * kg:(gi + 1) * kg].T, out=dw[fsl])
-        dws.append(dw.reshape(w.shape))
+            cols = cols_all[i]
+            if cols is None:
+                cols = im2col_conv(x, channels[i], img_sizes[i], fs, pad, stride, modules)
+            if g == 1:
+                dw = xp.matmul(gt, cols.T)
+            else:
+                dw = xp.empty_like(wm)
+                for gi in range(g):
+                    fsl = slice(gi * fg, (gi + 1) * fg)
+                    xp.matmul(gt[fsl], cols[gi * kg:(gi + 1) * kg].T, out=dw[fsl])
+            dws.append(dw.reshape(w.shape))
         if not need_dx[i]:
             dxs.append(None)
             continue
@@ -225,7 +230,7 @@ def local_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, group
 
 
 def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides, channels,
-                   groups, img_sizes, modules):
+                   groups, img_sizes, modules, need_dw=True):
     xp = current().xp
     n = gy.shape[0]
     p, filters = ws[0].shape[0], ws[0].shape[1]
@@ -240,7 +245,8 @@ def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, stride
         if cols is None:
             cols = im2col_local(x, channels[i], img_sizes[i], fs, pad, stride, modules)
         wm = contiguous(w).reshape(p, filters, -1)
-        dws.append(local_weight_grad(xp, gp, cols, wm, groups[i]).reshape(w.shape))
+        dws.append(local_weight_grad(xp, gp, cols, wm, groups[i]).reshape(w.shape)
+                   if need_dw else None)
         if not need_dx[i]:
             dxs.append(None)
             continue

@@ -223,8 +223,9 @@ def conv_forward(xs, ws, b, *, filter_sizes, paddings, strides, channels, groups
 
 
 def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides, channels,
-                  groups, img_sizes, modules, shared_biases=True):
-    """:func:`convnet.kernels.conv.conv_backward` by cuDNN: ``(dxs, dws, db)``."""
+                  groups, img_sizes, modules, shared_biases=True, need_dw=True):
+    """:func:`convnet.kernels.conv.conv_backward` by cuDNN: ``(dxs, dws, db)``; without
+    ``need_dw`` (a frozen layer) the weight gradients are not computed (None)."""
     xp = current().xp
     gy = contiguous(gy)
     db = gy.sum(axis=(0, 2, 3)) if shared_biases else gy.sum(axis=0)
@@ -234,10 +235,13 @@ def conv_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, strides
         w = contiguous(w)
         geometry = (paddings[i], post_padding(img_sizes[i], filter_sizes[i], paddings[i],
                                               strides[i], modules), strides[i])
-        dw = xp.empty(w.shape, dtype=w.dtype)
-        _run("conv_wgrad", {"X": image.shape, "DY": gy.shape, "DW": w.shape},
-             {"X": image, "DY": gy, "DW": dw}, geometry, gy.dtype)
-        dws.append(dw)
+        if need_dw:
+            dw = xp.empty(w.shape, dtype=w.dtype)
+            _run("conv_wgrad", {"X": image.shape, "DY": gy.shape, "DW": w.shape},
+                 {"X": image, "DY": gy, "DW": dw}, geometry, gy.dtype)
+            dws.append(dw)
+        else:
+            dws.append(None)
         if not need_dx[i]:
             dxs.append(None)
             continue

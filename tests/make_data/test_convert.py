@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from convnet.make_data.convert import UnreadableImage, decode_rgb, square_jpeg
+from convnet.data.photos.convert import UnreadableImage, decode_rgb, square_jpeg
 from tests.support.image_trees import image_bytes, photo
 
 

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from convnet.data.safe_pickle import load_dict
-from convnet.make_data.convert import square_jpeg
+from convnet.data.photos.convert import square_jpeg
 from tests.support import ROOT
 from tests.support.image_trees import load_batches, make_data, mixed_tree
 

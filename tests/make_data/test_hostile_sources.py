@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
-from convnet.make_data import convert
-from convnet.make_data.convert import UnreadableImage, eight_bit_grey, square_jpeg
-from convnet.make_data.sources import MAX_FILE_BYTES
+from convnet.data.photos import convert
+from convnet.data.photos.convert import UnreadableImage, eight_bit_grey, square_jpeg
+from convnet.data.photos.sources import MAX_FILE_BYTES
 from tests.support.image_trees import load_batches, make_data, mixed_tree
 from tests.support.threads import within
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from convnet.data.safe_pickle import load_dict
-from convnet.make_data.convert import square_jpeg
+from convnet.data.photos.convert import square_jpeg
 from tests.support.image_trees import fake_ilsvrc, image_bytes, load_batches, make_data
 
 pytest.importorskip("scipy")

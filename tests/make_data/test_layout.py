@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convnet.make_data.layout import first_test_batch, plan_batches
-from convnet.make_data.sources import DataSet, ImageRef
+from convnet.data.photos.sources import DataSet, ImageRef
 from convnet.make_data.statistics import PixelSums
 
 

@@ -143,7 +143,7 @@ def test_the_project_has_no_import_cycle():
 #: after it (the modules directly in ``convnet/``, errors and the like, are the base).
 #: ``convnet`` itself (its ``__init__``, whose ``train`` and ``load`` call the Python API
 #: in ``app``) stands on top of them all.
-LAYERING = ("convnet", "make_data", "app", "simulate", "data", "runtime", "plan", "layers",
+LAYERING = ("convnet", "import_onnx", "make_data", "app", "simulate", "data", "runtime", "plan", "layers",
             "config", "kernels")
 
 
@@ -187,7 +187,7 @@ SUBLAYERING = {
             "run", "."),
     "runtime": ("__init__", ".", "sync", "step", "processes", "devices"),
     "config": ("__init__", ".", "layer_types", "values"),
-    "data": ("__init__", "image", "."),
+    "data": ("__init__", "photos", "image", "."),
     "kernels": ("cuda", "conv", ".", "__init__"),
 }
 

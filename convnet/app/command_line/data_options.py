@@ -43,6 +43,11 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
     data.add_argument("--inner-size", type=non_negative_int, default=None, metavar="N",
                       help="train on random N x N crops, mirrored at random, and test on "
                            "centre crops; 0 means whole images [resumable] (default: 0)")
+    data.add_argument("--image-size", type=positive_int, default=None, metavar="S",
+                      help="with --data-provider image on a folder of class folders "
+                           "(photos/cat/*.jpg, ...): bring every photo to S x S (short side "
+                           "to S, centre square), as python -m convnet.make_data --size S "
+                           "does [resumable] (default: 256)")
     data.add_argument("--color-noise", type=color_noise, default=None, metavar="S",
                       help="add PCA colour noise of S standard deviations to training "
                            "images [resumable] (default: 0, none)")

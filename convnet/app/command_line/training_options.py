@@ -31,6 +31,12 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
                        help="checkpoint to resume from (a checkpoint.npz, or the folder "
                             "holding it); the saved options apply unless given again here "
                             "(-f is cuda-convnet's spelling)")
+    train.add_argument("--init-from", type=Path, default=None, metavar="RUN",
+                       help="start a new run from the weights of another (a checkpoint.npz, "
+                            "or the folder holding it, as --load-file takes; also what "
+                            "python -m convnet.import_onnx writes): every layer with the same "
+                            "name and shapes is loaded, the others start from initW; "
+                            "momentum, epochs and schedules start afresh (docs/FINETUNE.md)")
     train.add_argument("--force-save", type=flag, nargs="?", const=True, default=False,
                        metavar="0|1",
                        help="save a checkpoint when training ends even if the test error is "

@@ -12,6 +12,8 @@ executor allocates it.
 
 from __future__ import annotations
 
+import warnings
+
 from convnet.app import launch
 from convnet.app.option_values import async_staleness
 from convnet.app.options import RunOptions
@@ -21,7 +23,7 @@ from convnet.config.model import NetConfig
 from convnet.config.values.typed import local_sgd_period, parse_data_columns
 from convnet.data import DataOptions, make_provider, parse_range
 from convnet.data.memory import data_memory
-from convnet.errors import ConfigError, DataError, UsageError
+from convnet.errors import ConfigError, DataError, OneLineWarning, UsageError
 from convnet.plan.ops import Plan
 from convnet.runtime.devices.backends import choose_backend
 from convnet.runtime.devices.slowdown import Slowdown
@@ -43,7 +45,7 @@ def make_data_provider(opts: RunOptions):
         test_range=parse_range(opts.test_range) if opts.test_range else None,
         inner_size=opts.inner_size, color_noise=opts.color_noise, scalar_mean=opts.scalar_mean,
         multiview_test=opts.multiview_test, seed=opts.seed,
-        skip_bad_images=opts.skip_bad_images,
+        skip_bad_images=opts.skip_bad_images, image_size=opts.image_size,
         data_dims=parse_data_columns(opts.data_dims) if opts.data_dims else None,
         num_classes=opts.num_classes)
     if opts.dummy_cases is not None:
@@ -78,13 +80,35 @@ def load_net_for(opts: RunOptions, provider=None) -> NetConfig:
         if opts.print_plan or opts.check_grads:
             source += "; give --data-dims CxHxW to plan or check without data"
     try:
-        return infer_shapes(parsed, dims, classes)
+        net = infer_shapes(parsed, dims, classes)
     except ConfigError as error:
         error.message = f"{error.message} (input shapes from {source})"
         wanted = getattr(error, "config_classes", None)
         if wanted is not None and (opts.data_provider == "dummy" or source.startswith("--")):
             error.message += f"; give --num-classes {wanted} to match the config"
         raise
+    warn_about_wider_heads(net, classes, "--num-classes" if source.startswith("--") else
+                           f"the '{provider.name}' data")
+    return net
+
+
+def warn_about_wider_heads(net: NetConfig, classes: int | None, source: str) -> None:
+    """One line per classifier wider than the data's class count (an ImageNet net on a
+    folder of 4 classes would train a 1000-way softmax without a word); a narrower one
+    is already a config error."""
+    if classes is None:
+        return
+    for ldef in net:
+        if ldef.type != "cost.logreg":
+            continue
+        labels, probs = (net[name] for name in ldef.inputs[:2])
+        width = net[probs.name].outputs
+        if labels.is_data and labels.attrs.get("dataIdx") == 1 and width > classes:
+            head = probs.inputs[0] if len(probs.inputs) == 1 else probs.name
+            warnings.warn(OneLineWarning(
+                f"the classifier '{head}' has {width} outputs but {source} says {classes} "
+                f"classes; give '{head}' outputs={classes} (a new head, see "
+                "docs/FINETUNE.md) unless the extra outputs are meant"), stacklevel=2)
 
 
 def devices_needed(net: NetConfig) -> int:

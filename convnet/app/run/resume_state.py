@@ -29,6 +29,12 @@ from convnet.plan.ops import Plan
 from convnet.runtime.step.precision import LossScale
 
 STATE_GROUPS = ("weights", "momentum")
+#: The groups that are the optimizer's: a run started from another's weights
+#: (``--init-from``) starts them afresh; every other group is the layers' own state.
+OPTIMIZER_GROUPS = ("momentum",)
+#: What a refusal to resume says when the checkpoint's net is not this one.
+INIT_FROM_HINT = ("; to start a new run from the weights of the layers that fit (a new "
+                  "head, say), give --init-from instead of --load-file")
 #: Far beyond any real run; larger saved counters are damage.
 MAX_STEPS = 10**12
 MAX_EPOCHS = 10**9
@@ -55,12 +61,19 @@ def read_state(checkpoint: Path, net: NetConfig, plan: Plan) -> dict[str, np.nda
         if missing:
             raise CheckpointError(f"{checkpoint}: does not fit this net "
                                   f"({net.layer_def_file}): the checkpoint has no "
-                                  f"'{missing[0]}': it was saved from another net")
+                                  f"'{missing[0]}': it was saved from another net"
+                                  + INIT_FROM_HINT)
+        for key, shape in layout.items():
+            saved = reader.shape(key)
+            if saved != tuple(shape):
+                raise CheckpointError(f"{checkpoint}: does not fit this net: '{key}' has "
+                                      f"shape {saved}, the net needs {tuple(shape)}"
+                                      + INIT_FROM_HINT)
         state = {key: reader.read(key, shape, np.float32) for key, shape in layout.items()}
     for key, array in state.items():
         group, name, array_key = key.split("/", 2)
         if is_connection_key(array_key):
-            _check_table(checkpoint, key, group, array, net[name].attrs, int(array_key[1:]))
+            check_table(checkpoint, key, group, array, net[name].attrs, int(array_key[1:]))
     return state
 
 
@@ -74,12 +87,12 @@ def saved_tables(checkpoint: Path, net: NetConfig, plan: Plan) -> dict[str, dict
             if group == "weights" and is_connection_key(array_key) and key in reader.keys:
                 index = int(array_key[1:])
                 table = reader.read(key, shape, np.float32)
-                _check_table(checkpoint, key, group, table, net[name].attrs, index)
+                check_table(checkpoint, key, group, table, net[name].attrs, index)
                 tables.setdefault(name, {})[index] = table.astype(np.int64)
     return tables
 
 
-def _check_table(checkpoint: Path, key: str, group: str, array: np.ndarray, attrs: dict,
+def check_table(checkpoint: Path, key: str, group: str, array: np.ndarray, attrs: dict,
                  index: int) -> None:
     """A saved connectivity table must be whole permutations of the input's channels,
     and its momentum zero (it never learns; the async exchange adds momentum as

@@ -51,6 +51,7 @@ from convnet.app.run.minibatches import minibatch_bounds, minibatches
 from convnet.app.run.live_picture import LivePicture
 from convnet.app.run.reporting import (interrupt_status, print_closing_summary,
                                        print_data_notes, print_opening)
+from convnet.app.run.init_state import read_init_state
 from convnet.app.run.resume_state import (loss_scale_meta, read_counters, read_state,
                                           restore_loss_scale, unused_layers)
 from convnet.app.run.signals import deferred_interrupt, interrupt_requested, raise_if_stopped
@@ -87,6 +88,8 @@ def execute(opts: RunOptions) -> Trainer:
         trainer = Trainer(opts, provider, net, plan, executor, save_dir, root=launch.is_root())
         if opts.resume is not None:
             trainer.restore(opts.resume)
+        elif opts.init_from is not None:
+            trainer.start_from(opts.init_from)
         # The run can start: only now is its folder made (and held until it ends).
         with (claim_run_folder(save_dir, loaded, opts.overwrite) if save_dir is not None
               else nullcontext()):
@@ -174,6 +177,18 @@ class Trainer:
             Path(where).resolve() == self.checkpoint.resolve()
         self._saved_step = counters.step if same_file else None
         self._saved_at = (counters.epoch, counters.batch_index) if same_file else None
+
+    def start_from(self, checkpoint: Path) -> None:
+        """A new run from another's weights (--init-from): the layers that fit are
+        loaded, the others keep their initial weights; momentum and counters stay fresh."""
+        arrays, match = read_init_state(checkpoint, self.net, self.plan)
+        try:
+            self.executor.load_state_arrays(arrays)
+        except DataError as error:
+            raise CheckpointError(f"{checkpoint}: {error}") from None
+        if self.root:
+            for line in match.table(shown_path(checkpoint)):
+                self.log.note(line)
 
     def save(self) -> Path | None:
         if not self.root:
@@ -350,7 +365,7 @@ class Trainer:
 
     def _learning_rate(self, progress: float) -> float:
         for ldef in self.net:
-            if ldef.has_weights:
+            if ldef.learns:  # frozen layers' rates are 0
                 return ldef.params["epsW"][0].value(progress)
         return 0.0
 

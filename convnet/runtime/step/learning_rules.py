@@ -53,6 +53,12 @@ class LearningRule:
     ball: float = 0.0
     unit_axis: int = 0
 
+    @property
+    def frozen(self) -> bool:
+        """Whether the array never changes: its learning rate is 0 throughout (``epsW=0``
+        or ``epsB=0``), so not even a momentum step saved where it learned may move it."""
+        return self.eps.base == 0
+
 
 #: The rule of an array that never learns (a connectivity table): no rate, no momentum.
 FIXED = LearningRule(Schedule("const", 0.0), 0.0, 0.0)
@@ -78,6 +84,10 @@ class ScaledRate:
 
     schedule: object
     factor: float
+
+    @property
+    def base(self) -> float:
+        return self.schedule.base * self.factor
 
     def value(self, progress: float) -> float:
         return self.schedule.value(progress) * self.factor

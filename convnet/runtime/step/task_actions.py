@@ -153,6 +153,8 @@ class TaskActions:
                 accumulate(buffers.grads, (inp, op.shard, op.device), grad)
             else:
                 accumulate(buffers.gouts, (op.layer, inp, op.shard, op.device), grad)
+        if not placement.learns:
+            return  # frozen: no update will read its weight gradients
         accum = self.store.grads[op.layer][op.replica]
         for k, g in param_grads.items():
             accumulate(accum, k, g)
@@ -293,9 +295,10 @@ class TaskActions:
             num_cases = num_cases * self.precision.loss_scale.scale
         rules = self.store.rules[op.layer]
         xp = self.devices[op.device].xp
-        ok = (self._gradients_finite(op, grads, buffers)
+        learning = {k: grad for k, grad in grads.items() if not rules[k].frozen}
+        ok = (self._gradients_finite(op, learning, buffers)
               if self.check_finite or self.precision.loss_scale is not None else None)
-        for k, grad in grads.items():
+        for k, grad in learning.items():
             self.optimizer.update(xp, weights[k], momentum[k], grad, rules[k],
                                   buffers.progress, num_cases, ok=ok)
         grads.clear()

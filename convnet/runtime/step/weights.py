@@ -146,7 +146,9 @@ class WeightStore:
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Put checkpointed weights and momentum onto every replica of this process
-        (shapes must match)."""
+        (shapes must match); arrays not in ``arrays`` keep their values (a run started
+        from another's weights loads only the layers that fit).  The momentum of a
+        frozen array (learning rate 0) is zeroed whatever was saved: it never moves."""
         for name in self.weights:
             for group, store in (("weights", self.weights), ("momentum", self.momentum)):
                 for replica, d in enumerate(self.plan.layers[name].devices):
@@ -156,13 +158,15 @@ class WeightStore:
                     for k, v in store[name][replica].items():
                         key = f"{group}/{name}/{k}"
                         if key not in arrays:
-                            raise DataError(f"checkpoint has no '{key}': it was saved from "
-                                            f"another net")
+                            continue
                         if tuple(arrays[key].shape) != tuple(v.shape):
                             raise DataError(f"checkpoint '{key}' has shape "
                                             f"{tuple(arrays[key].shape)}, the net needs "
                                             f"{tuple(v.shape)}")
-                        store[name][replica][k] = self.devices[d].to_device(arrays[key])
+                        value = arrays[key]
+                        if group == "momentum" and self.rules[name][k].frozen:
+                            value = np.zeros_like(value)
+                        store[name][replica][k] = self.devices[d].to_device(value)
 
 
 def assemble_state(shares) -> dict[str, np.ndarray]:
