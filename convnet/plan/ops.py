@@ -144,6 +144,24 @@ class AllReduce(Op):
 
 
 @dataclass(frozen=True)
+class BatchStats(Op):
+    """Combine the per-channel statistics of ``layer``'s replicas before its ``phase``
+    ('forward' or 'backward'): every replica computes its piece's (``pieces``, in replica
+    order), then combines all of them in replica order, so that every replica normalises
+    over the cases of all (bnorm's ``stats=global``).  ``nbytes``: one replica's
+    statistics (float32)."""
+
+    replica_devices: tuple[int, ...]
+    pieces: tuple[int, ...]
+    phase: str
+    nbytes: int
+
+    @property
+    def devices(self):
+        return self.replica_devices
+
+
+@dataclass(frozen=True)
 class Update(_OnDevice):
     """Apply the accumulated gradient to replica ``replica``'s weights."""
 
