@@ -14,6 +14,8 @@ geometry made explicit where ONNX's differs:
   conv with a 0/1 band matrix; rnorm and cnorm are averages over padded windows.
 * dropout is the identity at test time, dropout2 and the ``dropout=`` key of conv
   and fc layers scale by what they keep.
+* bnorm is BatchNormalization with its running averages (what testing uses): ``W0``,
+  ``b``, ``mean`` and ``var`` are its scale, B, input_mean and input_var.
 
 * local: the windows are copied out by a conv with one-hot filters, then one
   batched MatMul over the output positions (weights (positions, filters, ...)).
@@ -279,6 +281,17 @@ def channel_sum(g, ldef, inputs: list[Tensor], weights: dict) -> str:
     return g.op("ReduceSum", [grouped, g.const([2], "axes", np.int64)], ldef.name, keepdims=0)
 
 
+def bnorm(g, ldef, inputs: list[Tensor], weights: dict) -> str:
+    """BatchNormalization with the running averages, per channel of the input as
+    (channels, pixels) (an image's own shape; a flat input's features as channels)."""
+    name, shape = inputs[0]
+    input_shape = tuple(int(d) for d in ldef.input_shapes[0])
+    x = name if shape == input_shape else g.reshape(name, input_shape, f"{ldef.name}_in")
+    arrays = [g.const(weights[k], f"{ldef.name}_{k}") for k in ("W0", "b", "mean", "var")]
+    return g.op("BatchNormalization", [x] + arrays, ldef.name,
+                epsilon=float(ldef.attrs.get("epsilon", 1e-5)))
+
+
 def neuron_layer(g, ldef, inputs: list[Tensor], weights: dict) -> str:
     return inputs[0][0]  # the neuron itself is applied as every layer's inline one
 
@@ -287,7 +300,7 @@ def neuron_layer(g, ldef, inputs: list[Tensor], weights: dict) -> str:
 TRANSLATIONS = {"conv": conv, "local": local, "fc": fc, "pool": pool, "cmrnorm": cmrnorm, "rnorm": rnorm,
                 "cnorm": cnorm, "softmax": softmax, "dropout": dropout, "dropout2": dropout2,
                 "pass": concat, "concat": concat, "eltsum": eltsum, "eltmax": eltmax, "sum": channel_sum,
-                "neuron": neuron_layer}
+                "neuron": neuron_layer, "bnorm": bnorm}
 
 
 # ---------------------------------------------------------------------- neurons
@@ -350,7 +363,8 @@ def translate(g, ldef, inputs: list[Tensor], weights: dict) -> Tensor:
     return (y, made) if made == shape else (g.reshape(y, shape, f"{ldef.name}_shaped"), shape)
 
 
-#: Types whose translation gives (N, C, H, W) of the layer's output shape ...
-IMAGE_OUTPUT = ("conv", "local", "pool", "cmrnorm", "rnorm", "cnorm")
+#: Types whose translation gives (N, C, H, W) of the layer's output shape (bnorm: the
+#: output shape, flat or not) ...
+IMAGE_OUTPUT = ("conv", "local", "pool", "cmrnorm", "rnorm", "cnorm", "bnorm")
 #: ... and (N, features); the others keep their first input's shape.
 FLAT_OUTPUT = ("fc", "softmax", "pass", "concat")
