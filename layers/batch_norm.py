@@ -31,7 +31,8 @@ FORWARD, BACKWARD = "forward", "backward"
 
 
 class BatchNormLayer(ComputeLayer):
-    """``bnorm``: its state from forward to backward is (mean, 1/std, values per channel)."""
+    """``bnorm``: its state from forward to backward is (mean, 1/std, values per channel),
+    the statistics in float64 (:mod:`convnet.kernels.batch_norm`)."""
 
     def __init__(self, ldef):
         super().__init__(ldef)
@@ -78,7 +79,6 @@ class BatchNormLayer(ComputeLayer):
             self._update_running(params, mean, var, count)
         else:
             mean, var, count = params["mean"], params["var"], 0
-            mean, var = mean.astype(x.dtype, copy=False), var.astype(x.dtype, copy=False)
         invstd = kbn.inverse_std(var, self.epsilon)
         y = kbn.batch_norm_forward(x, mean, invstd, params["W0"], params["b"])
         return y.reshape(inputs[0].shape), (mean, invstd, count)
@@ -103,7 +103,7 @@ class BatchNormLayer(ComputeLayer):
                 ctx.statistics.count
         else:
             own = combined = kbn.batch_norm_grad_sums(g, x, mean, invstd)
-        grads = {"W0": own[c:], "b": own[:c]}
+        grads = {"W0": own[c:].astype(x.dtype), "b": own[:c].astype(x.dtype)}
         if not need[0]:
             return [None], grads
         dx = kbn.batch_norm_backward(g, x, mean, invstd, params["W0"], combined, count)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from convnet.config.model import LayerDef, NetConfig
-from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, BatchStats, Copy, Forward,
-                              GradCopy, LayerPlacement, Load, Op, Plan, Update)
+from convnet.plan.ops import (FLOAT_BYTES, STATISTICS_BYTES, AllReduce, Backward, BatchStats,
+                              Copy, Forward, GradCopy, LayerPlacement, Load, Op, Plan, Update)
 from convnet.plan.schedules import item_ticks
 
 
@@ -123,7 +123,7 @@ class Scheduler:
         keys = [("stats", ldef.name, phase, s, d) for s, d in zip(pieces, placement.devices)]
         self._emit(BatchStats, reads, keys, pass_index=p, layer=ldef.name,
                    replica_devices=placement.devices, pieces=tuple(pieces), phase=phase,
-                   nbytes=size * FLOAT_BYTES)
+                   nbytes=size * STATISTICS_BYTES)
         return keys
 
     def _forward(self, ldef: LayerDef, p: int, micro: int) -> None:

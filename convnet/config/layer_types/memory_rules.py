@@ -218,13 +218,13 @@ def norm_memory(layer) -> LayerMemory:
 
 
 def batch_norm_memory(layer) -> LayerMemory:
-    """Keeps only per-channel statistics, the moments (2 per channel) and 1 / std (the
-    backward pass reads the input, kept anyway); a forward call in training holds the
+    """Keeps only per-channel float64 statistics, the moments (2 per channel) and 1 / std
+    (the backward pass reads the input, kept anyway); a forward call in training holds the
     deviations from the mean while it sums their squares, a backward call the deviations
     again (:mod:`convnet.kernels.batch_norm`), one input-sized array each."""
     size = FLOAT * _input_elements(layer)
     return _with_neuron(layer, LayerMemory(True, 0, size, size,
-                                           kept_per_call=3 * FLOAT * layer.attrs["channels"]))
+                                           kept_per_call=3 * 8 * layer.attrs["channels"]))
 
 
 def dropout_memory(layer) -> LayerMemory:
