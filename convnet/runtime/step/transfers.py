@@ -13,7 +13,8 @@ in-process pull it replaces would have put it:
 * ``stats``: one replica's statistics for a BatchStats operation, kept for the
   combination that waits for it.
 
-Arrays travel through the host as float32 (batch statistics as float64).  Receive buffers are made with
+Arrays travel through the host as float32 (batch statistics as float64, their bits
+sent as twice as many float32 words).  Receive buffers are made with
 the shape both sides derive from the plan (piece bounds, output shapes,
 slice bounds), so no shape is ever sent.  Pending sends are completed when
 the step ends (:meth:`Transfers.finish_sends`): until then each request
@@ -64,9 +65,9 @@ class Transfers:
         if transfer.what == "grad":
             return float32(read(device,
                                 buffers.gouts.pop((op.consumer, op.layer, op.shard, op.src))))
-        if transfer.what == "stats":  # float64, as every replica combines them
-            return np.asarray(read(device, buffers.own_statistics[
-                (op.index, transfer.source_replica)]), np.float64)
+        if transfer.what == "stats":  # float64 bits, sent as twice as many float32 words
+            stats = read(device, buffers.own_statistics[(op.index, transfer.source_replica)])
+            return np.ascontiguousarray(stats, np.float64).view(np.float32)
         source = (self.store.grads if transfer.what == "grad-slice" else self.store.weights)
         arrays = source[op.layer][transfer.source_replica]
         parts = [read(device, arrays[k].reshape(-1)[lo:hi])
@@ -93,10 +94,10 @@ class Transfers:
                 accumulate(buffers.grads, key, device.to_device(out))
             return
         if transfer.what == "stats":  # one replica's statistics, op.nbytes of float64
-            out = np.empty(op.nbytes // 8, np.float64)
+            out = np.empty(op.nbytes // 4, np.float32)
             self.comm.recv(out, transfer.peer, transfer.tag, _described(task))
             buffers.received[("stats", op.index, transfer.target_replica,
-                              transfer.source_replica)] = device.copy_from(out)  # float64
+                              transfer.source_replica)] = device.copy_from(out.view(np.float64))
             return
         layout = self._slice_layout(task)
         out = np.empty(sum(hi - lo for _, lo, hi in layout), np.float32)
