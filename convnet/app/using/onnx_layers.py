@@ -5,7 +5,8 @@ geometry made explicit where ONNX's differs:
 
 * conv: weights are stored (filters, channels / groups, fs, fs), ONNX's layout;
   the output side ``1 + ceil((2 pad + img - fs) / stride)`` can need windows past
-  the padded edge, which read zeros: padding at the end says so.
+  the padded edge, which read zeros: padding at the end says so (and a ``modulesX``
+  below it, the first windows of those that fit: a Slice).
 * pool: a window covers ``[start + x stride, start + x stride + size)`` clipped to
   the image; the image is padded (-inf for max, 0 for avg) so that every window
   fits, and an average is rescaled from size^2 to the pixels inside it.
@@ -76,11 +77,15 @@ def conv_windows(g, ldef, x: str, w: str, fs: int, pad: int, stride: int, img: i
                  modules: int, groups: int) -> str:
     """ONNX Conv over cuda-convnet2's ``modules`` x ``modules`` windows, whose ceiling
     rule lets the last windows hang past the padded edge: they read zeros, so the
-    padding at the end reaches as far as they do (never less than ``pad``: the
-    ceiling rule's windows always reach the padded edge)."""
-    end = (modules - 1) * stride + fs - pad - img  # the padded side holds every window
-    return g.op("Conv", [x, w], f"{ldef.name}_conv", strides=[stride, stride],
-                pads=[pad, pad, end, end], group=groups, kernel_shape=[fs, fs])
+    padding at the end reaches as far as they do.  A layer's ``modulesX`` may ask for
+    fewer windows than fit: then the end has no padding, and the windows beyond the
+    first ``modules`` are cut off."""
+    end = max((modules - 1) * stride + fs - pad - img, 0)  # the padded side holds them all
+    y = g.op("Conv", [x, w], f"{ldef.name}_conv", strides=[stride, stride],
+             pads=[pad, pad, end, end], group=groups, kernel_shape=[fs, fs])
+    if (img + pad + end - fs) // stride + 1 > modules:
+        y = g.slice(y, [0, 0], [modules, modules], [2, 3], f"{ldef.name}_windows")
+    return y
 
 
 def conv(g, ldef, inputs: list[Tensor], weights: dict) -> str:
