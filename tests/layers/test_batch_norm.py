@@ -112,3 +112,14 @@ def test_training_moves_the_running_averages_and_testing_uses_them():
     np.testing.assert_allclose(y_test, want, rtol=1e-10, atol=1e-12)
     for k, v in before.items():
         np.testing.assert_array_equal(params[k], v)
+
+
+def test_test_mode_gradients_treat_the_running_averages_as_constants():
+    ldef = bnorm_def((4, 3, 3), "tanh[1,1]")
+    layer = build_layer(ldef)
+    rng = np.random.default_rng(6)
+    params = _params(layer, rng)
+    params["mean"], params["var"] = rng.standard_normal(4), rng.uniform(0.5, 2.0, 4)
+    errors = fd_check(ldef, random_inputs(ldef, batch=4, rng=rng), params=params,
+                      ctx=Context(train=False))
+    assert set(errors) == {"W0", "b", "in0"}
