@@ -158,7 +158,9 @@ def schedule_rows(plan: Plan, pass_index: int) -> list[list]:
     used: set[int] = set()
     for op in (o for o in plan.ops if o.pass_index == pass_index):
         name = _OP_NAMES[op.kind]
-        key = (f"{name}-{op.phase[:3]}" if isinstance(op, BatchStats) else name, op.layer)
+        if isinstance(op, BatchStats):
+            name = f"{name}-{_OP_NAMES[op.phase]}"
+        key = (name, op.layer)
         if not rows or tuple(rows[-1][:2]) != key or used & set(op.devices):
             rows.append([*key, [[] for _ in range(plan.num_devices)], 0])
             used = set()
