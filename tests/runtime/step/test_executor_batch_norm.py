@@ -131,6 +131,32 @@ def test_a_global_bnorm_with_fewer_replicas_than_the_widest_layer_is_refused(tmp
         make_plan(net, (0, 1), MINI)
 
 
+def test_replica_statistics_in_a_layer_of_several_passes_normalise_each_pass(tmp_path):
+    """stats=replica on a layer with fewer replicas than the widest (a hybrid net):
+    allowed, its statistics cover each pass's shard, so its running averages move once
+    per pass, while updatePeriod=2 updates its scale and shift once per minibatch."""
+    layers, params = residual_pair("0,1", "replica")
+    layers = layers.replace("[bnf]\ntype=bnorm\n", "[bnf]\ntype=bnorm\ngpu=0\n")
+    layers = layers.replace("labels,probs\ngpu=0,1", "labels,probs\ngpu=0")
+    params = params.replace("[bnf]\n", "[bnf]\nupdatePeriod=2\n")
+    params = params.replace("[fc2]\n", "[fc2]\nupdatePeriod=2\n")
+    net = load_net(*write_pair(tmp_path, layers, params), data_dims={0: IMAGE_DIMS, 1: (1,)},
+                   num_classes=NUM_CLASSES)
+    plan = make_plan(net, (0, 1), MINI)
+    assert plan.scheme == "hybrid" and plan.layers["bnf"].period == 1
+    assert [op.kind for op in plan.ops if op.layer == "bnf"].count("update") == 1
+    executor = Executor(net, plan, make_devices((0, 1), "cpu"), seed=3)
+    try:
+        calls = []
+        layer = executor.layers["bnf"]
+        original = layer._update_running
+        layer._update_running = lambda *args: calls.append(args) or original(*args)
+        executor.step(_batches(1)[0])
+    finally:
+        executor.close()
+    assert [count for _, _, _, count in calls] == [5, 5]  # each pass's shard of 5 cases
+
+
 def test_local_sgd_keeps_a_global_bnorm_net_in_step_and_async_is_refused(tmp_path, capsys):
     net = _net(tmp_path, "0,1")
     assert apart_periods(make_plan(net, (0, 1), MINI), net, 2) is None
