@@ -1,7 +1,8 @@
 """The benchmarks' check that the engine and the PyTorch net compute the same training
 step: both start from the engine's initial weights and take one step on the same
 minibatch, and every element of every weight's first momentum increment is compared
-(engine ``inc = -eps * (grad / N + wc * W)``, PyTorch ``-lr * momentum_buffer``).
+(engine ``inc = -eps * (grad / N + wc * W)``, PyTorch ``-lr * momentum_buffer``), and
+so are the running averages of bnorm layers after it.
 
 Float32 sums in a different order differ by rounding, and now and then two inputs of
 a max-pool window within rounding of each other swap places, or a pre-activation
@@ -21,7 +22,17 @@ as PyTorch's float32 step has, plus ``SLACK`` elements or ``SLACK_FRACTION`` of 
 tensor (for tensors where PyTorch happens to have none): as close to the exact step
 as PyTorch's own float32.  A net that computes something else is off in most
 elements of every tensor below the difference (tests/bench/test_agreement.py:
-PyTorch drawing its own dropout masks, a changed norm constant).  The report gives
+PyTorch drawing its own dropout masks, a changed norm constant).
+
+Batch normalisation couples every case of a channel, so one relu tie that falls the
+other way moves every weight update above it a little: on a ResNet the counts of
+either float32 step swing by 10x from one minibatch to the next (16 to 337 elements
+for PyTorch float32, 57 to 3,883 for the engine, over three minibatches of 128), and
+say nothing about which is closer.  So the engine also takes the step in float64
+(:func:`engine_step` on float64 arrays) where the float32 counts do not pass; that
+step has no tie to fall otherwise, and the engine passes when it is the exact one to
+``FLOAT64_TOL`` of each tensor's largest element: the same arithmetic, up to float64
+rounding.  The report gives
 the counts per tensor and in total for the engine, for PyTorch float32, and between
 the two, and the engine's largest difference.
 
@@ -39,6 +50,8 @@ dropout with the same units dropped everywhere.
 
 from __future__ import annotations
 
+import contextlib
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,6 +61,7 @@ import torch_net
 REL_TOL = 1e-3
 ABS_TOL = 1e-3
 COST_TOL = 1e-4
+FLOAT64_TOL = 1e-9
 SLACK = 16
 SLACK_FRACTION = 1e-4
 
@@ -76,6 +90,9 @@ class Agreement:
     torch_cost: float
     exact_cost: float
     tensors: list[TensorDiff] = field(default_factory=list)
+    #: the engine's float64 step against PyTorch's, taken where the float32 counts do not
+    #: pass: the largest difference over its tensor's largest element (inf: not taken)
+    float64_rel: float = float("inf")
 
     def total(self, what: str) -> int:
         return sum(getattr(t, what) for t in self.tensors)
@@ -89,8 +106,13 @@ class Agreement:
         return abs(self.engine_cost - self.exact_cost) / max(abs(self.exact_cost), 1e-30)
 
     @property
+    def float32_passed(self) -> bool:
+        return all(t.passed for t in self.tensors)
+
+    @property
     def passed(self) -> bool:
-        return self.cost_rel <= COST_TOL and all(t.passed for t in self.tensors)
+        return self.cost_rel <= COST_TOL and (self.float32_passed
+                                              or self.float64_rel <= FLOAT64_TOL)
 
     def text(self) -> str:
         def where(what):
@@ -99,11 +121,18 @@ class Agreement:
 
         worst = max(self.tensors, key=lambda t: t.worst_rel)
         failed = [t.key for t in self.tensors if not t.passed]
-        verdict = ("same computation (the engine is as close to the float64 step as PyTorch "
-                   "float32)" if self.passed else
-                   "WARNING: the two nets do not compute the same thing"
-                   + (" (cost off)" if self.cost_rel > COST_TOL else "")
-                   + (f" (off in {', '.join(failed)})" if failed else ""))
+        if self.passed and self.float32_passed:
+            verdict = ("same computation (the engine is as close to the float64 step as "
+                       "PyTorch float32)")
+        elif self.passed:
+            verdict = (f"same computation (the engine's float64 step is PyTorch's to "
+                       f"{self.float64_rel:.0e}; in float32 relu ties fall otherwise, in "
+                       f"{', '.join(failed)})")
+        else:
+            verdict = ("WARNING: the two nets do not compute the same thing"
+                       + (" (cost off)" if self.cost_rel > COST_TOL else "")
+                       + (f" (off in {', '.join(failed)}; float64 steps "
+                          f"{self.float64_rel:.0e} apart)" if failed else ""))
         return (f"cost {self.engine_cost:.6f} (engine), {self.torch_cost:.6f} (PyTorch), "
                 f"{self.exact_cost:.6f} (float64); of {self.size:,} weight-update elements, off "
                 f"the float64 step by more than {REL_TOL:g} of the value + {ABS_TOL:g} of the "
@@ -114,7 +143,9 @@ class Agreement:
 
     def as_json(self) -> dict:
         return {"engine_cost": self.engine_cost, "torch_cost": self.torch_cost,
-                "exact_cost": self.exact_cost, "size": self.size,
+                "exact_cost": self.exact_cost,
+                "float64_rel": None if math.isinf(self.float64_rel) else self.float64_rel,
+                "size": self.size,
                 "engine_off": self.total("engine_off"), "torch_off": self.total("torch_off"),
                 "between": self.total("between"), "passed": self.passed, "text": self.text()}
 
@@ -172,9 +203,11 @@ def initial_weights(net, gpus: tuple, mini: int) -> dict:
         ex.close()
 
 
-def torch_step(torch, net, weights: dict, batch: list, dtype) -> tuple[float, dict]:
-    """One PyTorch step in ``dtype`` with the engine's dropout masks: its cost and every
-    weight's first momentum increment, {'layer/key': array}."""
+def torch_step(torch, net, weights: dict, batch: list, dtype) -> tuple[float, dict, dict]:
+    """One PyTorch step in ``dtype`` with the engine's dropout masks: its cost, every
+    weight's first momentum increment, {'layer/key': array} (a group without momentum:
+    its step, which is that increment), and the running averages after the step
+    (bnorm's ``mean`` and ``var``, {'layer/key': array})."""
     cast = {layer: {k: v.astype(dtype) for k, v in ws.items()} for layer, ws in weights.items()}
     tnet = torch_net.build(torch, net, cast, masks=engine_masks(net))
     opt = tnet.optimizer(torch)
@@ -186,15 +219,33 @@ def torch_step(torch, net, weights: dict, batch: list, dtype) -> tuple[float, di
     updates = {}
     for group in opt.param_groups:
         (t,) = group["params"]
-        updates[tnet.key_of(t)] = -group["lr"] * opt.state[t]["momentum_buffer"].numpy()
-    return float(loss.detach()), updates
+        state = opt.state[t]
+        step = (state["momentum_buffer"] if "momentum_buffer" in state
+                else t.grad + group["weight_decay"] * t)
+        updates[tnet.key_of(t)] = -group["lr"] * step.detach().numpy()
+    running = {f"{layer}/{k}": b.numpy() for layer, bs in tnet.buffers.items()
+               for k, b in bs.items()}
+    return float(loss.detach()), updates, running
 
 
-def one_step(torch, net, gpus: tuple, batch: list, winograd: bool = True) -> Agreement:
-    """One training step of the engine (on ``gpus``, the reference walk; with or
-    without its Winograd convolutions), of the PyTorch net in float32 and of the
-    PyTorch net in float64, from the engine's initial weights, compared (see the
-    module docstring)."""
+@contextlib.contextmanager
+def engine_arrays(dtype):
+    """Inside the block the engine's CPU devices hold ``dtype`` arrays (their loads cast
+    to float32 otherwise), so that a whole engine step runs in float64."""
+    from convnet.runtime.devices.cpu import CpuDevice
+
+    default = CpuDevice.to_device
+    CpuDevice.to_device = lambda self, array: np.array(array, dtype, order="C")
+    try:
+        yield
+    finally:
+        CpuDevice.to_device = default
+
+
+def engine_step(net, gpus: tuple, batch: list, dtype=np.float32,
+                winograd: bool = True) -> tuple[dict, float, dict]:
+    """(initial state, cost, state after it) of one engine training step on ``gpus`` (the
+    reference walk) in ``dtype``, with or without its Winograd convolutions."""
     from convnet.kernels.conv import choice as conv_choice
     from convnet.plan.planner import make_plan
     from convnet.runtime.devices.backends import make_devices
@@ -202,21 +253,39 @@ def one_step(torch, net, gpus: tuple, batch: list, winograd: bool = True) -> Agr
 
     mini = batch[0].shape[0]
     default, conv_choice.WINOGRAD = conv_choice.WINOGRAD, winograd
-    ex = Executor(net, make_plan(net, tuple(gpus), mini), make_devices(tuple(gpus), "cpu"),
-                  seed=0, parallel=False)
     try:
-        initial = engine_weights(ex.state_arrays())
-        cost_layer = next(ldef.name for ldef in net if ldef.is_cost)
-        engine_cost = ex.step(batch).costs[cost_layer]["cost"]
-        after = ex.state_arrays()
+        with engine_arrays(dtype):
+            ex = Executor(net, make_plan(net, tuple(gpus), mini),
+                          make_devices(tuple(gpus), "cpu"), seed=0, parallel=False)
+            try:
+                initial = ex.state_arrays()
+                cost_layer = next(ldef.name for ldef in net if ldef.is_cost)
+                cost = ex.step([b.astype(dtype) for b in batch]).costs[cost_layer]["cost"]
+                return initial, cost, ex.state_arrays()
+            finally:
+                ex.close()
     finally:
-        ex.close()
         conv_choice.WINOGRAD = default
-    torch_cost, torch32 = torch_step(torch, net, initial, batch, np.float32)
-    exact_cost, exact = torch_step(torch, net, initial, batch, np.float64)
+
+
+def one_step(torch, net, gpus: tuple, batch: list, winograd: bool = True) -> Agreement:
+    """One training step of the engine (on ``gpus``, the reference walk; with or
+    without its Winograd convolutions) in float32 and in float64, of the PyTorch net
+    in float32 and of the PyTorch net in float64, from the engine's initial weights,
+    compared (see the module docstring)."""
+    initial, engine_cost, after = engine_step(net, gpus, batch, winograd=winograd)
+    initial = engine_weights(initial)
+    torch_cost, torch32, running32 = torch_step(torch, net, initial, batch, np.float32)
+    exact_cost, exact, running = torch_step(torch, net, initial, batch, np.float64)
     result = Agreement(engine_cost, torch_cost, exact_cost)
-    for key, truth in exact.items():
-        result.tensors.append(compare(key, after[f"momentum/{key}"], torch32[key], truth))
+    pairs = [(key, f"momentum/{key}", torch32, exact) for key in exact] + [
+        (key, f"weights/{key}", running32, running) for key in running]  # bnorm's averages
+    for key, engine_key, torch32_arrays, truth in pairs:
+        result.tensors.append(compare(key, after[engine_key], torch32_arrays[key], truth[key]))
+    if not result.float32_passed:  # the referee of the referee (see the module docstring)
+        _, _, after64 = engine_step(net, gpus, batch, np.float64, winograd)
+        result.float64_rel = max(off(after64[engine_key], truth[key])[1]
+                                 for key, engine_key, _, truth in pairs)
     return result
 
 

@@ -1,11 +1,13 @@
 """Training throughput and memory on a CUDA GPU: this engine (CuPy) against PyTorch, in one run.
 
     python bench/bench_cuda.py [--gpu N] [--mini 128] [--steps 20] [--warmup 3]
-                               [--nets cifar10,alexnet] [--skip-torch] [--skip-hybrid]
+                               [--nets cifar10,alexnet,resnet50] [--skip-torch] [--skip-hybrid]
                                [--switches] [--generic] [--json FILE] [--dry-run]
 
 For each net, the CIFAR-10 reference net (cuda-convnet2's layers-cifar10-11pct.cfg,
-3x32x32, 10 classes) and AlexNet (layers-imagenet-1gpu.cfg, 3x224x224, 1000 classes),
+3x32x32, 10 classes) and AlexNet (layers-imagenet-1gpu.cfg, 3x224x224, 1000 classes)
+(and with ``--nets ...,resnet50`` ResNet-50 with batch normalisation,
+examples/resnet50-imagenet.cfg, 3x224x224, its gpu= line put on the one device),
 on dummy images at minibatch 128 on one logical device, the images/s of a full
 training step (host-to-GPU copy of the minibatch, forward, backward, update), with
 both sides starting from the same weights:
@@ -62,6 +64,9 @@ NETS = {  # name -> (layer-def, layer-params, image side, classes)
                 32, 10),
     "alexnet": (REF / "layers-imagenet-1gpu.cfg", REF / "layer-params-imagenet-1gpu.cfg",
                 224, 1000),
+    # not in the default --nets: ResNet-50 with batch normalisation, on one device here
+    "resnet50": (ROOT / "examples" / "resnet50-imagenet.cfg",
+                 ROOT / "examples" / "resnet50-imagenet-params.cfg", 224, 1000),
 }
 HYBRID = (REF / "layers-imagenet-4gpu-data-model.cfg",
           REF / "layer-params-imagenet-4gpu-data-model.cfg")
@@ -132,6 +137,7 @@ def engine_column(files, dims, classes, gpus, mini, steps, warmup, backend="cuda
     """Time ``steps`` training steps of the engine after ``warmup``: {images_per_s,
     first_cost, memory_bytes, ...} and the initial weights and net (for PyTorch)."""
     from convnet.config import load_net
+    from convnet.config.model import on_one_device
     from convnet.plan.planner import make_plan
     from convnet.runtime.devices.backends import make_devices
     from convnet.runtime.step.executor import Executor
@@ -142,6 +148,8 @@ def engine_column(files, dims, classes, gpus, mini, steps, warmup, backend="cuda
         cupy.get_default_memory_pool().free_all_blocks()
     with _environment(switches or {}):
         net = load_net(*files, data_dims={0: tuple(dims), 1: (1,)}, num_classes=classes)
+        if len(gpus) == 1:  # a config's data-parallel gpu= line on the one device
+            net = on_one_device(net)
         plan = make_plan(net, tuple(gpus), mini)
         ex = Executor(net, plan, make_devices(tuple(gpus), backend), seed=0, parallel=True,
                       **executor_args)
@@ -315,7 +323,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (3; 0 dry)")
     ap.add_argument("--nets", default="cifar10,alexnet",
                     type=lambda s: [n for n in s.split(",") if n],
-                    help="which nets, of cifar10 and alexnet (default both)")
+                    help="which nets, of cifar10, alexnet and resnet50 (default: "
+                         "cifar10,alexnet)")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-hybrid", action="store_true")
     ap.add_argument("--switches", action="store_true",
@@ -328,7 +337,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     unknown = [n for n in args.nets if n not in NETS]
     if unknown:
-        ap.error(f"--nets: unknown {', '.join(unknown)} (cifar10, alexnet)")
+        ap.error(f"--nets: unknown {', '.join(unknown)} ({', '.join(NETS)})")
     dry = args.dry_run
     args.mini = args.mini or (4 if dry else 128)
     args.steps = args.steps if args.steps is not None else (1 if dry else 20)

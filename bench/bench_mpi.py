@@ -62,7 +62,7 @@ def worker(args) -> None:
 
         comm.isend = counting_isend
     with tempfile.TemporaryDirectory() as folder:
-        net = load(2, args.size, Path(folder))
+        net = load("cifar10-11pct", 2, args.size, Path(folder))
     plan = make_plan(net, gpus * comm.size, args.mini)
     executor = Executor(net, plan, cluster_devices(cluster, gpus, "cpu"), seed=0,
                         cluster=cluster)

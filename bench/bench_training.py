@@ -1,14 +1,16 @@
-"""Training-step benchmark of the CIFAR-10 reference net: this engine on one and on two
-CPU devices against the same network in PyTorch, and the machine's GEMM peak.
+"""Training-step benchmark of a CIFAR-10 net: this engine on one and on two CPU devices
+against the same network in PyTorch, and the machine's GEMM peak.
 
-    python bench/bench_training.py [--rounds 5] [--steps 6] [--mini 128] [--size 32]
-                                   [--profile] [--no-torch] [--no-bound] [--gpus 0 0,1]
+    python bench/bench_training.py [--net cifar10-11pct|resnet20] [--rounds 5] [--steps 6]
+                                   [--mini 128] [--size 32] [--profile] [--no-torch]
+                                   [--no-bound] [--gpus 0 0,1]
 
 The net is cuda-convnet2's ``layers-cifar10-11pct.cfg`` with its
-``layer-params-cifar10-11pct.cfg`` on 3x32x32 dummy images (random normal,
-10 classes), minibatches of 128.  For two devices the config's ``gpu=0``
-lines (conv1 and logprob) become ``gpu=0,1`` in a temporary copy, which makes
-the whole net data-parallel.  A training step is ``Executor.step``: forward,
+``layer-params-cifar10-11pct.cfg`` (``--net resnet20``: ``examples/resnet20-cifar10.cfg``,
+ResNet-20 with batch normalisation, whose statistics the two devices combine) on 3x32x32
+dummy images (random normal, 10 classes), minibatches of 128.  The config's ``gpu=``
+lines (conv1 and logprob) become ``gpu=0`` or ``gpu=0,1`` in a temporary copy, which
+makes the whole net one-device or data-parallel.  A training step is ``Executor.step``: forward,
 backward, all-reduce and the momentum update, the same call the command line
 makes per minibatch (without data loading, which the command line overlaps).
 
@@ -87,32 +89,36 @@ import agreement  # noqa: E402  (bench/, next to this script)
 import harness  # noqa: E402
 import torch_net  # noqa: E402
 
-REF = ROOT / "examples" / "cuda-convnet2"
-LAYER_DEF = REF / "layers-cifar10-11pct.cfg"
-LAYER_PARAMS = REF / "layer-params-cifar10-11pct.cfg"
+EXAMPLES = ROOT / "examples"
+#: --net: (layer-def, layer-params, what it is); both put their gpu= on conv1 and logprob
+NETS = {
+    "cifar10-11pct": (EXAMPLES / "cuda-convnet2" / "layers-cifar10-11pct.cfg",
+                      EXAMPLES / "cuda-convnet2" / "layer-params-cifar10-11pct.cfg",
+                      "CIFAR-10 reference net"),
+    "resnet20": (EXAMPLES / "resnet20-cifar10.cfg", EXAMPLES / "resnet20-cifar10-params.cfg",
+                 "ResNet-20 with batch normalisation (stats=global)"),
+}
 NUM_CLASSES = 10
 BOUND = "2 halves, no sync"  # label of halves_worker's row
 
 
 # ------------------------------------------------------------------ the net
 
-def layer_def_for(num_devices: int, folder: Path) -> Path:
-    """The reference layer file, with ``gpu=0`` made ``gpu=0,1,...`` for several devices."""
-    if num_devices == 1:
-        return LAYER_DEF
-    text = LAYER_DEF.read_text()
+def layer_def_for(net: str, num_devices: int, folder: Path) -> Path:
+    """The net's layer file, with its ``gpu=`` lines made ``gpu=0,1,...`` for the devices."""
+    text = NETS[net][0].read_text()
     devices = ",".join(str(i) for i in range(num_devices))
-    text, count = re.subn(r"(?m)^gpu=0\s*$", f"gpu={devices}", text)
-    assert count == 2, "expected gpu=0 on conv1 and logprob"
-    path = folder / f"layers-cifar10-11pct-{num_devices}dev.cfg"
+    text, count = re.subn(r"(?m)^gpu=[0-9,]+\s*$", f"gpu={devices}", text)
+    assert count == 2, "expected gpu= on conv1 and logprob"
+    path = folder / f"{NETS[net][0].stem}-{num_devices}dev.cfg"
     path.write_text(text)
     return path
 
 
-def load(num_devices: int, size: int, folder: Path):
+def load(net: str, num_devices: int, size: int, folder: Path):
     from convnet.config import load_net
 
-    return load_net(layer_def_for(num_devices, folder), LAYER_PARAMS,
+    return load_net(layer_def_for(net, num_devices, folder), NETS[net][1],
                     data_dims={0: (3, size, size), 1: (1,)}, num_classes=NUM_CLASSES)
 
 
@@ -129,7 +135,7 @@ def make_batch(mini: int, size: int, seed: int = 0):
 def halves_worker(args) -> None:
     """The machine's bound for two devices (:func:`harness.serve_two_halves`)."""
     with tempfile.TemporaryDirectory() as tmp:
-        net = load(1, args.size, Path(tmp))
+        net = load(args.net, 1, args.size, Path(tmp))
     half = args.mini // 2
     harness.serve_two_halves(net, [make_batch(half, args.size, seed) for seed in (0, 1)],
                              {"ready": True}, warmups=2)
@@ -142,7 +148,7 @@ def engine_worker(args) -> None:
 
     gpus = tuple(range(args.devices))
     with tempfile.TemporaryDirectory() as tmp:
-        net = load(args.devices, args.size, Path(tmp))
+        net = load(args.net, args.devices, args.size, Path(tmp))
     plan = make_plan(net, gpus, args.mini)
     ex = Executor(net, plan, make_devices(gpus, "cpu"), seed=0, parallel=True)
     batch = make_batch(args.mini, args.size)
@@ -163,7 +169,7 @@ def torch_worker(args) -> None:
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
-        net = load(1, args.size, Path(tmp))
+        net = load(args.net, 1, args.size, Path(tmp))
     check = agreement.same_net(torch, net, (0,), make_batch(args.mini, args.size, seed=1))
     tnet = torch_net.build(torch, net, agreement.initial_weights(net, (0,), args.mini))
     step = tnet.trainer(torch, *make_batch(args.mini, args.size))
@@ -240,6 +246,8 @@ def gemm_worker(args) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--net", choices=sorted(NETS), default="cifar10-11pct",
+                    help="the net to time (default: cifar10-11pct, the CIFAR-10 reference net)")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
     ap.add_argument("--steps", type=int, default=6, help="steps per configuration and round")
     ap.add_argument("--mini", type=int, default=128)
@@ -270,13 +278,13 @@ def main(argv=None) -> int:
     import numpy as np
 
     args.no_torch = harness.without_torch(args.no_torch)
-    common = ["--mini", str(args.mini), "--size", str(args.size)] + kernel_args
+    common = ["--net", args.net, "--mini", str(args.mini), "--size", str(args.size)] + kernel_args
     with tempfile.TemporaryDirectory() as tmp:
-        net = load(1, args.size, Path(tmp))
+        net = load(args.net, 1, args.size, Path(tmp))
     flops = harness.gemm_flops(net, args.mini)
     start_load = os.getloadavg()
     began = time.perf_counter()
-    print(f"CIFAR-10 reference net ({LAYER_DEF.name}), 3x{args.size}x{args.size} dummy data, "
+    print(f"{NETS[args.net][2]} ({NETS[args.net][0].name}), 3x{args.size}x{args.size} dummy data, "
           f"minibatch {args.mini}, float32; {flops / 1e9:.2f} GFLOP of conv/local/fc GEMMs "
           f"per training step")
     if kernel_args:

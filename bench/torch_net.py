@@ -30,7 +30,12 @@ config: no layer name, size or net is special-cased.
 * softmax feeding only ``cost.logreg``: fused into ``cross_entropy`` (log-softmax
   and the mean negative log likelihood in one op, the fast way in PyTorch); a softmax
   read by anything else is ``softmax`` and ``cost.logreg`` is ``-log p[label]``.
-* concat / pass: ``cat`` of the flattened inputs; inline ``neuron=`` after the op.
+* concat / pass: ``cat`` of the flattened inputs; eltsum: ``sum coeffs[i] * x_i``;
+  inline ``neuron=`` after the op.
+* bnorm: ``batch_norm`` in training mode (the minibatch's statistics over every case,
+  PyTorch's ``momentum`` = 1 - ``decay``) with the engine's ``W0`` and ``b`` as its
+  weight and bias and its running averages as buffers (:attr:`TorchNet.buffers`, which
+  the step moves as the engine's forward moves ``mean`` and ``var``).
 
 The loss is the sum over cost layers of ``coeff`` x the mean cost over the cases:
 the engine's gradients are sums over the cases divided by the number of cases in the
@@ -47,14 +52,17 @@ from typing import Callable
 
 import numpy as np
 
+from convnet.config.layer_types.weight_shapes import RUNNING_KEYS
+
 
 @dataclass
 class TorchNet:
     """A built net: ``loss(images, labels)``, its parameter tensors and SGD groups."""
 
     loss: Callable
-    tensors: dict  # layer -> {key: tensor}
+    tensors: dict  # layer -> {key: tensor} of the arrays that learn
     groups: list   # torch.optim.SGD parameter groups, one per tensor
+    buffers: dict  # layer -> {key: tensor} of the rest (bnorm's running mean and var)
 
     def optimizer(self, torch):
         return torch.optim.SGD(self.groups, lr=self.groups[0]["lr"] if self.groups else 0.0)
@@ -203,7 +211,10 @@ def build(torch, net, weights: dict, device: str = "cpu",
     F = torch.nn.functional
     dev = torch.device(device)
     tensors = {name: {k: torch.tensor(np.asarray(v), device=dev, requires_grad=True)
-                      for k, v in ws.items()} for name, ws in weights.items()}
+                      for k, v in ws.items() if k not in RUNNING_KEYS}
+               for name, ws in weights.items()}
+    buffers = {name: {k: torch.tensor(np.asarray(v), device=dev) for k, v in ws.items()
+                      if k in RUNNING_KEYS} for name, ws in weights.items()}
     readers: dict[str, list[str]] = {}
     for ldef in net:
         for i in ldef.inputs:
@@ -259,6 +270,15 @@ def build(torch, net, weights: dict, device: str = "cpu",
                 y = torch.cat([x.reshape(n, -1) for x in xs], 1) if len(xs) > 1 else xs[0]
             elif t in ("dropout", "dropout2"):
                 y = dropout(ldef, xs[0])
+            elif t == "eltsum":
+                coeffs = a.get("coeffs", 1.0)
+                coeffs = coeffs if isinstance(coeffs, (list, tuple)) else [coeffs] * len(xs)
+                y = sum(float(c) * x.reshape(xs[0].shape) for c, x in zip(coeffs, xs))
+            elif t == "bnorm":
+                x = xs[0].reshape((n,) + tuple(ldef.input_shapes[0]))
+                run = buffers[name]
+                y = F.batch_norm(x, run["mean"], run["var"], w["W0"], w["b"], training=True,
+                                 momentum=1.0 - float(a["decay"]), eps=float(a["epsilon"]))
             elif t == "cost.logreg":
                 lab = xs[0].reshape(-1).long()
                 if ldef.inputs[1] in fused:
@@ -273,4 +293,4 @@ def build(torch, net, weights: dict, device: str = "cpu",
             acts[name] = _neuron(torch, y, ldef.neuron)
         return total
 
-    return TorchNet(loss, tensors, param_groups(net, tensors))
+    return TorchNet(loss, tensors, param_groups(net, tensors), buffers)

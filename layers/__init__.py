@@ -4,7 +4,7 @@ Each type's descriptor in :mod:`convnet.config.layer_types.table` names the clas
 that computes it (``"convnet.layers.weights:ConvLayer"``); :func:`build_layer`
 resolves that name.  The classes live in family modules: :mod:`convnet.layers.weights`
 (conv, local, fc), :mod:`convnet.layers.pooling`, :mod:`convnet.layers.norms`,
-:mod:`convnet.layers.neurons`, :mod:`convnet.layers.softmax`, :mod:`convnet.layers.costs`,
+:mod:`convnet.layers.batch_norm`, :mod:`convnet.layers.neurons`, :mod:`convnet.layers.softmax`, :mod:`convnet.layers.costs`,
 :mod:`convnet.layers.dropout`, :mod:`convnet.layers.combine` (pass, concat, eltsum, eltmax,
 sum) and :mod:`convnet.layers.data` (identity; the executor loads data itself).
 

@@ -29,18 +29,33 @@ from convnet.config.model import LayerDef
 
 
 @dataclass(frozen=True)
+class ReducedStatistics:
+    """Statistics of a layer that normalises over all its replicas' cases (bnorm's
+    ``stats=global``), combined from every replica's by the plan's ``BatchStats``
+    operation: ``combined`` over ``count`` values per channel, and ``own``, what this
+    replica's shard gave (its share of the weight gradients)."""
+
+    combined: Any
+    count: int
+    own: Any
+
+
+@dataclass(frozen=True)
 class Context:
     """What a forward/backward call needs to know beyond its arrays.
 
     ``case_offset`` is the index, within the whole minibatch, of the shard's
     first case: dropout masks are a function of (seed, step, layer, case
     index), so they do not depend on how the minibatch was split.
+    ``statistics``, for a layer whose statistics cover every replica's cases, are
+    the statistics combined over them (None: the shard's own, as on one device).
     """
 
     train: bool = True
     seed: int = 0
     step: int = 0
     case_offset: int = 0
+    statistics: ReducedStatistics | None = None
 
 
 class Layer:
@@ -87,6 +102,22 @@ class Layer:
         crossed a kink from a wrong gradient.  Empty for smooth layers.
         """
         return []
+
+    def shard_statistics(self, phase: str, inputs: list, params: dict, grad_output=None,
+                         output=None, state=None):
+        """A layer with global statistics (:attr:`LayerDef.statistics_size`): its shard's
+        statistics, a flat array, before its ``phase`` ('forward', from the inputs;
+        'backward', from the gradient and the forward's output and state)."""
+        raise NotImplementedError(f"layer '{self.name}' has no batch statistics")
+
+    def combine_statistics(self, phase: str, parts: list, counts: list[int]):
+        """The statistics of the union of shards whose own are ``parts`` (in replica order)
+        over ``counts`` values per channel; the same arithmetic on every replica."""
+        raise NotImplementedError(f"layer '{self.name}' has no batch statistics")
+
+    def statistics_count(self, cases: int) -> int:
+        """How many values per channel the statistics of ``cases`` cases cover."""
+        return cases
 
     def input_differentiable(self, i: int) -> bool:
         """Whether the output depends smoothly on input ``i`` (False for the class

@@ -56,9 +56,15 @@ class EltSumLayer(ComputeLayer):
         self.coeffs = [float(c) for c in per_input(coeffs, n)]
 
     def _forward(self, inputs, params, ctx):
-        y = inputs[0] * self.coeffs[0]
-        for c, x in zip(self.coeffs[1:], inputs[1:]):
-            y += c * x.reshape(y.shape)
+        shape = inputs[0].shape
+        # a coefficient of 1 multiplies nothing (a residual block's sum: one pass)
+        terms = [x.reshape(shape) if c == 1.0 else c * x.reshape(shape)
+                 for c, x in zip(self.coeffs, inputs)]
+        if len(terms) == 1:
+            return self.shape_output(terms[0] * 1.0), None  # a fresh array
+        y = terms[0] + terms[1]
+        for term in terms[2:]:
+            y += term
         return self.shape_output(y), None
 
     def _backward(self, grad, inputs, params, state, ctx, need):

@@ -59,10 +59,16 @@ class ComputeLayer(Layer):
 
     def backward(self, grad_output, inputs: list, output, params: dict, state, ctx: Context,
                  need_input_grads: list[bool]) -> tuple[list, dict]:
-        if self.neuron is not None:
-            state, z = state
-            grad_output = self.neuron.backward(grad_output, z, output)
-        return self._backward(grad_output, inputs, params, state, ctx, need_input_grads)
+        grad_z, state = self.through_neuron(grad_output, output, state)
+        return self._backward(grad_z, inputs, params, state, ctx, need_input_grads)
+
+    def through_neuron(self, grad_output, output, state):
+        """(the gradient of z, the output before the neuron; the layer's own state) from
+        the gradient of the output and the state :meth:`forward` returned."""
+        if self.neuron is None:
+            return grad_output, state
+        state, z = state
+        return self.neuron.backward(grad_output, z, output), state
 
     def switches(self, inputs: list, output, state) -> list:
         if self.neuron is None:

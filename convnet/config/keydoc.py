@@ -53,6 +53,27 @@ Files written for these projects load as those projects read them:
   only the sections of the layers it defined.
 - Older type names: see *also written* below (`cost.ce` = `cost.crossent`).
 
+Beyond the originals (docs/BATCH-NORM.md):
+
+- `bnorm`: batch normalisation per channel (an image's channels, a flat
+  input's features): `y = W * (x - mean) / sqrt(var + epsilon) + b` with the
+  minibatch's mean and biased variance in training, and in testing the running
+  averages `r = decay * r + (1 - decay) * batch` (the batch variance unbiased).
+  `W` (starts at 1) and `b` (starts at 0) learn with `epsW`, `momW`, `wc` and
+  `epsB`, `momB`; the averages are saved with the weights (arrays `W0`, `b`,
+  `mean`, `var`). `stats=global` normalises over every replica's cases (the
+  plan combines the replicas' statistics before each forward and backward
+  call), so a data-parallel net trains as on one device; `stats=replica` over
+  each replica's shard. `stats=global` with `--micro-batches` above 1, on a
+  layer with fewer replicas than the widest, or under `--sync async` of a
+  data-parallel net is refused.
+- `modulesX` on a `conv` or `local` layer: only the first `modulesX` output
+  windows (at most the ceiling rule's `1 + ceil((2 padding + imgSize -
+  filterSize) / stride)`; 0: all of those), like `outputsX` of `pool`. A
+  stride-2 layer then gives the floor rule's size of other frameworks: 16 from
+  32x32 images for a 3x3 filter with padding 1 and for a 1x1 filter, as a
+  ResNet's downsampling block and its projection need.
+
 `wball`: after every update each conv filter / fc output unit of that input's
 weights is rescaled to norm `wball`, as cuda-convnet2 did (not for local layers,
 whose per-module rescaling is not implemented: there only 0 is accepted).

@@ -23,7 +23,8 @@ config language (camelCase) so that an error about a key can quote it.
               padding:[int], stride:[int],
               channels:[int], groups:[int], sharedBiases:bool (conv only),
               initW:[float], initB:float,
-              imgSize:[int] (input side), modulesX:int (output side),
+              imgSize:[int] (input side), modulesX:int (output side; a file may
+              give fewer windows than the ceiling rule's),
               filterChannels:[int] (= channels // groups; a file may give it,
               cuda-convnet v1 did, only with that value)
               Weights of input i have shape
@@ -40,6 +41,10 @@ config language (camelCase) so that an error about a key can quote it.
 ``neuron``    (the function is ``LayerDef.neuron``)
 ``softmax``, ``pass``, ``concat``, ``eltmax``: nothing extra
 ``eltsum``    coeffs:[float] (one per input, default 1; may also be in the params file)
+``bnorm``     epsilon:float (1e-5), decay:float (0.9, the running averages' factor),
+              stats:'global'|'replica', channels:int (derived: the input's channels, or a
+              flat input's features); weights W0 (scale) and b (shift), and the running
+              averages mean and var, all (channels,)
 ``sum``       stride:int (channels summed in groups of ``stride``; default all;
               always an int after shape inference; a flat input's features count
               as channels)
@@ -75,6 +80,7 @@ from typing import Any
 
 from convnet.config.layer_types import table as layertypes
 from convnet.config.layer_types.table import Kind, LayerType
+from convnet.config.layer_types.weight_shapes import is_learned_key
 from convnet.config.values.neurons import NeuronSpec
 
 
@@ -135,8 +141,23 @@ class LayerDef:
         return {} if rule is None else rule(self)
 
     @property
+    def statistics_size(self) -> int:
+        """The values of one replica's statistics when the layer normalises over the cases
+        of all its replicas (bnorm's ``stats=global``), else 0
+        (:attr:`LayerType.statistics_size`)."""
+        rule = self.layer_type.statistics_size
+        return 0 if rule is None else int(rule(self))
+
+    @property
     def param_count(self) -> int:
         return sum(int(math.prod(s)) for s in self.param_shapes().values())
+
+    @property
+    def learned_count(self) -> int:
+        """The values of the arrays that learn (what an all-reduce of gradients sums):
+        the parameters without connectivity tables and running averages."""
+        return sum(int(math.prod(s)) for k, s in self.param_shapes().items()
+                   if is_learned_key(k))
 
     @property
     def outputs(self) -> int:

@@ -10,8 +10,9 @@ what each layer's forward call leaves for its backward call (the layer type's
 :mod:`memory rule <convnet.config.layer_types.memory_rules>`: im2col columns, padded inputs,
 masks, norm denominators) until that backward call; the gradient of each activation
 from the first backward call that adds to it until its layer's backward call
-consumes it (or, for an input on another device, until that device pulls it); and
-during an all-reduce, the replica's summed slice of the weight gradient until its
+consumes it (or, for an input on another device, until that device pulls it); the
+temporaries of each replica's statistics of a ``BatchStats`` operation (those of the
+layer's forward or backward call); and during an all-reduce, the replica's summed slice of the weight gradient until its
 update (counted with the weight gradients).  While a forward or backward call runs
 it also holds its *temporaries* (the memory rule's ``forward_temp_per_case`` and
 ``backward_temp``: Winograd's tile products, column gradients, the neuron's gradient),
@@ -43,8 +44,8 @@ from dataclasses import dataclass, field
 
 from convnet.config.layer_types.memory_rules import CPU_KERNELS, KernelMemory, in_precision
 from convnet.config.model import NetConfig
-from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy, Load,
-                              Plan, Update)
+from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, BatchStats, Copy, Forward,
+                              GradCopy, Load, Plan, Update)
 from convnet.plan.precisions import element_bytes
 
 #: What the estimate separates, in report order.
@@ -176,9 +177,9 @@ def memory_peaks(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(
             dev, mem = devices[op.device], memory[op.layer]
             if mem.new_output:
                 dev.add("activations", (op.layer, op.shard), shard_bytes[op.layer])
-            if mem.kept_per_case:
+            if mem.kept_per_case or mem.kept_per_call:
                 dev.add("kept_for_backward", (op.layer, op.shard),
-                        mem.kept_per_case * plan.piece_size)
+                        mem.kept_per_case * plan.piece_size + mem.kept_per_call)
             note(op.device, mem.forward_temp_per_case * plan.piece_size + cast_bytes[op.layer])
         elif isinstance(op, Backward):
             dev = devices[op.device]
@@ -201,6 +202,12 @@ def memory_peaks(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(
                 for category, key in dev.deferred:
                     dev.free(category, key)
                 dev.deferred = []
+        elif isinstance(op, BatchStats):  # each replica's statistics: a forward's or a
+            mem = memory[op.layer]  # backward's temporaries (the statistics are tiny)
+            temp = (mem.forward_temp_per_case if op.phase == "forward"
+                    else mem.backward_temp_per_case)
+            for d in op.replica_devices:
+                note(d, temp * plan.piece_size)
         elif isinstance(op, GradCopy):
             devices[op.src].free("gradients", (op.consumer, op.layer, op.shard))
             devices[op.dst].add("gradients", (op.layer, op.shard), shard_bytes[op.layer])
@@ -237,7 +244,18 @@ def activation_reads(op, net: NetConfig) -> tuple[tuple[str, int, int], ...]:
     if isinstance(op, Backward):
         return ((op.layer, op.shard, op.device),) + tuple(
             (i, op.shard, op.device) for i in net[op.layer].inputs)
+    if isinstance(op, BatchStats):
+        return tuple(key for replica in range(len(op.replica_devices))
+                     for key in statistics_reads(op, replica, net))
     return ()
+
+
+def statistics_reads(op: BatchStats, replica: int, net: NetConfig) -> tuple[tuple, ...]:
+    """The activations replica ``replica``'s statistics of a BatchStats operation read: its
+    piece's inputs, and before the backward call its output too."""
+    piece, device = op.pieces[replica], op.replica_devices[replica]
+    own = ((op.layer, piece, device),) if op.phase == "backward" else ()
+    return own + tuple((i, piece, device) for i in net[op.layer].inputs)
 
 
 def _last_readers(plan: Plan, net: NetConfig) -> dict[int, list[tuple[str, int, int]]]:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from convnet.plan.schedules import DEFAULT_SCHEDULE
 
 FLOAT_BYTES = 4  # activations, gradients and weights are float32
+STATISTICS_BYTES = 8  # batch statistics (BatchStats) are float64
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,24 @@ class AllReduce(Op):
     """Sum ``layer``'s weight gradients over its replicas' devices (a collective)."""
 
     replica_devices: tuple[int, ...]
+    nbytes: int
+
+    @property
+    def devices(self):
+        return self.replica_devices
+
+
+@dataclass(frozen=True)
+class BatchStats(Op):
+    """Combine the per-channel statistics of ``layer``'s replicas before its ``phase``
+    ('forward' or 'backward'): every replica computes its piece's (``pieces``, in replica
+    order), then combines all of them in replica order, so that every replica normalises
+    over the cases of all (bnorm's ``stats=global``).  ``nbytes``: one replica's
+    statistics (float64)."""
+
+    replica_devices: tuple[int, ...]
+    pieces: tuple[int, ...]
+    phase: str
     nbytes: int
 
     @property

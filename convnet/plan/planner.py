@@ -48,6 +48,7 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int,
         raise PlanError(f"--pipeline-schedule {schedule} is not one of {', '.join(SCHEDULES)}")
     num_passes = rmax // rmin
     periods = {name: r // rmin for name, r in counts.items()}
+    _check_global_statistics(net, counts, rmax, micro_batches)
     trainable = _trainable_upstream(net)
     to_cost = _reaches_cost(net)
     update_periods = _update_periods(net, periods, num_passes)
@@ -70,6 +71,30 @@ def make_plan(net: NetConfig, gpus: tuple[int, ...] | list[int], minibatch: int,
                 schedule=schedule)
     plan.ops = Scheduler(net, plan).build()
     return plan
+
+
+def _check_global_statistics(net: NetConfig, counts: dict[str, int], rmax: int,
+                             micro_batches: int) -> None:
+    """A layer whose statistics cover the whole minibatch (bnorm's ``stats=global``) must
+    see all of it at once: its replicas' shards in one activation, each shard whole.
+    A layer with fewer replicas than the widest runs several passes, each on part of the
+    minibatch, and micro-batches cut every shard into pieces that pass it one after the
+    other; neither could give the one-device statistics, so both are refused."""
+    for ldef in net:
+        if not ldef.statistics_size or ldef.name not in counts:
+            continue
+        if micro_batches > 1:
+            raise PlanError(
+                f"--micro-batches {micro_batches} cuts the minibatch into pieces that layer "
+                f"'{ldef.name}' would normalise one at a time, but its stats=global covers "
+                f"the whole minibatch; use --micro-batches 1, or stats=replica (each piece "
+                f"on its own)", file=ldef.file, section=ldef.name, key="stats")
+        if counts[ldef.name] != rmax:
+            raise _error(ldef, f"stats=global normalises over the whole minibatch, but with "
+                               f"{counts[ldef.name]} replica(s) against the widest layer's "
+                               f"{rmax} the layer runs {rmax // counts[ldef.name]} passes, "
+                               f"each on part of it; give it {rmax} replicas, or "
+                               f"stats=replica (each pass's shards on their own)")
 
 
 def _first_with(counts: dict[str, int], value: int) -> str:

@@ -17,8 +17,9 @@ GPU_ONLY = ("tf32",)
 MIXED = ("bf16", "fp16")
 #: Layer types that compute in float32 under a mixed mode (autocast's float32 list):
 #: the probabilities and, with them, the costs, whose logs and sums lose too much in
-#: 8 or 11 bits.
-FLOAT32_LAYERS = ("softmax",)
+#: 8 or 11 bits; and batch normalisation, whose statistics do (as cuDNN's and
+#: PyTorch's, which keep them in float32).
+FLOAT32_LAYERS = ("softmax", "bnorm")
 
 
 def computes_in_float32(ldef, precision: str) -> bool:

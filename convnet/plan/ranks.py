@@ -5,14 +5,15 @@ Logical devices are spread rank-major (device ``i`` on rank ``i // k`` for
 that cross to or from other processes (copies, gradient copies, and the
 slices of a sharded all-reduce: replica q sends slice r of its gradient to
 replica r and receives r's updated weight slice back, 1/R of the layer
-each) apart from the bytes moved between devices of the same process.
+each; the statistics of a bnorm layer with ``stats=global``, from every replica
+to every other) apart from the bytes moved between devices of the same process.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan
+from convnet.plan.ops import AllReduce, BatchStats, Copy, GradCopy, Plan
 from convnet.plan.report import _table, human_bytes
 
 
@@ -39,6 +40,11 @@ def transfers(plan: Plan):
                     if q != r:
                         yield q, r, share  # gradient slice r to its owner
                         yield r, q, share  # the owner's updated weight slice back
+        elif isinstance(op, BatchStats):
+            for q in op.replica_devices:
+                for r in op.replica_devices:
+                    if q != r:
+                        yield q, r, op.nbytes  # q's statistics, for r's combination
 
 
 def rank_totals(plan: Plan, devices_per_rank: int, hosts) -> list[RankTotals]:

@@ -6,7 +6,9 @@ and the activation memory held at that peak (activations, copies included, the
 state layers keep for their backward pass, gradients in flight, and the temporaries
 of the layer call running then, also shown apart; see :mod:`convnet.plan.memory`), and
 the bytes each device sends and receives per minibatch through copies and
-all-reduces (a ring-style all-reduce moves 2(R-1)/R of the gradient per device).
+all-reduces (a ring-style all-reduce moves 2(R-1)/R of the gradient per device), and
+the statistics that bnorm layers with ``stats=global`` combine (each replica's to the
+R-1 others, before the forward and again before the backward call).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import asdict, dataclass
 from convnet.config.model import NetConfig
 from convnet.config.layer_types.memory_rules import CPU_KERNELS, KernelMemory
 from convnet.plan.memory import TEMPORARIES, memory_peaks
-from convnet.plan.ops import FLOAT_BYTES, AllReduce, Copy, GradCopy, Load, Plan
+from convnet.plan.ops import FLOAT_BYTES, AllReduce, BatchStats, Copy, GradCopy, Load, Plan
 from convnet.plan.pipeline import pipeline_summary, pipeline_text
 
 PARAM_COPIES = 3  # weights, gradient accumulator, momentum
@@ -59,6 +61,11 @@ def device_totals(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset
         elif isinstance(op, AllReduce):
             r = len(op.replica_devices)
             moved = 2 * (r - 1) * op.nbytes // r
+            for device in op.replica_devices:
+                totals[device].sent_bytes += moved
+                totals[device].received_bytes += moved
+        elif isinstance(op, BatchStats):  # each replica's statistics to every other
+            moved = (len(op.replica_devices) - 1) * op.nbytes
             for device in op.replica_devices:
                 totals[device].sent_bytes += moved
                 totals[device].received_bytes += moved
@@ -111,7 +118,8 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 
 #: Short name of each op kind in the schedule table.
 _OP_NAMES = {"load": "load", "forward": "fwd", "backward": "bwd", "copy": "copy",
-             "gradcopy": "gradcopy", "allreduce": "allreduce", "update": "update"}
+             "gradcopy": "gradcopy", "allreduce": "allreduce", "update": "update",
+             "batchstats": "stats"}
 
 
 def byte_unit(values) -> tuple[str, int]:
@@ -123,9 +131,11 @@ def byte_unit(values) -> tuple[str, int]:
     return "B", 1
 
 
-def _cell(op) -> str:
-    """What one op does on the device whose column it is in (its layer is in the row)."""
+def _cell(op, device: int) -> str:
+    """What one op does on ``device``, whose column it is in (its layer is in the row)."""
     shard = f"s{op.shard}" if hasattr(op, "shard") else ""  # with micro-batches: the piece
+    if isinstance(op, BatchStats):
+        return f"s{op.pieces[op.replica_devices.index(device)]}"
     if isinstance(op, GradCopy):
         return f"{shard} d({op.consumer}) from {op.src}"
     if isinstance(op, Copy):
@@ -134,6 +144,9 @@ def _cell(op) -> str:
 
 
 def _op_bytes(op) -> int:
+    if isinstance(op, BatchStats):  # every replica's statistics to every other replica
+        r = len(op.replica_devices)
+        return r * (r - 1) * op.nbytes
     return getattr(op, "nbytes", 0) if isinstance(op, (Copy, GradCopy, AllReduce)) else 0
 
 
@@ -144,12 +157,15 @@ def schedule_rows(plan: Plan, pass_index: int) -> list[list]:
     rows: list[list] = []
     used: set[int] = set()
     for op in (o for o in plan.ops if o.pass_index == pass_index):
-        key = (_OP_NAMES[op.kind], op.layer)
+        name = _OP_NAMES[op.kind]
+        if isinstance(op, BatchStats):
+            name = f"{name}-{_OP_NAMES[op.phase]}"
+        key = (name, op.layer)
         if not rows or tuple(rows[-1][:2]) != key or used & set(op.devices):
             rows.append([*key, [[] for _ in range(plan.num_devices)], 0])
             used = set()
         for d in op.devices:
-            rows[-1][2][d].append(_cell(op))
+            rows[-1][2][d].append(_cell(op, d))
         used |= set(op.devices)
         rows[-1][3] += _op_bytes(op)
     return rows
@@ -206,6 +222,9 @@ def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
               _piece_legend(plan) +
               ", 'from D' = pulled from device D, d(L) = the gradient that layer L computed,",
               "* = every replica, moved = bytes copied or all-reduced"]
+    if any(isinstance(op, BatchStats) for op in plan.ops):
+        lines += ["stats-fwd/-bwd = a bnorm layer's batch statistics combined over its "
+                  "replicas before fwd/bwd"]
     lines += schedule_text(plan)
     if plan.micro_batches > 1:
         lines += [""] + pipeline_text(plan, net, human_bytes)

@@ -4,8 +4,10 @@
 passes and micro-batches, from :mod:`convnet.plan.planner`) into the operation list
 of :mod:`convnet.plan.ops`: a load or copy wherever a layer reads an activation its
 device lacks, a gradient copy wherever a gradient crosses devices, the all-reduce
-and updates where each layer's update period ends.  Every operation lists the
-earlier operations that wrote what it reads.
+and updates where each layer's update period ends, and before the forward and the
+backward calls of a layer that normalises over all its replicas' cases (bnorm's
+``stats=global``) the :class:`~convnet.plan.ops.BatchStats` that combines their
+statistics.  Every operation lists the earlier operations that wrote what it reads.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from convnet.config.model import LayerDef, NetConfig
-from convnet.plan.ops import (FLOAT_BYTES, AllReduce, Backward, Copy, Forward, GradCopy,
-                              LayerPlacement, Load, Op, Plan, Update)
+from convnet.plan.ops import (FLOAT_BYTES, STATISTICS_BYTES, AllReduce, Backward, BatchStats,
+                              Copy, Forward, GradCopy, LayerPlacement, Load, Op, Plan, Update)
 from convnet.plan.schedules import item_ticks
 
 
@@ -104,14 +106,42 @@ class Scheduler:
                                nbytes=self._shard_bytes(layer))
         self.present[(layer, shard, device)] = index
 
+    def _pieces(self, placement: LayerPlacement, p: int, micro: int) -> list[int]:
+        """The piece each replica of ``placement`` computes in the activation from pass
+        ``p`` (its first pass), micro-batch ``micro``."""
+        return [self.plan.piece(placement.shard(p, replica, self.plan.rmin), micro)
+                for replica in range(placement.replicas)]
+
+    def _statistics(self, ldef: LayerDef, placement: LayerPlacement, pieces: list[int],
+                    p: int, phase: str, reads: list) -> list:
+        """Emit the :class:`BatchStats` of ``phase`` when ``ldef`` normalises over its
+        replicas' cases (after ``reads``, what each replica's statistics read); the keys
+        its forward or backward calls then read too."""
+        size = ldef.statistics_size
+        if not size or placement.replicas < 2:
+            return []  # one replica's own statistics are those of all
+        keys = [("stats", ldef.name, phase, s, d) for s, d in zip(pieces, placement.devices)]
+        self._emit(BatchStats, reads, keys, pass_index=p, layer=ldef.name,
+                   replica_devices=placement.devices, pieces=tuple(pieces), phase=phase,
+                   nbytes=size * STATISTICS_BYTES)
+        return keys
+
     def _forward(self, ldef: LayerDef, p: int, micro: int) -> None:
         placement = self.plan.layers[ldef.name]
-        for replica, device in enumerate(placement.devices):
-            shard = self.plan.piece(placement.shard(p, replica, self.plan.rmin), micro)
+        pieces = self._pieces(placement, p, micro)
+        if ldef.statistics_size and placement.replicas > 1:  # every input first: statistics
+            for shard, device in zip(pieces, placement.devices):
+                for inp in ldef.inputs:
+                    self._bring(inp, shard, device, p)
+        stats = self._statistics(
+            ldef, placement, pieces, p, "forward",
+            [("act", i, s, d) for s, d in zip(pieces, placement.devices) for i in ldef.inputs])
+        for replica, (shard, device) in enumerate(zip(pieces, placement.devices)):
             for inp in ldef.inputs:
                 self._bring(inp, shard, device, p)
             reads = [("act", i, shard, device) for i in ldef.inputs]
             reads.append(("w", ldef.name, replica))
+            reads += stats[replica:replica + 1]
             self._emit(Forward, reads, [("act", ldef.name, shard, device)], pass_index=p,
                        layer=ldef.name, replica=replica, shard=shard, device=device)
             self.present[(ldef.name, shard, device)] = len(self.ops) - 1
@@ -119,11 +149,17 @@ class Scheduler:
     def _backward(self, ldef: LayerDef, p: int, micro: int) -> None:
         placement = self.plan.layers[ldef.name]
         start = p - placement.period + 1
-        for replica, device in enumerate(placement.devices):
-            shard = self.plan.piece(placement.shard(start, replica, self.plan.rmin), micro)
-            reads = [("grad", ldef.name, shard, device), ("act", ldef.name, shard, device),
-                     ("w", ldef.name, replica)]
-            reads += [("act", i, shard, device) for i in ldef.inputs]
+        pieces = self._pieces(placement, start, micro)
+
+        def own_reads(replica: int, shard: int, device: int) -> list:
+            return [("grad", ldef.name, shard, device), ("act", ldef.name, shard, device),
+                    ("w", ldef.name, replica)] + [("act", i, shard, device) for i in ldef.inputs]
+
+        stats = self._statistics(ldef, placement, pieces, p, "backward", [
+            key for r, (s, d) in enumerate(zip(pieces, placement.devices))
+            for key in own_reads(r, s, d)])
+        for replica, (shard, device) in enumerate(zip(pieces, placement.devices)):
+            reads = own_reads(replica, shard, device) + stats[replica:replica + 1]
             writes = [("wgrad", ldef.name, replica)] if placement.learns else []
             pulls = []
             for inp, wanted in zip(ldef.inputs, placement.input_grads):
@@ -151,7 +187,7 @@ class Scheduler:
         if placement.replicas > 1:
             self._emit(AllReduce, wgrads, wgrads, pass_index=p, layer=ldef.name,
                        replica_devices=placement.devices,
-                       nbytes=placement.param_count * FLOAT_BYTES)
+                       nbytes=self.net[ldef.name].learned_count * FLOAT_BYTES)
         scale = placement.update_period / self.plan.num_passes
         for replica, device in enumerate(placement.devices):
             self._emit(Update, [("wgrad", ldef.name, replica)],

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 #: Operation kind (:attr:`convnet.plan.ops.Op.kind`, and the timing category of the
 #: executor's tasks) -> the category its time counts in.
 CATEGORY = {"load": "compute", "forward": "compute", "backward": "compute", "update": "compute",
-            "copy": "copy", "gradcopy": "copy", "allreduce": "allreduce"}
+            "forwardstats": "compute", "backwardstats": "compute",
+            "copy": "copy", "gradcopy": "copy", "allreduce": "allreduce",
+            "statsreduce": "allreduce"}
 CATEGORIES = ("compute", "copy", "allreduce", "idle")
 
 

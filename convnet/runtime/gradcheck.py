@@ -42,7 +42,7 @@ from typing import Callable
 
 import numpy as np
 
-from convnet.config.layer_types.weight_shapes import is_connection_key
+from convnet.config.layer_types.weight_shapes import is_learned_key
 from convnet.config.model import NetConfig
 from convnet.layers import build_layer
 from convnet.layers.base import Context
@@ -292,7 +292,7 @@ def check_net_gradients(net: NetConfig, batch_size: int = 4, seed: int = 0,
                                        ctx, need)
             f0, switches0 = objective()
             targets = [(f"W{k[1:]}" if k.startswith("W") else k, p[k], p_g.get(k))
-                       for k in sorted(p) if not is_connection_key(k)]  # tables: not learned
+                       for k in sorted(p) if is_learned_key(k)]  # tables, running averages: not learned
             targets += [(f"in{k}", inputs[k], in_g[k]) for k in range(len(inputs)) if need[k]]
             for label, arr, an in targets:
                 if an is None:

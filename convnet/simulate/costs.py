@@ -9,6 +9,9 @@ load, forward and backward at its shard's cases, updates (a function of the weig
 alone) at the profiled time, divided by the ranks that share a sharded update, and a
 task run beside others slowed by the measured contention.
 
+The statistics a bnorm layer with ``stats=global`` computes on each replica are
+measured like a forward (kinds ``forwardstats`` and ``backwardstats``); their
+combination copies the other R-1 replicas' in (``latency + (R-1) bytes / bandwidth``).
 Transfers are not measured per plan: a copy takes ``latency + bytes /
 bandwidth`` of the link (for this host, the measured memory-copy bandwidth,
 :mod:`convnet.simulate.hardware`).  An all-reduce takes what the executor's
@@ -30,7 +33,7 @@ from convnet.simulate.hardware import DeviceKind, HostFigures, Link, link_of
 from convnet.simulate.schedule import Simulation, simulate
 
 #: Op kinds whose time is measured rather than derived from a link.
-COMPUTE_KINDS = ("load", "forward", "backward", "update")
+COMPUTE_KINDS = ("load", "forward", "backward", "update", "forwardstats", "backwardstats")
 
 @dataclass(frozen=True)
 class OpCost:
@@ -194,6 +197,8 @@ class CostModel:
             return link.latency + passes * moved / link.bandwidth
         if action is TaskAction.CONSTRAIN:
             return 0.0  # inside the profiled update
+        if action is TaskAction.STATS_REDUCE:  # the other replicas' statistics copied in
+            return link.latency + (len(op.replica_devices) - 1) * op.nbytes / link.bandwidth
         cost = self.profile.costs.get((action.category, op.layer))
         if cost is None:
             return 0.0

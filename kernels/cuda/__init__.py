@@ -19,7 +19,9 @@ Overrides (module: kernels replaced):
 * :mod:`~convnet.kernels.cuda.dropout`: ``uniform_like`` (bit-identical to numpy);
 * :mod:`~convnet.kernels.cuda.neurons`: ``neuron_forward``, ``neuron_backward``;
 * :mod:`~convnet.kernels.cuda.update`: ``momentum_update`` (the weight update, gated by
-  its finite flag on the device).
+  its finite flag on the device);
+* :mod:`~convnet.kernels.cuda.batch_norm`: ``batch_moments``, ``batch_norm_forward``,
+  ``batch_norm_grad_sums``, ``batch_norm_backward``.
 
 Every other generic kernel runs on CuPy unchanged.  Setting the environment
 variable ``CONVNET_CUDA_KERNELS=generic`` makes :func:`install` register
@@ -51,6 +53,8 @@ OVERRIDES = {
     "uniform_like": "dropout",
     "neuron_forward": "neurons", "neuron_backward": "neurons",
     "momentum_update": "update",
+    "batch_moments": "batch_norm", "batch_norm_forward": "batch_norm",
+    "batch_norm_grad_sums": "batch_norm", "batch_norm_backward": "batch_norm",
 }
 
 #: The overrides that take every float type (see :data:`~.kernel_set.KERNEL_DTYPES`).
@@ -134,7 +138,7 @@ def _generic(name: str):
     """The generic kernel an override replaces (the ``generic`` of its dispatcher)."""
     import importlib
 
-    for module in ("conv", "pool", "norm", "nn", "random", "neurons", "update"):
+    for module in ("conv", "pool", "norm", "nn", "random", "neurons", "update", "batch_norm"):
         found = getattr(importlib.import_module(f"convnet.kernels.{module}"), name, None)
         if found is not None and hasattr(found, "generic"):
             return found.generic

@@ -8,7 +8,8 @@ without that compiler and GPU can see such a bug, so :func:`run` checks every fa
 where it runs: one tiny case per family that exercises its edges (overlapping,
 overhanging and empty pooling windows, negative starts, grouped, strided, padded and
 two-input convolutions, locally-connected layers, the three normalisations, logreg with
-ties, the dropout uniforms, every neuron forward, in place and backward), compared with
+ties, the dropout uniforms, every neuron forward, in place and backward, batch
+normalisation's statistics, forward and input gradient), compared with
 the generic kernels (:mod:`convnet.kernels`) on the same arrays of the same device.
 
 :func:`convnet.kernels.cuda.install` runs it once per process, on the GPU of the first
@@ -31,12 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import batch_norm as kbn
 from .. import conv as kconv
 from .. import nn as knn
 from .. import norm as knorm
 from .. import pool as kpool
 from .. import random as krandom
 from ..neurons import NEURONS
+from . import batch_norm as cbn
 from . import conv as cconv
 from . import dropout as cdropout
 from . import neurons as cneurons
@@ -57,7 +60,7 @@ NEURON_ARGS = {"log": (1.5,), "tanh": (1.7, -0.6), "brelu": (1.2,), "linear": (0
 class FamilyResult:
     """One family's verdict: ``kernel`` and ``detail`` say where it first disagreed."""
 
-    family: str  # the module of convnet.kernels.cuda: conv, pool, norm, nn, dropout, neurons
+    family: str  # the module of convnet.kernels.cuda: conv, pool, norm, nn, dropout, ...
     ok: bool
     kernel: str = ""  # the CUDA kernel (spec name) that disagreed
     detail: str = ""  # the case and the first element that differs
@@ -225,9 +228,29 @@ def _neurons(xp, rng):
                  fn.backward(xp, g, given, want, args))
 
 
+def _batch_norm(xp, rng):
+    """Moments, forward, gradient sums and input gradient of (cases, channels, pixels)
+    arrays away from zero (the statistics in float64 on both sides)."""
+    x = xp.asarray(rng.standard_normal((3, 4, 5)) * 0.5 + 2.0, np.float32)
+    g = xp.asarray(rng.standard_normal((3, 4, 5)), np.float32)
+    scale, shift = (xp.asarray(rng.standard_normal(4), np.float32) for _ in range(2))
+    moments = cbn.batch_moments(x)
+    _compare("cvn_bn_case_sums", "batch moments", moments, kbn.batch_moments.generic(x))
+    mean, invstd = moments[:4], kbn.inverse_std(moments[4:] / 15, 1e-5)
+    _compare("cvn_bn_affine", "batch norm forward",
+             cbn.batch_norm_forward(x, mean, invstd, scale, shift),
+             kbn.batch_norm_forward.generic(x, mean, invstd, scale, shift))
+    sums = cbn.batch_norm_grad_sums(g, x, mean, invstd)
+    _compare("cvn_bn_case_sums", "batch norm gradient sums", sums,
+             kbn.batch_norm_grad_sums.generic(g, x, mean, invstd))
+    _compare("cvn_bn_input_grad", "batch norm input gradient",
+             cbn.batch_norm_backward(g, x, mean, invstd, scale, sums, 15),
+             kbn.batch_norm_backward.generic(g, x, mean, invstd, scale, sums, 15))
+
+
 #: family (the module of convnet.kernels.cuda whose overrides it checks) -> its case
 FAMILIES = {"conv": _conv, "pool": _pool, "norm": _norm, "nn": _nn, "dropout": _dropout,
-            "neurons": _neurons}
+            "neurons": _neurons, "batch_norm": _batch_norm}
 
 
 def run() -> SelfTest:

@@ -38,7 +38,7 @@ def test_every_descriptor_names_a_layer_class_and_every_class_is_named():
 def test_kinds():
     by_kind = {kind: {n for n, t in LAYER_TYPES.items() if t.kind is kind} for kind in Kind}
     assert by_kind[Kind.DATA] == {"data"}
-    assert by_kind[Kind.WEIGHTED] == {"conv", "local", "fc"}
+    assert by_kind[Kind.WEIGHTED] == {"conv", "local", "fc", "bnorm"}
     assert by_kind[Kind.COST] == {"cost.logreg", "cost.crossent", "cost.bce", "cost.sum2"}
     ldef = LayerDef(name="c", type="cost.sum2")
     assert ldef.is_cost and not ldef.has_weights and not ldef.is_data

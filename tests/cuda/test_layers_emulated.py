@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from convnet.kernels import batch_norm as kbn
 from convnet.kernels import conv as kconv
 from convnet.kernels.conv import choice as conv_choice
 from convnet.kernels import nn as knn
@@ -283,6 +284,28 @@ def test_fused_neurons_agree_with_the_generic_neurons(emulated, name, dtype):
         assert np.all(np.abs(got - want) <= 8 * eps * scale), name
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batch_norm_passes_are_bitwise_the_generic_ones_and_its_sums_agree(emulated, dtype):
+    """The forward and the input gradient repeat the numpy passes (bitwise); the sums
+    over the pixels accumulate in double where numpy's dot products sum blocks of the
+    element type (agreeing to that type's rounding)."""
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((3, 5, 7)) * 0.5 + 2).astype(dtype)
+    g = rng.standard_normal((3, 5, 7)).astype(dtype)
+    scale, shift = rng.standard_normal(5).astype(dtype), rng.standard_normal(5).astype(dtype)
+    tol = 1e-6 if dtype == np.float32 else 1e-13
+    moments = override("batch_moments")(x)
+    np.testing.assert_allclose(moments, kbn.batch_moments.generic(x), rtol=tol)
+    mean, invstd = moments[:5], kbn.inverse_std(moments[5:] / 21, 1e-5)
+    _same(kbn.batch_norm_forward.generic(x, mean, invstd, scale, shift),
+          override("batch_norm_forward")(x, mean, invstd, scale, shift))
+    sums = override("batch_norm_grad_sums")(g, x, mean, invstd)
+    np.testing.assert_allclose(sums, kbn.batch_norm_grad_sums.generic(g, x, mean, invstd),
+                               rtol=tol, atol=tol * np.abs(sums).max())
+    _same(kbn.batch_norm_backward.generic(g, x, mean, invstd, scale, sums, 21),
+          override("batch_norm_backward")(g, x, mean, invstd, scale, sums, 21))
+
+
 # -------------------------------------------------- whole layers and the engine
 
 CASES = layer_cases()
@@ -304,7 +327,7 @@ def test_layers_with_cuda_kernels_match_numpy(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["conv-groups2", "local-multi_input", "pool-maxabs-overhang",
-                                  "cnorm-5-1.3", "logreg-3", "neuron-tanh"])
+                                  "cnorm-5-1.3", "logreg-3", "neuron-tanh", "bnorm-image"])
 def test_gradient_check_passes_with_cuda_kernels(name):
     from tests.support.layers import fd_check
 
@@ -348,7 +371,7 @@ def test_executor_with_cuda_kernels_matches_numpy(tmp_path):
 
 def test_every_override_names_a_generic_kernel_or_a_documented_hook():
     import convnet.kernels.neurons as kneurons
-    modules = [kconv, kpool, knorm, knn, krandom, kneurons, kupdate]
+    modules = [kconv, kpool, knorm, knn, krandom, kneurons, kupdate, kbn]
     generic = {name for m in modules for name in dir(m)
                if hasattr(getattr(m, name), "generic")}
     assert set(OVERRIDES) - generic == {"neuron_forward", "neuron_backward"} - generic

@@ -377,7 +377,7 @@ def test_layers_compute_in_the_input_dtype(name, dtype):
 def test_registry_and_build_layer():
     spec_types = {"data", "conv", "local", "fc", "pool", "cmrnorm", "rnorm", "cnorm", "neuron",
                   "softmax", "cost.logreg", "cost.crossent", "cost.bce", "cost.sum2", "dropout",
-                  "dropout2", "pass", "concat", "eltsum", "eltmax", "sum"}
+                  "dropout2", "pass", "concat", "eltsum", "eltmax", "sum", "bnorm"}
     assert set(LAYER_TYPES) == spec_types
     for ltype in LAYER_TYPES.values():
         assert issubclass(layer_class(ltype), Layer)

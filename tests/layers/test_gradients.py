@@ -234,5 +234,6 @@ def test_sum(in_shape, stride, out_shape):
 def test_every_layer_type_has_a_gradient_test():
     tested = {"neuron", "conv", "local", "fc", "pool", "cmrnorm", "rnorm", "cnorm", "softmax",
               "cost.logreg", "cost.crossent", "cost.bce", "cost.sum2", "dropout", "dropout2",
-              "pass", "concat", "eltsum", "eltmax", "sum"}
+              "pass", "concat", "eltsum", "eltmax", "sum",
+              "bnorm"}  # tests/layers/test_batch_norm.py
     assert set(LAYER_TYPES) - {"data"} == tested

@@ -78,3 +78,105 @@ def long_chain(depth: int) -> tuple[str, str]:
     sections.append(f"[probs]\ntype=softmax\ninputs={previous}")
     sections.append("[cost]\ntype=cost.logreg\ninputs=labels,probs")
     return "\n\n".join(sections) + "\n", "\n".join(params) + "\n[cost]\ncoeff=1\n"
+
+
+def residual_pair(gpu: str = "0,1", stats: str = "global") -> tuple[str, str]:
+    """(layer-def, layer-params) text of a small residual net with batch normalisation
+    on 3x67x67 images (the scaled configs' size) and 10 classes: a stride-4 conv, bnorm
+    and relu; a block of a stride-2 conv and bnorm beside a stride-2 1x1 projection and
+    bnorm, added (eltsum, relu); an average pool over the whole map; fc, a bnorm of its
+    flat features, fc10.  Every layer on ``gpu`` (data-parallel with several devices),
+    every bnorm with ``stats``."""
+    layers = f"""{DATA_LAYERS}[conv1]
+type=conv
+inputs=data
+channels=3
+filters=6
+filterSize=5
+stride=4
+initW=0.1
+gpu={gpu}
+
+[bn1]
+type=bnorm
+inputs=conv1
+neuron=relu
+stats={stats}
+
+[conv2]
+type=conv
+inputs=bn1
+channels=6
+filters=8
+filterSize=3
+padding=1
+stride=2
+initW=0.1
+
+[bn2]
+type=bnorm
+inputs=conv2
+stats={stats}
+
+[proj]
+type=conv
+inputs=bn1
+channels=6
+filters=8
+filterSize=1
+stride=2
+initW=0.2
+
+[bnp]
+type=bnorm
+inputs=proj
+stats={stats}
+decay=0.5
+
+[sum]
+type=eltsum
+inputs=bn2,bnp
+neuron=relu
+
+[pool]
+type=pool
+pool=avg
+inputs=sum
+channels=8
+sizeX=9
+stride=9
+
+[fc1]
+type=fc
+inputs=pool
+outputs=12
+initW=0.2
+
+[bnf]
+type=bnorm
+inputs=fc1
+neuron=relu
+stats={stats}
+
+[fc2]
+type=fc
+inputs=bnf
+outputs=10
+initW=0.2
+
+[probs]
+type=softmax
+inputs=fc2
+
+[logprob]
+type=cost.logreg
+inputs=labels,probs
+gpu={gpu}
+"""
+    conv = "epsW=0.05\nepsB=0\nmomW=0.9\nmomB=0\nwc=0.0005\n"
+    other = "epsW=0.05\nepsB=0.05\nmomW=0.9\nmomB=0.9\n"
+    # the layers before a bnorm learn no bias (its gradient is 0 up to rounding)
+    params = "".join(f"[{name}]\n{conv if name in ('conv1', 'conv2', 'proj', 'fc1') else other}\n"
+                     for name in ("conv1", "bn1", "conv2", "bn2", "proj", "bnp", "fc1", "bnf",
+                                  "fc2"))
+    return layers, params

@@ -131,6 +131,12 @@ def layer_cases() -> dict[str, LayerCase]:
     add("eltmax", simple_def("eltmax", [(3, 2, 2)] * 3, neuron_="square"))
     add("sum", simple_def("sum", [(6, 3, 3)], out_shape=(3, 3, 3), attrs={"stride": 2}))
     add("sum-all", simple_def("sum", [(6, 3, 3)], out_shape=(1, 3, 3)))
+    for name, shape, neuron_, ctx in [("image", (4, 3, 3), "relu", TRAIN),
+                                      ("flat", (6,), None, TRAIN),
+                                      ("test", (4, 3, 3), None, Context(train=False))]:
+        add(f"bnorm-{name}", simple_def("bnorm", [shape], neuron_=neuron_, attrs={
+            "channels": shape[0], "epsilon": 1e-3, "decay": 0.9, "stats": "global"}),
+            ctx=ctx, batch=5)
     return cases
 
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from convnet.config.layer_types.weight_shapes import is_connection_key
+from convnet.config.layer_types.weight_shapes import is_learned_key
 from convnet.config.model import LayerDef
 from convnet.config.values.neurons import NeuronSpec
 from convnet.kernels.conv import out_size as conv_out_size
@@ -139,7 +139,7 @@ def fd_check(ldef, inputs, params=None, ctx=None, samples=10, eps=1e-5, tol=1e-5
         check_inputs = [layer.input_differentiable(i) for i in range(len(inputs))]
     in_g, p_g = layer.backward(None if gout is None else gout.copy(), inputs, y, params, state,
                                ctx, list(check_inputs))
-    learned = {k for k in params if not is_connection_key(k)}  # tables have no gradient
+    learned = {k for k in params if is_learned_key(k)}  # tables, running averages: none
     assert set(p_g) == learned, (sorted(p_g), sorted(learned))
     targets = [(k, params[k], p_g[k]) for k in sorted(learned)]
     targets += [(f"in{i}", inputs[i], in_g[i]) for i in range(len(inputs)) if check_inputs[i]]

@@ -40,10 +40,13 @@ LEGEND_IN = 0.35  # the op-kind legend under the Gantt charts
 
 #: Colour of each op kind in the Gantt charts (blues: compute; orange: copies; red: all-reduce).
 KIND_COLOURS = {"load": "#a6bddb", "forward": "#4c72b0", "backward": "#233d6e",
-                "update": "#7b9fd6", "copy": "#ee9a4d", "gradcopy": "#b35806",
-                "allreduce": "#c44e52"}
+                "update": "#7b9fd6", "forwardstats": "#8172b2", "backwardstats": "#5a4a8a",
+                "copy": "#ee9a4d", "gradcopy": "#b35806", "allreduce": "#c44e52",
+                "statsreduce": "#e377c2"}
 KIND_LABELS = {"load": "load", "forward": "forward", "backward": "backward", "update": "update",
-               "copy": "copy", "gradcopy": "gradient copy", "allreduce": "all-reduce"}
+               "forwardstats": "batch statistics", "backwardstats": "gradient statistics",
+               "copy": "copy", "gradcopy": "gradient copy", "allreduce": "all-reduce",
+               "statsreduce": "statistics combined"}
 WAIT_COLOUR = "#e8e8e8"
 
 

@@ -31,7 +31,8 @@ from convnet.runtime.processes.cluster import cluster_devices
 from convnet.runtime.step.executor import Executor
 from convnet.plan.precisions import GPU_ONLY
 from convnet.runtime.step.precision import compute_dtype
-from convnet.runtime.sync.async_replicas import AsyncReplicas, async_replica_devices
+from convnet.runtime.sync.async_replicas import (AsyncReplicas, async_replica_devices,
+                                                 replica_statistics_layers)
 from convnet.runtime.sync.local_replicas import LocalReplicas, apart_periods
 
 #: What trains a net: the lockstep executor, or replicas that run apart.
@@ -127,6 +128,18 @@ def check_layer_syncs(net: NetConfig, sync: str) -> None:
                          f"local:K")
 
 
+def check_replica_statistics(net: NetConfig, plan: Plan, sync: str) -> None:
+    """Refuse ``--sync async`` of a data-parallel net with a bnorm layer whose statistics
+    cover every replica's cases (``stats=global``): its replicas train apart, each on its
+    own shards, so no step has every replica's statistics to combine.  (A hybrid net's
+    async steps stay lockstep, and local SGD keeps the replicas in step for them.)"""
+    layers = replica_statistics_layers(plan, net)
+    if layers and async_staleness(sync) is not None and async_replica_devices(plan) is not None:
+        raise UsageError(f"--sync {sync} trains the replicas apart, each on its own shards, "
+                         f"but layer '{layers[0]}' normalises over every replica's cases "
+                         f"(stats=global); give it stats=replica, or --sync sync or local:K")
+
+
 def reported_cost_layer(net: NetConfig, wanted: str | None) -> str:
     """The cost layer a run reports: ``--logreg-name``, else the first cost.logreg, else the
     first cost layer."""
@@ -171,8 +184,10 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
     net = load_net_for(opts, provider)
     check_layer_syncs(net, opts.sync)
     try:
-        return net, launch.plan_across_ranks(net, opts.gpu, opts.mini, opts.micro_batches,
-                                                  opts.pipeline_schedule)
+        plan = launch.plan_across_ranks(net, opts.gpu, opts.mini, opts.micro_batches,
+                                        opts.pipeline_schedule)
+        check_replica_statistics(net, plan, opts.sync)
+        return net, plan
     except ConfigError as error:
         saved = opts.resume.saved_options.get("gpu") if opts.resume is not None else None
         needed = devices_needed(net)

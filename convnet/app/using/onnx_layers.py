@@ -5,7 +5,8 @@ geometry made explicit where ONNX's differs:
 
 * conv: weights are stored (filters, channels / groups, fs, fs), ONNX's layout;
   the output side ``1 + ceil((2 pad + img - fs) / stride)`` can need windows past
-  the padded edge, which read zeros: padding at the end says so.
+  the padded edge, which read zeros: padding at the end says so (and a ``modulesX``
+  below it, the first windows of those that fit: a Slice).
 * pool: a window covers ``[start + x stride, start + x stride + size)`` clipped to
   the image; the image is padded (-inf for max, 0 for avg) so that every window
   fits, and an average is rescaled from size^2 to the pixels inside it.
@@ -14,6 +15,8 @@ geometry made explicit where ONNX's differs:
   conv with a 0/1 band matrix; rnorm and cnorm are averages over padded windows.
 * dropout is the identity at test time, dropout2 and the ``dropout=`` key of conv
   and fc layers scale by what they keep.
+* bnorm is BatchNormalization with its running averages (what testing uses): ``W0``,
+  ``b``, ``mean`` and ``var`` are its scale, B, input_mean and input_var.
 
 * local: the windows are copied out by a conv with one-hot filters, then one
   batched MatMul over the output positions (weights (positions, filters, ...)).
@@ -74,11 +77,15 @@ def conv_windows(g, ldef, x: str, w: str, fs: int, pad: int, stride: int, img: i
                  modules: int, groups: int) -> str:
     """ONNX Conv over cuda-convnet2's ``modules`` x ``modules`` windows, whose ceiling
     rule lets the last windows hang past the padded edge: they read zeros, so the
-    padding at the end reaches as far as they do (never less than ``pad``: the
-    ceiling rule's windows always reach the padded edge)."""
-    end = (modules - 1) * stride + fs - pad - img  # the padded side holds every window
-    return g.op("Conv", [x, w], f"{ldef.name}_conv", strides=[stride, stride],
-                pads=[pad, pad, end, end], group=groups, kernel_shape=[fs, fs])
+    padding at the end reaches as far as they do.  A layer's ``modulesX`` may ask for
+    fewer windows than fit: then the end has no padding, and the windows beyond the
+    first ``modules`` are cut off."""
+    end = max((modules - 1) * stride + fs - pad - img, 0)  # the padded side holds them all
+    y = g.op("Conv", [x, w], f"{ldef.name}_conv", strides=[stride, stride],
+             pads=[pad, pad, end, end], group=groups, kernel_shape=[fs, fs])
+    if (img + pad + end - fs) // stride + 1 > modules:
+        y = g.slice(y, [0, 0], [modules, modules], [2, 3], f"{ldef.name}_windows")
+    return y
 
 
 def conv(g, ldef, inputs: list[Tensor], weights: dict) -> str:
@@ -279,6 +286,17 @@ def channel_sum(g, ldef, inputs: list[Tensor], weights: dict) -> str:
     return g.op("ReduceSum", [grouped, g.const([2], "axes", np.int64)], ldef.name, keepdims=0)
 
 
+def bnorm(g, ldef, inputs: list[Tensor], weights: dict) -> str:
+    """BatchNormalization with the running averages, per channel of the input as
+    (channels, pixels) (an image's own shape; a flat input's features as channels)."""
+    name, shape = inputs[0]
+    input_shape = tuple(int(d) for d in ldef.input_shapes[0])
+    x = name if shape == input_shape else g.reshape(name, input_shape, f"{ldef.name}_in")
+    arrays = [g.const(weights[k], f"{ldef.name}_{k}") for k in ("W0", "b", "mean", "var")]
+    return g.op("BatchNormalization", [x] + arrays, ldef.name,
+                epsilon=float(ldef.attrs.get("epsilon", 1e-5)))
+
+
 def neuron_layer(g, ldef, inputs: list[Tensor], weights: dict) -> str:
     return inputs[0][0]  # the neuron itself is applied as every layer's inline one
 
@@ -287,7 +305,7 @@ def neuron_layer(g, ldef, inputs: list[Tensor], weights: dict) -> str:
 TRANSLATIONS = {"conv": conv, "local": local, "fc": fc, "pool": pool, "cmrnorm": cmrnorm, "rnorm": rnorm,
                 "cnorm": cnorm, "softmax": softmax, "dropout": dropout, "dropout2": dropout2,
                 "pass": concat, "concat": concat, "eltsum": eltsum, "eltmax": eltmax, "sum": channel_sum,
-                "neuron": neuron_layer}
+                "neuron": neuron_layer, "bnorm": bnorm}
 
 
 # ---------------------------------------------------------------------- neurons
@@ -350,7 +368,8 @@ def translate(g, ldef, inputs: list[Tensor], weights: dict) -> Tensor:
     return (y, made) if made == shape else (g.reshape(y, shape, f"{ldef.name}_shaped"), shape)
 
 
-#: Types whose translation gives (N, C, H, W) of the layer's output shape ...
-IMAGE_OUTPUT = ("conv", "local", "pool", "cmrnorm", "rnorm", "cnorm")
+#: Types whose translation gives (N, C, H, W) of the layer's output shape (bnorm: the
+#: output shape, flat or not) ...
+IMAGE_OUTPUT = ("conv", "local", "pool", "cmrnorm", "rnorm", "cnorm", "bnorm")
 #: ... and (N, features); the others keep their first input's shape.
 FLAT_OUTPUT = ("fc", "softmax", "pass", "concat")

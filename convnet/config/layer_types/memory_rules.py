@@ -50,6 +50,8 @@ class LayerMemory:
     backward_temp_per_case: int = 0
     #: per input: bytes per case more when that input's gradient is computed
     input_grad_temp_per_case: tuple[int, ...] = ()
+    #: bytes kept for backward whatever the cases (per-channel statistics)
+    kept_per_call: int = 0
 
     def backward_temp(self, input_grads) -> int:
         """Bytes per case of a backward call's temporaries, given which inputs'
@@ -215,6 +217,16 @@ def norm_memory(layer) -> LayerMemory:
                         keeps_output=True)
 
 
+def batch_norm_memory(layer) -> LayerMemory:
+    """Keeps only per-channel float64 statistics, the moments (2 per channel) and 1 / std
+    (the backward pass reads the input, kept anyway); a forward call in training holds the
+    deviations from the mean while it sums their squares, a backward call the deviations
+    again (:mod:`convnet.kernels.batch_norm`), one input-sized array each."""
+    size = FLOAT * _input_elements(layer)
+    return _with_neuron(layer, LayerMemory(True, 0, size, size,
+                                           kept_per_call=3 * 8 * layer.attrs["channels"]))
+
+
 def dropout_memory(layer) -> LayerMemory:
     """Its mask when enabled; disabled, ``dropout`` hands its input through and
     ``dropout2`` scales it into a new array."""
@@ -347,6 +359,7 @@ def in_precision(memory: LayerMemory, element_bytes: int) -> LayerMemory:
         return n * element_bytes // FLOAT
 
     return replace(memory, kept_per_case=scaled(memory.kept_per_case),
+                   kept_per_call=scaled(memory.kept_per_call),
                    forward_temp_per_case=scaled(memory.forward_temp_per_case),
                    backward_temp_per_case=scaled(memory.backward_temp_per_case),
                    input_grad_temp_per_case=tuple(

@@ -137,8 +137,13 @@ def data_shape(layer, state: ShapeState) -> Shape:
 
 
 def filter_shape(layer, state: ShapeState) -> Shape:
-    """conv/local: modulesX = 1 + ceil((2*padding + imgSize - filterSize) / stride) per input."""
+    """conv/local: modulesX = 1 + ceil((2*padding + imgSize - filterSize) / stride) per input,
+    unless the file gives ``modulesX`` (beyond cuda-convnet2, like pool's ``outputsX``): then
+    only that many windows from the first, fewer than the ceiling rule's (a 3x3 stride-2
+    conv with padding 1 on 32x32 images gives 16 outputs, as the floor rule of other
+    frameworks does, where the ceiling rule's 17th window reads one column of the image)."""
     a = layer.attrs
+    given = a.get("modulesX") or 0
     sizes, modules = [], []
     for i, source in enumerate(layer.inputs):
         size = _image_size(layer, i, a["channels"][i], state)
@@ -149,6 +154,11 @@ def filter_shape(layer, state: ShapeState) -> Shape:
                 f"({size}x{size} with padding {padding})")
         sizes.append(size)
         modules.append(1 + ceil_div(2 * padding + size - filter_size, stride))
+    if given:
+        if given > min(modules):
+            raise state.at(layer, "modulesX").error(
+                f"must be at most the {min(modules)} windows the ceiling rule gives, got {given}")
+        modules = [given]
     if len(set(modules)) > 1:
         raise state.at(layer, "inputs").error(
             "all inputs must give the same output size, got "
@@ -196,6 +206,14 @@ def norm_shape(span: str) -> ShapeRule:
 
 def same_shape(layer, state: ShapeState) -> Shape:
     return layer.input_shapes[0]
+
+
+def channels_shape(layer, state: ShapeState) -> Shape:
+    """The input's shape; ``channels`` are an image's channels, or a flat input's
+    features (bnorm normalises each of them over the cases and pixels)."""
+    shape = layer.input_shapes[0]
+    layer.attrs["channels"] = shape[0]
+    return shape
 
 
 def eltwise_shape(layer, state: ShapeState) -> Shape:

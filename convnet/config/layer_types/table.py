@@ -74,6 +74,9 @@ class LayerType:
     derives attrs that depend on several keys; it gets the attrs and a
     function giving the :class:`Where` of a key.
 
+    ``statistics_size`` says which layers of the type normalise over every replica's
+    cases (see the field).
+
     ``shape`` infers the per-case output shape; an output or weight array too
     large to hold is blamed on ``size_key``.  ``weights`` gives the weight
     shapes, exactly when the kind is ``WEIGHTED``.  ``memory`` says what a
@@ -98,6 +101,11 @@ class LayerType:
     aliases: Mapping[str, str] = field(default_factory=dict)
     finish: Callable[[dict, Callable[[str], Where]], None] | None = None
     memory: MemoryRule = memory.plain_memory
+    #: ``rule(layer) -> int``: the values of one replica's statistics when the layer's
+    #: statistics cover the cases of all its replicas (bnorm's ``stats=global``), else 0:
+    #: its forward and backward calls then wait for every replica's statistics, combined
+    #: by the plan's ``BatchStats`` operations.
+    statistics_size: Callable[..., int] | None = None
 
     def __post_init__(self):
         if (self.weights is not None) != (self.kind is Kind.WEIGHTED):
@@ -200,6 +208,8 @@ _FILTER_ATTRS = (
     Key("filterChannels", _POSITIVE, default=None, per_input=True),
     # cuda-convnet v1: each filter group reads a random subset of the channels
     Key("randSparse", Bool(), default=False, per_input=True),
+    # beyond cuda-convnet2: fewer output windows than the ceiling rule (0: that rule's)
+    Key("modulesX", Int(lo=0), default=0),
 ) + _INIT
 _FILTER_HINTS = (
     Key("sumWidth", _POSITIVE, default=None),
@@ -277,6 +287,17 @@ LAYER_TYPES: dict[str, LayerType] = _table(
               **_NORM_TYPE),
     LayerType("cnorm", shape=shape.norm_shape("pixels across"), aliases={"sizeX": "size"},
               **_NORM_TYPE),
+    # Batch normalisation (beyond cuda-convnet2): the scale W0 and shift b learn with the
+    # weight layers' keys; the running averages (mean, var) are updated by training.
+    LayerType("bnorm", Kind.WEIGHTED, "convnet.layers.batch_norm:BatchNormLayer",
+              shape.channels_shape, weights=weights.batch_norm_weights,
+              memory=memory.batch_norm_memory, params=_WEIGHT_PARAMS,
+              attrs=(Key("epsilon", Float(gt=0), default=1e-5),
+                     Key("decay", Float(lo=0, hi=1), default=0.9),
+                     Key("stats", Choice("global", "replica"), default="global")),
+              # the mean and M2 (forward), or sum g and sum g xhat (backward), per channel
+              statistics_size=lambda layer: (2 * layer.attrs["channels"]
+                                             if layer.attrs["stats"] == "global" else 0)),
     LayerType("neuron", Kind.PLAIN, "convnet.layers.neurons:NeuronLayer", shape.same_shape,
               neuron="required", memory=memory.neuron_layer_memory),
     LayerType("softmax", Kind.PLAIN, "convnet.layers.softmax:SoftmaxLayer", shape.same_shape,

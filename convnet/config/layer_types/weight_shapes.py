@@ -3,7 +3,9 @@
 The arrays are ``W0``, ``W1``, ... (one per input) and ``b``, and ``C<i>`` for
 an input with ``randSparse``: its connectivity table (the channel each filter
 group reads, groups x filterChannels of them), which is drawn once, never
-trained, and saved and restored with the weights.  These rules are
+trained, and saved and restored with the weights; a ``bnorm`` layer's running
+averages ``mean`` and ``var`` are also never trained (its forward pass updates
+them) and saved with the weights.  These rules are
 the one place that knows the shapes: the layer library allocates from them and
 the planner counts parameters with them, both through
 :meth:`convnet.config.model.LayerDef.param_shapes`.  They need the attrs that
@@ -46,6 +48,24 @@ def local_weights(layer) -> WeightShapes:
               for i, (fch, fs) in enumerate(_filters(layer))}
     shapes["b"] = _biases(layer, shared=False)
     return shapes | connection_shapes(layer)
+
+
+#: The running averages of a batch-normalisation layer: the mean and the variance per
+#: channel that testing normalises with, saved and restored with the weights, never
+#: trained (no gradient).
+RUNNING_KEYS = ("mean", "var")
+
+
+def batch_norm_weights(layer) -> WeightShapes:
+    """W0: the scale per channel; b: the shift; mean and var: the running averages."""
+    channels = (layer.attrs["channels"],)
+    return {"W0": channels, "b": channels} | dict.fromkeys(RUNNING_KEYS, channels)
+
+
+def is_learned_key(key: str) -> bool:
+    """Whether the array ``key`` learns from gradients (not a connectivity table or a
+    running average)."""
+    return not is_connection_key(key) and key not in RUNNING_KEYS
 
 
 def connection_key(input_index: int) -> str:

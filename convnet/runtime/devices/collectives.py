@@ -142,14 +142,15 @@ class ChunkedAllReduce(AllReduce):
             lo, hi = self.bounds(flat.size, rank)
             flat[lo:hi] = total / len(arrays)
 
-    def gather_slices(self, arrays: list[dict], rank: int, received: dict | None = None) -> None:
-        """Copy, into each contiguous ``arrays[rank][k]`` in place, every other rank's
-        slice of it from ``arrays[owner][k]``, or from ``received[owner][k]`` where
-        another process sent it."""
+    def gather_slices(self, arrays: list[dict], rank: int, received: dict | None = None,
+                      keys=None) -> None:
+        """Copy, into each contiguous ``arrays[rank][k]`` in place (for each of ``keys``,
+        by default all), every other rank's slice of it from ``arrays[owner][k]``, or
+        from ``received[owner][k]`` where another process sent it."""
         device = self.devices[rank]
         received = received or {}
         with device.scope():
-            for k in sorted(arrays[rank]):
+            for k in sorted(arrays[rank]) if keys is None else keys:
                 flat = arrays[rank][k].reshape(-1)
                 for owner, peer in enumerate(arrays):
                     if owner != rank:

@@ -90,6 +90,9 @@ def op_text(op, logical: int | None) -> str:
     if kind == "allreduce":
         devices = ", ".join(map(str, op.replica_devices))
         return f"the all-reduce of layer {layer}'s gradients over logical devices {devices}"
+    if kind == "batchstats":
+        return (f"the batch statistics of layer {layer} before its {op.phase} pass on "
+                f"logical device {logical}")
     words = {"load": f"loading the minibatch's {layer} onto",
              "forward": f"the forward pass of layer {layer} on",
              "backward": f"the backward pass of layer {layer} on",

@@ -4,7 +4,9 @@ A step's activations (``StepBuffers.acts``, keyed (layer, piece, device)) are re
 the forwards of the layers that consume them, by the copies that move them to other
 devices (or the sends to other processes), and by the backward calls of their own
 layer and of its consumers.  Once all of those have run, nothing in the step reads
-the array again, and holding it to the end of the step only raises the peak: with
+the array again (the statistics that a layer normalising over its replicas' cases
+computes before its forward and backward calls read it too), and holding it to the
+end of the step only raises the peak: with
 micro-batches, a stage would hold every micro-batch's activations even where the
 schedule (1F1B, docs/PIPELINE.md) has finished with them long before.
 
@@ -26,7 +28,7 @@ import threading
 from collections import Counter
 
 from convnet.config.model import NetConfig
-from convnet.plan.memory import activation_reads
+from convnet.plan.memory import activation_reads, statistics_reads
 from convnet.runtime.step.tasks import Task, TaskAction
 
 
@@ -37,6 +39,8 @@ def task_activation_reads(task: Task, net: NetConfig) -> tuple[tuple, ...]:
     if task.action in (TaskAction.COPY, TaskAction.FORWARD, TaskAction.BACKWARD) or (
             task.action is TaskAction.SEND and task.transfer.what == "act"):
         return activation_reads(task.op, net)
+    if task.action in (TaskAction.FORWARD_STATS, TaskAction.BACKWARD_STATS):
+        return statistics_reads(task.op, task.rank, net)
     return ()
 
 

@@ -4,9 +4,10 @@ A weight layer holds one weight array per input, named by :func:`weight_key`,
 and one bias, :data:`BIAS_KEY` (the names the layer library and
 :meth:`convnet.config.model.LayerDef.param_shapes` use).  Input i's weights
 learn with ``epsW[i]``, ``momW[i]`` and ``wc[i]`` of the layer-params file;
-the bias with ``epsB`` and ``momB`` and no weight decay; a ``randSparse``
-input's connectivity table (``C<i>``) with :data:`FIXED` (it gets no gradient,
-so no update ever reads the rule).  This module is the
+the bias with ``epsB`` and ``momB`` and no weight decay (a ``bnorm`` layer's
+scale is its ``W0``, its shift its bias); a ``randSparse`` input's connectivity
+table (``C<i>``) and a ``bnorm`` layer's running averages with :data:`FIXED`
+(they get no gradient, so no update ever reads the rule).  This module is the
 one place that pairs the arrays with those values: the weight store checks
 that a layer's arrays are exactly the ones named here, and the optimizer
 reads the rule of each array from it.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from convnet.config.layer_types.weight_shapes import connection_shapes
+from convnet.config.layer_types.weight_shapes import RUNNING_KEYS, connection_shapes
 from convnet.config.model import LayerDef
 from convnet.config.values.schedules import Schedule
 from convnet.kernels.constraints import UNIT_AXIS
@@ -29,7 +30,7 @@ def _ball(ldef: LayerDef, i: int) -> tuple[float, int]:
     """Input i's ``wball`` radius and the axis of its units.  cuda-convnet2 applied it
     only to weights that learn (base ``epsW`` > 0); the config refuses it for layer
     types without a ``UNIT_AXIS``."""
-    radius = ldef.params["wball"][i]
+    radius = (ldef.params.get("wball") or [0.0] * len(ldef.inputs))[i]  # bnorm has none
     if not radius or ldef.params["epsW"][i].base <= 0:
         return 0.0, 0
     return radius, UNIT_AXIS[ldef.type]
@@ -74,6 +75,7 @@ def learning_rules(ldef: LayerDef) -> dict[str, LearningRule]:
              for i in range(len(ldef.inputs))}
     rules[BIAS_KEY] = LearningRule(params["epsB"], params["momB"], 0.0)
     rules.update(dict.fromkeys(connection_shapes(ldef), FIXED))
+    rules.update(dict.fromkeys(set(ldef.param_shapes()) & set(RUNNING_KEYS), FIXED))
     return rules
 
 

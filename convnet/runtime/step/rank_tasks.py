@@ -16,7 +16,11 @@ another, the pull that one process would do becomes a pair:
   weight slice q after its ``UPDATE_SLICE``, and r's device receives it
   before the gather copies it in;
 * ``AVERAGE_SLICE`` of replica r (local SGD): like ``REDUCE_SLICE``, with
-  the locally updated weights' slice r instead of the gradients'.
+  the locally updated weights' slice r instead of the gradients';
+* ``STATS_REDUCE`` of replica r (a BatchStats operation): every replica q on
+  another rank sends its own statistics (``SEND``, after its ``FORWARD_STATS``
+  or ``BACKWARD_STATS``) and r's device receives them before combining all in
+  replica order.
 
 Each pair gets a tag: its position among the run's transfers, counted over
 the global list (the same count on every rank), modulo the communicator's
@@ -41,7 +45,8 @@ class Transfer:
     """What one SEND/RECV pair carries and between which ranks.
 
     ``what`` is ``'act'`` (an activation shard), ``'grad'`` (the gradient a
-    consumer sends back), ``'grad-slice'`` (replica ``source_replica``'s
+    consumer sends back), ``'stats'`` (replica ``source_replica``'s statistics for
+    replica ``target_replica``'s combination), ``'grad-slice'`` (replica ``source_replica``'s
     gradients, slice ``target_replica``, for that replica's reduce),
     ``'avg-slice'`` (the same of its weights, for local SGD's average) or
     ``'weight-slice'`` (owner ``source_replica``'s updated weights, slice
@@ -55,9 +60,10 @@ class Transfer:
     target_replica: int = -1
 
 
-#: The tasks that read other replicas' slices, and what those slices are.
+#: The tasks that read what every other replica has (a slice, or its statistics), and
+#: what that is.
 _SLICE_TRANSFERS = {TaskAction.REDUCE_SLICE: "grad-slice", TaskAction.GATHER: "weight-slice",
-                    TaskAction.AVERAGE_SLICE: "avg-slice"}
+                    TaskAction.AVERAGE_SLICE: "avg-slice", TaskAction.STATS_REDUCE: "stats"}
 
 
 def tasks_for_rank(tasks: list[Task], rank_of, rank: int, replica_devices,

@@ -7,7 +7,8 @@ table :meth:`TaskActions.action_methods` gives and calls the method with the
 task, the step's :class:`~convnet.runtime.step.records.StepBuffers` and the
 calling worker's device.  The methods are the arithmetic of a step: load a
 shard, copy, forward (with the cost sums and their finite check), backward,
-pull a gradient, the all-reduce and the parts of a sharded one, the update
+pull a gradient, the statistics a layer combines over its replicas (bnorm's
+``stats=global``), the all-reduce and the parts of a sharded one, the update
 (:class:`~convnet.runtime.step.optimizer.MomentumSGD`, gated by the gradients'
 finite check), ``wball``, local SGD's averaging, the increments of the
 asynchronous exchange, and the transfers to and from other processes.  They
@@ -22,6 +23,7 @@ which each device's worker fetches once, after its last task.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -32,7 +34,7 @@ from convnet.runtime.step.records import StepBuffers
 from convnet.runtime.step.tasks import Task, TaskAction
 from convnet.runtime.step.transfers import accumulate
 from convnet.kernels.constraints import ball_projection
-from convnet.layers.base import Context
+from convnet.layers.base import Context, ReducedStatistics
 
 #: The method of :class:`TaskActions` that carries out each task action.
 ACTION_METHODS = {
@@ -52,6 +54,9 @@ ACTION_METHODS = {
     TaskAction.RECV: "_recv",
     TaskAction.SEND_SLICE: "_send",
     TaskAction.RECV_SLICE: "_recv",
+    TaskAction.FORWARD_STATS: "_own_statistics",
+    TaskAction.BACKWARD_STATS: "_own_statistics",
+    TaskAction.STATS_REDUCE: "_combine_statistics",
 }
 
 
@@ -71,12 +76,16 @@ class TaskActions:
         """Task action -> the bound method that carries it out."""
         return {action: getattr(self, name) for action, name in ACTION_METHODS.items()}
 
-    def _ctx(self, buffers: StepBuffers, shard: int) -> Context:
+    def _ctx(self, buffers: StepBuffers, shard: int, layer: str | None = None,
+             phase: str | None = None) -> Context:
+        """The context of a call on piece ``shard``; for ``layer``'s ``phase``, with the
+        statistics its replicas combined for it (a BatchStats operation) if any."""
         ctx = buffers.contexts.get(shard)
         if ctx is None:
             ctx = buffers.contexts[shard] = Context(
                 case_offset=buffers.case_offset + buffers.pieces[shard][0], **buffers.ctx_base)
-        return ctx
+        statistics = buffers.statistics.pop((layer, phase, shard), None)
+        return ctx if statistics is None else replace(ctx, statistics=statistics)
 
     def _load(self, task: Task, buffers: StepBuffers, device: int | None) -> None:
         op = task.op
@@ -106,7 +115,7 @@ class TaskActions:
         if self.precision.mixed:
             inputs = self.precision.layer_inputs(ldef, inputs)
             weights = self.precision.layer_weights(ldef, weights)
-        ctx = self._ctx(buffers, op.shard)
+        ctx = self._ctx(buffers, op.shard, op.layer, "forward")
         output, state = layer.forward(inputs, weights, ctx)
         if self.precision.mixed:  # stored in the layer's dtype (numpy's bfloat16 GEMM widens)
             output = self.precision.stored_output(ldef, output)
@@ -137,8 +146,8 @@ class TaskActions:
             grad_out = precision.like(grad_out, buffers.acts[key])
         input_grads, param_grads = self.layers[op.layer].backward(
             grad_out, inputs, buffers.acts[key], weights,
-            buffers.states.pop((op.layer, op.shard)), self._ctx(buffers, op.shard),
-            list(placement.input_grads))
+            buffers.states.pop((op.layer, op.shard)),
+            self._ctx(buffers, op.shard, op.layer, "backward"), list(placement.input_grads))
         if ldef.is_cost and precision.loss_scale is not None:
             scale = precision.loss_scale.scale
             input_grads = [None if g is None else g * scale for g in input_grads]
@@ -158,6 +167,45 @@ class TaskActions:
         accum = self.store.grads[op.layer][op.replica]
         for k, g in param_grads.items():
             accumulate(accum, k, g)
+
+    def _own_statistics(self, task: Task, buffers: StepBuffers, device: int | None) -> None:
+        """One replica's statistics of its piece, for a BatchStats operation: of its inputs
+        before the forward call, of its output's gradient before the backward call."""
+        op, rank = task.op, task.rank
+        piece, on = op.pieces[rank], op.replica_devices[rank]
+        ldef, layer = self.net[op.layer], self.layers[op.layer]
+        inputs = [buffers.acts[(i, piece, on)] for i in ldef.inputs]
+        if self.precision.mixed:
+            inputs = self.precision.layer_inputs(ldef, inputs)
+        weights = self.store.weights[op.layer][rank]
+        if op.phase == "forward":
+            stats = layer.shard_statistics("forward", inputs, weights)
+        else:
+            key = (op.layer, piece, on)
+            stats = layer.shard_statistics("backward", inputs, weights, buffers.grads[key],
+                                           buffers.acts[key], buffers.states[(op.layer, piece)])
+        buffers.own_statistics[(op.index, rank)] = stats
+
+    def _combine_statistics(self, task: Task, buffers: StepBuffers,
+                            device: int | None) -> None:
+        """Every replica's statistics combined in replica order, on this replica's device
+        (copied from the others', or received from other processes), for its call."""
+        op, rank = task.op, task.rank
+        target = self.devices[op.replica_devices[rank]]
+        parts = []
+        for q, d in enumerate(op.replica_devices):
+            if (op.index, q) in buffers.own_statistics:  # this process's
+                part = buffers.own_statistics[(op.index, q)]
+                parts.append(part if q == rank else target.copy_from(part))
+            else:
+                parts.append(buffers.received.pop(("stats", op.index, rank, q)))
+        layer = self.layers[op.layer]
+        counts = [layer.statistics_count(buffers.pieces[p][1] - buffers.pieces[p][0])
+                  for p in op.pieces]
+        with target.scope():
+            combined = layer.combine_statistics(op.phase, parts, counts)
+        buffers.statistics[(op.layer, op.phase, op.pieces[rank])] = ReducedStatistics(
+            combined, sum(counts), parts[rank])
 
     def _grad_copy(self, task: Task, buffers: StepBuffers, device: int | None) -> None:
         op = task.op
@@ -224,11 +272,13 @@ class TaskActions:
 
     def _gather(self, task: Task, buffers: StepBuffers, device: int | None) -> None:
         """Copy the slices the other ranks updated into this rank's weights (nothing to
-        copy where the replicas share one copy), and release this rank's gradients."""
+        copy where the replicas share one copy; only the arrays that learn, since an
+        update changes nothing else), and release this rank's gradients."""
         op = task.op
         if op.layer not in self.store.shared:
             self._sliced(op.layer).gather_slices(self.store.weights[op.layer], task.rank,
-                                                 self._received(task, "weight-slice", buffers))
+                                                 self._received(task, "weight-slice", buffers),
+                                                 keys=self.store.learned[op.layer])
         self.store.grads[op.layer][task.rank].clear()  # every rank's reduce has read it
 
     def _average_slice(self, task: Task, buffers: StepBuffers, device: int | None) -> None:

@@ -34,6 +34,12 @@ into rank r's weights) and the ``gather`` (and ``constrain``) tasks of a
 sharded update, so every replica again holds the same weights.  Momentum stays
 each replica's own.
 
+A :class:`~convnet.plan.ops.BatchStats` operation becomes two one-device tasks per
+replica: its own piece's statistics (``forward-stats`` or ``backward-stats``, after
+the tasks of its own device that it reads), then ``stats-reduce``, which combines
+every replica's statistics in replica order, copying the others' in (or receiving
+them from other processes), so every replica holds bitwise the same combination.
+
 A gradient pull (:class:`~convnet.plan.ops.GradCopy`) comes in the task list
 right before the first task that needs it, not where the plan has it (right
 after the backward call that made the gradient, on another device): a device
@@ -62,7 +68,8 @@ from dataclasses import dataclass
 
 from convnet.config.model import NetConfig
 from convnet.config.values.typed import local_sgd_period
-from convnet.plan.ops import AllReduce, Backward, Copy, Forward, GradCopy, Load, Op, Plan, Update
+from convnet.plan.ops import (AllReduce, Backward, BatchStats, Copy, Forward, GradCopy, Load, Op,
+                              Plan, Update)
 
 
 class TaskAction(enum.Enum):
@@ -93,6 +100,11 @@ class TaskAction(enum.Enum):
     RECV = ("recv", "copy", False)
     SEND_SLICE = ("send-slice", "allreduce", True)
     RECV_SLICE = ("recv-slice", "allreduce", True)
+    # A BatchStats operation: each replica's statistics of its piece, before its forward
+    # or its backward call, then each replica's combination of all of them.
+    FORWARD_STATS = ("forward-stats", "forwardstats", False)
+    BACKWARD_STATS = ("backward-stats", "backwardstats", False)
+    STATS_REDUCE = ("stats-reduce", "statsreduce", False)
 
     def __new__(cls, label: str, category: str, weight_state: bool):
         action = object.__new__(cls)
@@ -186,8 +198,9 @@ class Task:
 
     @property
     def rank(self) -> int:
-        """The replica this part works for (parts of an all-reduce or an update)."""
-        if isinstance(self.op, AllReduce):
+        """The replica this part works for (parts of an all-reduce, an update or a
+        combination of statistics)."""
+        if isinstance(self.op, (AllReduce, BatchStats)):
             return self.op.replica_devices.index(self.device)
         return self.op.replica
 
@@ -254,6 +267,14 @@ def make_tasks(ops: list[Op], sharded, constrained=lambda layer: False,
                 updated = [t for _, t in group]
                 gather(group, [add(u, TaskAction.AVERAGE_SLICE, updated, u.device)
                                for u, _ in group])
+        elif isinstance(op, BatchStats):
+            action = (TaskAction.FORWARD_STATS if op.phase == "forward"
+                      else TaskAction.BACKWARD_STATS)
+            deps = deps_of(op)  # each replica's statistics need only its own device's
+            own = [add(op, action, [t for t in deps if d in tasks[t].devices], d)
+                   for d in op.replica_devices]
+            finished_by[op.index] = [add(op, TaskAction.STATS_REDUCE, own, d)
+                                     for d in op.replica_devices]
         elif isinstance(op, AllReduce) and sharded(op):
             deps = deps_of(op)
             reduces[key] = [add(op, TaskAction.REDUCE_SLICE, deps, d) for d in op.replica_devices]

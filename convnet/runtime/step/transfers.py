@@ -8,10 +8,13 @@ in-process pull it replaces would have put it:
 * ``grad``: a consumer's gradient for an input, added into the input's gradient;
 * ``grad-slice`` / ``avg-slice`` / ``weight-slice``: one slice of every
   gradient or weight array of a layer (keys in sorted order, concatenated
-  into one message), kept for the reduce, average or gather task that waits
-  for it.
+  into one message; the arrays that learn, except for an average of all),
+  kept for the reduce, average or gather task that waits for it;
+* ``stats``: one replica's statistics for a BatchStats operation, kept for the
+  combination that waits for it.
 
-Arrays travel through the host as float32.  Receive buffers are made with
+Arrays travel through the host as float32 (batch statistics as float64, their bits
+sent as twice as many float32 words).  Receive buffers are made with
 the shape both sides derive from the plan (piece bounds, output shapes,
 slice bounds), so no shape is ever sent.  Pending sends are completed when
 the step ends (:meth:`Transfers.finish_sends`): until then each request
@@ -62,6 +65,9 @@ class Transfers:
         if transfer.what == "grad":
             return float32(read(device,
                                 buffers.gouts.pop((op.consumer, op.layer, op.shard, op.src))))
+        if transfer.what == "stats":  # float64 bits, sent as twice as many float32 words
+            stats = read(device, buffers.own_statistics[(op.index, transfer.source_replica)])
+            return np.ascontiguousarray(stats, np.float64).view(np.float32)
         source = (self.store.grads if transfer.what == "grad-slice" else self.store.weights)
         arrays = source[op.layer][transfer.source_replica]
         parts = [read(device, arrays[k].reshape(-1)[lo:hi])
@@ -87,6 +93,12 @@ class Transfers:
             else:
                 accumulate(buffers.grads, key, device.to_device(out))
             return
+        if transfer.what == "stats":  # one replica's statistics, op.nbytes of float64
+            out = np.empty(op.nbytes // 4, np.float32)
+            self.comm.recv(out, transfer.peer, transfer.tag, _described(task))
+            buffers.received[("stats", op.index, transfer.target_replica,
+                              transfer.source_replica)] = device.copy_from(out.view(np.float64))
+            return
         layout = self._slice_layout(task)
         out = np.empty(sum(hi - lo for _, lo, hi in layout), np.float32)
         self.comm.recv(out, transfer.peer, transfer.tag, _described(task))
@@ -105,10 +117,13 @@ class Transfers:
         part = (transfer.source_replica if transfer.what == "weight-slice"
                 else transfer.target_replica)
         bounds = self.collective_of(layer).bounds
-        return [(k, *bounds(local[k].size, part)) for k in sorted(local)]
+        # gradients, and the updates gathered, exist for the arrays that learn only
+        keys = sorted(local) if transfer.what == "avg-slice" else self.store.learned[layer]
+        return [(k, *bounds(local[k].size, part)) for k in keys]
 
 
-_KINDS = {"act": "activation", "grad": "gradient", "grad-slice": "gradient slice",
+_KINDS = {"act": "activation", "grad": "gradient", "stats": "batch statistics",
+          "grad-slice": "gradient slice",
           "avg-slice": "weight slice to average", "weight-slice": "updated weight slice"}
 
 

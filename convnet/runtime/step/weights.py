@@ -26,6 +26,7 @@ from collections.abc import Collection
 
 import numpy as np
 
+from convnet.config.layer_types.weight_shapes import RUNNING_KEYS, is_learned_key
 from convnet.config.model import NetConfig
 from convnet.errors import DataError
 from convnet.plan.ops import AllReduce, Plan
@@ -41,7 +42,8 @@ def shared_weight_layers(plan: Plan, net: NetConfig, *, sliced_in_one_memory,
     Those whose replicas would hold the same weights anyway (``synchronous``
     SGD, and not one of the ``own_updates`` layers: local SGD, of the run or of
     the layer, and async give each replica its own update; no ``wball``
-    projection, which needs whole arrays on every rank) and can share it:
+    projection, which needs whole arrays on every rank; no running averages, which each
+    replica's forward call moves in place) and can share it:
     ``sliced_in_one_memory(replica_devices)`` says that the replicas read one
     another's memory (CPU devices of a run of one process) and that their
     collective updates by slices (each rank its own slice of the one copy; a
@@ -55,7 +57,8 @@ def shared_weight_layers(plan: Plan, net: NetConfig, *, sliced_in_one_memory,
     return frozenset(
         op.layer for op in plan.ops if isinstance(op, AllReduce)
         and op.layer not in own_updates and sliced_in_one_memory(op.replica_devices)
-        and not any(rule.ball for rule in learning_rules(net[op.layer]).values()))
+        and not any(rule.ball for rule in learning_rules(net[op.layer]).values())
+        and not set(RUNNING_KEYS) & set(net[op.layer].param_shapes()))
 
 
 class WeightStore:
@@ -93,9 +96,12 @@ class WeightStore:
         self.momentum: dict[str, list[dict]] = {}
         self.grads: dict[str, list[dict]] = {}
         self.rules: dict[str, dict[str, LearningRule]] = {}
+        #: per layer, the names of the arrays that learn (what an update changes)
+        self.learned: dict[str, list[str]] = {}
         for name, layer in layers.items():
             host = layer.init_params(layer_rng(seed, name))
             self.rules[name] = learning_rules(net[name])
+            self.learned[name] = sorted(k for k in host if is_learned_key(k))
             if host.keys() != self.rules[name].keys():
                 raise ValueError(f"layer '{name}' has weight arrays {sorted(host)}, but "
                                  f"learning rules for {sorted(self.rules[name])}")

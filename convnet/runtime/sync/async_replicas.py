@@ -81,6 +81,13 @@ def async_replica_devices(plan: Plan) -> tuple[int, ...] | None:
     return next(iter(lists)) if len(lists) == 1 and plan.num_passes == 1 else None
 
 
+def replica_statistics_layers(plan: Plan, net: NetConfig) -> list[str]:
+    """The layers of ``plan`` whose statistics are combined over several replicas at
+    every step (bnorm's ``stats=global``): replicas that run apart cannot train them."""
+    return [name for name, p in plan.layers.items()
+            if p.replicas > 1 and net[name].statistics_size]
+
+
 @dataclass
 class _Shard:
     ordinal: int  # its number in the stream of shards (the order they were queued)

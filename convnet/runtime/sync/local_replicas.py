@@ -44,7 +44,8 @@ import numpy as np
 from convnet.config.model import NetConfig, on_one_device
 from convnet.plan.ops import AllReduce, Plan, shard_bounds
 from convnet.plan.planner import make_plan
-from convnet.runtime.sync.async_replicas import async_replica_devices
+from convnet.runtime.sync.async_replicas import (async_replica_devices,
+                                                 replica_statistics_layers)
 from convnet.runtime.step.batch_check import check_batch
 from convnet.runtime.devices.collectives import ChunkedAllReduce
 from convnet.runtime.step.executor import Executor
@@ -57,8 +58,10 @@ from convnet.runtime.step.tasks import local_periods
 def apart_periods(plan: Plan, net: NetConfig, local_sgd: int | None) -> dict[str, int] | None:
     """Layer -> K when the replicas of ``plan`` can run apart under local SGD: a
     data-parallel net whose every replicated layer trains by local SGD (``--sync
-    local:K`` or its own ``sync=local:K`` key); None otherwise."""
-    if async_replica_devices(plan) is None:
+    local:K`` or its own ``sync=local:K`` key) and none normalises over every replica's
+    cases (bnorm's ``stats=global``, whose statistics need the replicas together at
+    each step); None otherwise."""
+    if async_replica_devices(plan) is None or replica_statistics_layers(plan, net):
         return None
     periods = local_periods(plan, net, local_sgd)
     replicated = {op.layer for op in plan.ops if isinstance(op, AllReduce)}

@@ -33,9 +33,11 @@ V1 = ROOT / "examples" / "cuda-convnet-v1"
 V1_NAMES = ["18pct", "19pct", "80sec", "conv-local-11pct", "conv-local-13pct"]
 
 
-def engine_and_model(net, probs_layer: str, margin: int = 6, seed: int = 0):
+def engine_and_model(net, probs_layer: str, margin: int = 6, seed: int = 0,
+                     train_steps: int = 0):
     """(engine outputs, model outputs) of ``probs_layer`` and of the layer feeding it,
-    on random raw pixels ``margin`` wider than the net's input."""
+    on random raw pixels ``margin`` wider than the net's input, after ``train_steps``
+    training steps on them (which move bnorm's running averages)."""
     channels, inner, _ = net.data_dims[0]
     gpus = (0,) * devices_needed(net)
     cases = 2 * len(gpus)
@@ -49,6 +51,8 @@ def engine_and_model(net, probs_layer: str, margin: int = 6, seed: int = 0):
         start = margin // 2
         images = raw[:, :, start:start + inner, start:start + inner] + offset
         labels = np.zeros((cases, 1), np.float32)
+        for step in range(train_steps):
+            executor.step([images * (1 + step / 4), labels])
         logits_layer = net[probs_layer].inputs[0]
         state = executor.state_arrays()
         results = {}
@@ -63,8 +67,9 @@ def engine_and_model(net, probs_layer: str, margin: int = 6, seed: int = 0):
         executor.close()
 
 
-def assert_model_matches(net, probs_layer: str = "probs"):
-    (want_p, got_p), (want_z, got_z) = engine_and_model(net, probs_layer)
+def assert_model_matches(net, probs_layer: str = "probs", train_steps: int = 0):
+    (want_p, got_p), (want_z, got_z) = engine_and_model(net, probs_layer,
+                                                        train_steps=train_steps)
     np.testing.assert_allclose(got_p, want_p, rtol=0, atol=1e-5)
     scale = np.abs(want_z).max()
     assert scale > 0
@@ -99,6 +104,20 @@ def v1_net(name: str):
 @pytest.mark.parametrize("name", V1_NAMES)
 def test_cuda_convnet_v1_reference_nets_export_exactly(name):
     assert_model_matches(v1_net(name))
+
+
+def test_a_trained_resnet_exports_batch_normalization_exactly():
+    """ResNet-20 after three training steps, whose bnorm layers' running averages are far
+    from their start: the model's BatchNormalization nodes hold them, and onnxruntime
+    gives the engine's test-mode outputs (what --predict and --write-features read)."""
+    net = load_net(EXAMPLES / "resnet20-cifar10.cfg", EXAMPLES / "resnet20-cifar10-params.cfg",
+                   {0: (3, 32, 32), 1: (1,)}, 10)
+    assert_model_matches(net, train_steps=3)
+    model = net_model(onnx, net, {f"weights/{l.name}/{k}": np.ones(s, np.float32)
+                                  for l in net if l.has_weights
+                                  for k, s in l.param_shapes().items()},
+                      "probs", (3, 32, 32), np.zeros((3, 32, 32), np.float32))
+    assert sum(node.op_type == "BatchNormalization" for node in model.graph.node) == 21
 
 
 
