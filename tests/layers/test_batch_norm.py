@@ -40,7 +40,6 @@ def test_gradients(shape, neuron_):
 def _shards_of(layer, x, params, grad, bounds):
     """The forward outputs, input gradients and summed weight gradients of ``x`` cut at
     ``bounds``, each shard with the statistics of all (as the BatchStats operation gives)."""
-    ctx = Context()
     xs, gs = [x[a:b] for a, b in bounds], [grad[a:b] for a, b in bounds]
     counts = [layer.statistics_count(b - a) for a, b in bounds]
     own = [layer.shard_statistics("forward", [xi], params) for xi in xs]
