@@ -126,6 +126,7 @@ def engine_column(files, dims, classes, gpus, mini, steps, warmup, backend="cuda
     from convnet.config import load_net
     from convnet.plan.planner import make_plan
     from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step import step_graph
     from convnet.runtime.step.executor import Executor
 
     if backend == "cuda":
@@ -154,11 +155,14 @@ def engine_column(files, dims, classes, gpus, mini, steps, warmup, backend="cuda
             skipped += ex.step(batch).skipped
         elapsed = time.perf_counter() - start
         graph = getattr(ex, "step_graph", None)
-        return {"images_per_s": mini * steps / elapsed if steps else None,
-                "first_cost": first, "memory_bytes": _pool_bytes(backend, ex),
-                "skipped_steps": skipped, "host_waits": ex.step(batch).host_waits,
-                "replayed_steps": graph.replays if graph is not None else 0,
-                "_weights": weights, "_net": net}
+        figures = {"images_per_s": mini * steps / elapsed if steps else None,
+                   "first_cost": first, "memory_bytes": _pool_bytes(backend, ex),
+                   "skipped_steps": skipped, "host_waits": ex.step(batch).host_waits,
+                   "replayed_steps": graph.replays if graph is not None else 0,
+                   "_weights": weights, "_net": net}
+        if step_graph.ENV in (switches or {}) and graph is None:  # asked for, not captured
+            figures["eager_because"] = "; ".join(step_graph.capture_blockers(ex))
+        return figures
     finally:
         ex.close()
 

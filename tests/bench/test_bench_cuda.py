@@ -64,6 +64,7 @@ def test_the_dry_run_of_cifar10_goes_through_its_columns(tmp_path, monkeypatch, 
     assert "tf32 computes on GPU tensor cores" in engine["tf32"]["error"]  # CPU: refused
     for column in ("default", "bf16", "cuda graph"):
         assert engine[column]["images_per_s"] > 0 and engine[column]["host_waits"] == 1
+    assert engine["cuda graph"]["eager_because"] == "not a CUDA device"
     assert set(reference) == {"fp32", "bf16 autocast"}
     assert all(column["seconds"] >= 0 for column in [*engine.values(), *reference.values()])
     assert results["skipped"] == [] and results["budget_seconds"] is None
