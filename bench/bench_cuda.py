@@ -377,9 +377,11 @@ def main(argv=None) -> int:
             print(f"bench_cuda: no CUDA GPU to benchmark on: {reason}", file=sys.stderr)
             return 2
 
-    def save(results: dict) -> None:
+    def save(results: dict) -> None:  # whole or not at all: a time limit may stop the run
         if args.json is not None:
-            args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+            partial = args.json.with_name(args.json.name + ".partial")
+            partial.write_text(json.dumps(results, indent=2, default=str) + "\n")
+            os.replace(partial, args.json)
 
     run(args, save, Budget(args.budget, start=budget_start))
     return 0
