@@ -197,8 +197,15 @@ def _bench_lines(bench: dict) -> list[str]:
                         + (f" = {ratio:.2f}x the 1gpu config" if ratio else "")))
     if bench.get("skipped"):
         lines.append(f"  left out ({bench['skipped'][0]['reason'].split(':')[0]}): "
-                     + ", ".join(f"{s['net']} {s['column']}" for s in bench["skipped"]))
+                     + ", ".join(_left_out(s) for s in bench["skipped"]))
     return lines
+
+
+def _left_out(column: dict) -> str:
+    """'alexnet bf16', 'alexnet PyTorch tf32', 'the hybrid'."""
+    if column["side"] == "hybrid":
+        return "the hybrid"
+    return f"{column['net']} {'PyTorch ' if column['side'] == 'torch' else ''}{column['column']}"
 
 
 def _row(name: str, cells: list[str]) -> str:
