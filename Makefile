@@ -4,9 +4,10 @@
 #                 PyTorch, MPI; CuPy and NVRTC to compile the CUDA kernels, no GPU needed), run the tests
 #   make bench  - create .venv, install with the bench extra (PyTorch), run the training benchmark
 #   make gpu-check - on a machine with an NVIDIA GPU: bench/gpu_check.sh with that machine's
-#                 python (PYTHON), which must already have the package, CuPy, PyTorch and
-#                 pytest; creates no venv.  At most 6 minutes, a summary at the end (and
-#                 summary.json); logs in GPU_CHECK_LOGS; STAGES picks stages (default all).
+#                 python (PYTHON), which must already have CuPy, PyTorch and pytest (the
+#                 package itself is installed alone into it if missing); creates no venv.
+#                 At most 9 minutes, a summary at the end (and summary.json); logs in
+#                 GPU_CHECK_LOGS; STAGES reruns some stages, keeping the others' results.
 # Each target installs only what it needs; the stamp files record what is installed.
 PYTHON ?= python3
 # The PyTorch the cross-check tests install: the CPU build they were verified against.  An

@@ -2,7 +2,8 @@
 
     python bench/bench_cuda.py [--gpu N] [--mini 128] [--steps 20] [--warmup 3]
                                [--nets cifar10,alexnet,resnet50] [--skip-torch] [--skip-hybrid]
-                               [--switches] [--generic] [--json FILE] [--dry-run]
+                               [--switches] [--generic] [--budget SECONDS] [--json FILE]
+                               [--dry-run]
 
 For each net, the CIFAR-10 reference net (cuda-convnet2's layers-cifar10-11pct.cfg,
 3x32x32, 10 classes) and AlexNet (layers-imagenet-1gpu.cfg, 3x224x224, 1000 classes)
@@ -28,11 +29,17 @@ and then the hybrid data/model-parallel ImageNet net (layers-imagenet-4gpu-data-
 model.cfg) with its four logical devices on the one GPU (``--gpu N,N,N,N``) against
 AlexNet's 1gpu config on ``--gpu N``.  Every figure is a ratio within this run;
 the GPU, driver, CUDA, CuPy, cuDNN and PyTorch versions are printed and, with
-``--json``, written with every column.  A column that fails records its error and
-the run goes on; the JSON is written after each column, so a run stopped at a time
-limit keeps what it measured, and its flat keys (``cifar10_engine_images_per_s``, ...)
-are what bench/gpu_check_summary.py reads.  With the defaults the run takes two to four
-minutes on an H100 (estimated: not yet run on one).
+``--json``, written with every column and the seconds each took.
+
+The columns run in the order of what they decide (bench/cuda_columns.py: each net's
+default against PyTorch fp32 first), and ``--budget SECONDS`` starts no column that
+the time left would not cover (judged by the longest column of the same net so far):
+the columns it leaves out are listed under ``skipped`` with the reason.  A column that
+fails records its error and the run goes on; the JSON is written after each column,
+so a run stopped at a time limit keeps what it measured (``make gpu-check``'s bench
+stage reads it).  Every column takes a few seconds, most of them building the net;
+all of them, both nets and ``--switches``, two to four minutes on an H100 (estimated:
+not yet run on one).
 
 ``--dry-run`` runs all of it on the CPU backend and PyTorch's CPU, at minibatch 4,
 one step, AlexNet at 67x67 (what the suite checks, tests/bench/test_bench_cuda.py);
@@ -56,7 +63,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import torch_net  # noqa: E402  (bench/, next to this script)
-from cuda_report import cell, flat_figures, print_net, versions  # noqa: E402
+from cuda_columns import ENGINE, GENERIC, SWITCHES, TORCH, Budget, columns  # noqa: E402
+from cuda_report import print_column, print_net, print_rest, versions  # noqa: E402
 
 REF = ROOT / "examples" / "cuda-convnet2"
 NETS = {  # name -> (layer-def, layer-params, image side, classes)
@@ -68,25 +76,9 @@ NETS = {  # name -> (layer-def, layer-params, image side, classes)
     "resnet50": (ROOT / "examples" / "resnet50-imagenet.cfg",
                  ROOT / "examples" / "resnet50-imagenet-params.cfg", 224, 1000),
 }
-HYBRID = (REF / "layers-imagenet-4gpu-data-model.cfg",
-          REF / "layer-params-imagenet-4gpu-data-model.cfg")
+HYBRID_FILES = (REF / "layers-imagenet-4gpu-data-model.cfg",
+                REF / "layer-params-imagenet-4gpu-data-model.cfg")
 DRY_SIDE = {"alexnet": 67}  # the smallest AlexNet input its pooling takes, for --dry-run
-
-#: engine column -> (Executor keywords, environment switches)
-ENGINE = {
-    "default": ({}, {}),
-    "checks off": ({"check_finite": False}, {}),
-    "tf32": ({"precision": "tf32"}, {}),
-    "bf16": ({"precision": "bf16"}, {}),
-    "fp16": ({"precision": "fp16"}, {}),
-}
-SWITCHES = {
-    "cudnn": ({}, {"CONVNET_CUDNN": "1"}),
-    "cuda graph": ({}, {"CONVNET_CUDA_GRAPH": "1"}),
-    "cudnn + graph": ({}, {"CONVNET_CUDNN": "1", "CONVNET_CUDA_GRAPH": "1"}),
-}
-TORCH = ("fp32", "tf32", "bf16 autocast", "fp16 autocast")
-
 
 def _no_gpu_reason() -> str | None:
     from convnet import kernels
@@ -140,6 +132,7 @@ def engine_column(files, dims, classes, gpus, mini, steps, warmup, backend="cuda
     from convnet.config.model import on_one_device
     from convnet.plan.planner import make_plan
     from convnet.runtime.devices.backends import make_devices
+    from convnet.runtime.step import step_graph
     from convnet.runtime.step.executor import Executor
 
     if backend == "cuda":
@@ -170,11 +163,14 @@ def engine_column(files, dims, classes, gpus, mini, steps, warmup, backend="cuda
             skipped += ex.step(batch).skipped
         elapsed = time.perf_counter() - start
         graph = getattr(ex, "step_graph", None)
-        return {"images_per_s": mini * steps / elapsed if steps else None,
-                "first_cost": first, "memory_bytes": _pool_bytes(backend, ex),
-                "skipped_steps": skipped, "host_waits": ex.step(batch).host_waits,
-                "replayed_steps": graph.replays if graph is not None else 0,
-                "_weights": weights, "_net": net}
+        figures = {"images_per_s": mini * steps / elapsed if steps else None,
+                   "first_cost": first, "memory_bytes": _pool_bytes(backend, ex),
+                   "skipped_steps": skipped, "host_waits": ex.step(batch).host_waits,
+                   "replayed_steps": graph.replays if graph is not None else 0,
+                   "_weights": weights, "_net": net}
+        if step_graph.ENV in (switches or {}) and graph is None:  # asked for, not captured
+            figures["eager_because"] = "; ".join(step_graph.capture_blockers(ex))
+        return figures
     finally:
         ex.close()
 
@@ -240,19 +236,27 @@ def _guarded(fn, *args, **kwargs) -> dict:
         return {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
 
 
-def run(args, save=lambda results: None) -> dict:
-    """Every part of the benchmark; ``save(results)`` after each column, so that a run
-    stopped at a time limit keeps what it measured."""
+def _torch(args, backend):
+    """PyTorch, or None (said why) when it is missing or has no CUDA here."""
+    if args.skip_torch:
+        return None
+    try:
+        import torch
+    except ImportError:
+        print("PyTorch is not installed (pip install -e '.[bench]'): no PyTorch columns")
+        return None
+    if backend == "cuda" and not torch.cuda.is_available():
+        print(f"PyTorch {torch.__version__} has no CUDA support here: no PyTorch columns")
+        return None
+    return torch
+
+
+def run(args, save=lambda results: None, budget: Budget | None = None) -> dict:
+    """Every column of :func:`columns` that the budget leaves time for; ``save(results)``
+    after each, so that a run stopped at a time limit keeps what it measured."""
+    budget = budget or Budget(None)
     backend = "cpu" if args.dry_run else "cuda"
-    torch = None
-    if not args.skip_torch:
-        try:
-            import torch
-        except ImportError:
-            print("PyTorch is not installed (pip install -e '.[bench]'): no PyTorch columns")
-        if torch is not None and backend == "cuda" and not torch.cuda.is_available():
-            print(f"PyTorch {torch.__version__} has no CUDA support here: no PyTorch columns")
-            torch = None
+    torch = _torch(args, backend)
     if backend == "cuda":
         import cupy
 
@@ -261,61 +265,86 @@ def run(args, save=lambda results: None) -> dict:
             torch.cuda.set_device(args.gpu)
     gpus = (args.gpu,) if backend == "cuda" else (0,)
     results = {"versions": versions(backend, args.gpu, torch), "mini": args.mini,
-               "steps": args.steps, "warmup": args.warmup, "nets": {}}
+               "steps": args.steps, "warmup": args.warmup, "budget_seconds": budget.seconds,
+               "nets": {}, "skipped": []}
     print(" | ".join(f"{k} {v}" for k, v in results["versions"].items()))
-    print(f"minibatch {args.mini}, {args.steps} timed steps after {args.warmup}")
+    print(f"minibatch {args.mini}, {args.steps} timed steps after {args.warmup}"
+          + (f", within {budget.seconds:g} s" if budget.seconds is not None else ""))
     engine = dict(ENGINE, **(SWITCHES if args.switches else {}))
+    if args.generic and backend == "cuda":
+        engine[GENERIC] = ({}, {})
+    dims, start = {}, {}  # per net: image dims; the initial weights and net, for PyTorch
     for name in args.nets:
-        layer_def, params, side, classes = NETS[name]
-        side = DRY_SIDE.get(name, side) if args.dry_run else side
-        dims = (3, side, side)
-        table = results["nets"][name] = {"engine": {}, "torch": {}}
-        common = (dims, classes, gpus, args.mini, args.steps, args.warmup)
-        start = {}  # the initial weights and the net, for PyTorch
-        for column, (executor_args, switches) in engine.items():
-            figures = table["engine"][column] = _guarded(
-                engine_column, (layer_def, params), *common, backend=backend,
-                switches=switches, **executor_args)
-            start = start or {k: figures.pop(k) for k in ("_weights", "_net") if k in figures}
-            for k in ("_weights", "_net"):
-                figures.pop(k, None)
-            save(results)
-        if args.generic and backend == "cuda":
-            from convnet.kernels import cuda as cuda_kernels
-
-            cuda_kernels.uninstall()
-            try:
-                table["engine"]["generic kernels"] = _guarded(
-                    engine_column, (layer_def, params), *common, backend=backend)
-            finally:
-                cuda_kernels.install(force=True)
-        if torch is not None and start:
-            for mode in TORCH:
-                table["torch"][mode] = _guarded(torch_column, torch, start["_net"],
-                                                start["_weights"], args.mini, dims, classes,
-                                                args.steps, args.warmup, mode,
-                                                device="cuda" if backend == "cuda" else "cpu")
-                save(results)
-        print_net(name, layer_def.name, dims, table)
-    if not args.skip_hybrid and "alexnet" in results["nets"]:
-        side = DRY_SIDE["alexnet"] if args.dry_run else NETS["alexnet"][2]
-        hybrid = _guarded(engine_column, HYBRID, (3, side, side), 1000, gpus * 4, args.mini,
-                          args.steps, args.warmup, backend=backend)
-        hybrid.pop("_weights", None)
-        hybrid.pop("_net", None)
-        single = results["nets"]["alexnet"]["engine"]["default"]
-        ratio = (hybrid["images_per_s"] / single["images_per_s"]
-                 if "error" not in hybrid and single.get("images_per_s") else None)
-        results["hybrid"] = {"four_logical_devices": hybrid, "ratio_to_1gpu": ratio}
-        print(f"\nhybrid layers-imagenet-4gpu-data-model.cfg on --gpu "
-              f"{','.join(map(str, gpus * 4))}: {cell(hybrid)} img/s"
-              + (f" = {ratio:.2f}x the 1gpu config on --gpu {gpus[0]}" if ratio else
-                 f" ({hybrid.get('error', '')})"))
+        side = DRY_SIDE.get(name, NETS[name][2]) if args.dry_run else NETS[name][2]
+        dims[name] = (3, side, side)
+        results["nets"][name] = {"engine": {}, "torch": {}}
+    hybrid = "alexnet" in args.nets and not args.skip_hybrid
+    for net, side, column in columns(args.nets, engine, TORCH if torch else (), hybrid):
+        refused = budget.refuses(net)
+        if refused:
+            results["skipped"].append({"net": net, "side": side, "column": column,
+                                       "reason": refused})
+            continue
+        layer_def, params, _, classes = NETS[net]
+        common = (dims[net], classes, gpus, args.mini, args.steps, args.warmup)
+        began = budget.clock()
+        if side == "engine":
+            executor_args, switches = engine[column]
+            figures = _engine_figures(column, (layer_def, params), *common, backend=backend,
+                                      switches=switches, **executor_args)
+            kept = {k: figures.pop(k) for k in ("_weights", "_net") if k in figures}
+            if kept and net not in start:
+                start[net] = kept
+        elif side == "torch":
+            figures = ({"error": "no engine column of this net ran to give the initial "
+                                 "weights"} if not start.get(net) else
+                       _guarded(torch_column, torch, start[net]["_net"],
+                                start[net]["_weights"], args.mini, dims[net], classes,
+                                args.steps, args.warmup, column, device=backend))
+        else:  # the hybrid: four logical devices on the GPU
+            figures = _engine_figures("default", HYBRID_FILES, dims[net], classes, gpus * 4,
+                                      *common[3:], backend=backend)
+            for key in ("_weights", "_net"):
+                figures.pop(key, None)
+        figures["seconds"] = round(budget.clock() - began, 1)
+        budget.took(net, figures["seconds"])
+        if side == "hybrid":
+            results["hybrid"] = _hybrid(figures, results["nets"]["alexnet"], gpus)
+        else:
+            results["nets"][net][side][column] = figures
+        print_column(net, side, column, figures)
+        save(results)
+    for name in args.nets:
+        print_net(name, NETS[name][0].name, dims[name], results["nets"][name])
+    print_rest(results, gpus)
     save(results)
     return results
 
 
-def main(argv=None) -> int:
+def _engine_figures(column, files, *common, **kwargs) -> dict:
+    """An engine column; ``generic kernels`` with the fused CUDA kernels switched off."""
+    if column != GENERIC:
+        return _guarded(engine_column, files, *common, **kwargs)
+    from convnet.kernels import cuda as cuda_kernels
+
+    cuda_kernels.uninstall()
+    try:
+        return _guarded(engine_column, files, *common, **kwargs)
+    finally:
+        cuda_kernels.install(force=True)
+
+
+def _hybrid(figures: dict, alexnet: dict, gpus) -> dict:
+    """The hybrid's figures and its ratio to AlexNet's 1gpu config (its default column)."""
+    single = alexnet["engine"].get("default", {}).get("images_per_s")
+    ratio = (figures["images_per_s"] / single
+             if "error" not in figures and figures.get("images_per_s") and single else None)
+    return {"four_logical_devices": figures, "ratio_to_1gpu": ratio,
+            "gpus": ",".join(map(str, gpus * 4))}
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The command line, with the defaults of a real or a dry run filled in."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpu", type=int, default=0, help="physical GPU (default 0)")
     ap.add_argument("--mini", type=int, default=None, help="minibatch (default 128; 4 dry)")
@@ -331,6 +360,9 @@ def main(argv=None) -> int:
                     help="also the engine with CONVNET_CUDNN=1 and CONVNET_CUDA_GRAPH=1")
     ap.add_argument("--generic", action="store_true",
                     help="also the engine with the fused CUDA kernels switched off")
+    ap.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                    help="start no column once it would not end within SECONDS of the "
+                         "start (the columns left out are recorded); default: no limit")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument("--dry-run", action="store_true",
                     help="everything on the CPU at tiny sizes: that the script runs")
@@ -342,17 +374,25 @@ def main(argv=None) -> int:
     args.mini = args.mini or (4 if dry else 128)
     args.steps = args.steps if args.steps is not None else (1 if dry else 20)
     args.warmup = args.warmup if args.warmup is not None else (0 if dry else 3)
-    if not dry:
+    return args
+
+
+def main(argv=None) -> int:
+    budget_start = time.monotonic()  # the budget counts the import of PyTorch and CuPy
+    args = parse(argv)
+    if not args.dry_run:
         reason = _no_gpu_reason()
         if reason is not None:
             print(f"bench_cuda: no CUDA GPU to benchmark on: {reason}", file=sys.stderr)
             return 2
-    def save(results: dict) -> None:
-        if args.json is not None:
-            args.json.write_text(json.dumps({**flat_figures(results), **results}, indent=2,
-                                            default=str) + "\n")
 
-    run(args, save)
+    def save(results: dict) -> None:  # whole or not at all: a time limit may stop the run
+        if args.json is not None:
+            partial = args.json.with_name(args.json.name + ".partial")
+            partial.write_text(json.dumps(results, indent=2, default=str) + "\n")
+            os.replace(partial, args.json)
+
+    run(args, save, Budget(args.budget, start=budget_start))
     return 0
 
 

@@ -1,6 +1,7 @@
-"""What bench/bench_cuda.py records and prints: the versions it ran on, each net's table
-of columns, and the headline figures under the flat keys bench/gpu_check_summary.py
-reads."""
+"""What bench/bench_cuda.py records and prints: the versions it ran on, each column as
+it ends, each net's table with every engine column against PyTorch in the same mode
+(:func:`against_torch`, which bench/gpu_check_summary.py shows too), the hybrid and
+the columns the budget left out."""
 
 from __future__ import annotations
 
@@ -47,31 +48,63 @@ def _mib(n) -> str:
     return "-" if n is None else f"{n / 2 ** 20:,.0f} MiB"
 
 
-def flat_figures(results: dict) -> dict:
-    """The headline figures under flat keys (``<net>_engine_images_per_s``, its
-    ``<net>_torch_images_per_s``, ...), as bench/gpu_check_summary.py reads them."""
-    out = {"gpu": results["versions"].get("device"), "torch_version":
-           results["versions"].get("torch")}
-    for name, table in results["nets"].items():
-        engine, reference = table["engine"].get("default", {}), table["torch"].get("fp32", {})
-        out[f"{name}_engine_images_per_s"] = engine.get("images_per_s")
-        out[f"{name}_torch_images_per_s"] = reference.get("images_per_s")
-        out[f"{name}_first_cost_engine"] = engine.get("first_cost")
-        out[f"{name}_first_cost_torch"] = reference.get("first_cost")
-    hybrid = results.get("hybrid", {}).get("four_logical_devices", {})
-    out["alexnet_hybrid_4_logical_images_per_s"] = hybrid.get("images_per_s")
+#: the PyTorch mode each engine column is compared with (fp32 where not named)
+SAME_MODE = {"tf32": "tf32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}
+
+
+def against_torch(table: dict) -> dict:
+    """Each engine column of a net's table against PyTorch in the same mode:
+    {column: {"torch_mode", "speed" (engine / PyTorch img/s), "memory" (pool / PyTorch's
+    max_memory_allocated)}}, a ratio None where either side has no figure."""
+    out = {}
+    for column, figures in table["engine"].items():
+        mode = SAME_MODE.get(column, "fp32")
+        reference = table["torch"].get(mode, {})
+        out[column] = {"torch_mode": mode,
+                       "speed": _ratio(figures.get("images_per_s"),
+                                       reference.get("images_per_s")),
+                       "memory": _ratio(figures.get("memory_bytes"),
+                                        reference.get("memory_bytes"))}
     return out
+
+
+def _ratio(a, b):
+    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+
+def print_column(net: str, side: str, column: str, figures: dict) -> None:
+    """One line as a column ends (the log of a run cut short shows how far it got)."""
+    took = f"({figures.get('seconds', 0):.1f} s)"
+    if "error" in figures:
+        print(f"  {net:8s} {side:6s} {column:20s} {took}  {figures['error']}", flush=True)
+        return
+    print(f"  {net:8s} {side:6s} {column:20s} {cell(figures):>9s} img/s "
+          f"{_mib(figures.get('memory_bytes')):>10s}  {took}", flush=True)
 
 
 def print_net(name: str, config: str, dims, table: dict) -> None:
     print(f"\n{name} ({config}, {'x'.join(map(str, dims))}): images/s, memory")
-    torch_fp32 = table["torch"].get("fp32", {}).get("images_per_s")
+    compared = against_torch(table)
     for side in ("engine", "torch"):
         for column, figures in table[side].items():
             ratio = ""
-            ips = figures.get("images_per_s")
-            if side == "engine" and ips and torch_fp32:
-                ratio = f"  ({ips / torch_fp32:.2f}x PyTorch fp32)"
+            if side == "engine" and compared[column]["speed"] is not None:
+                ratio = (f"  ({compared[column]['speed']:.2f}x PyTorch "
+                         f"{compared[column]['torch_mode']})")
             error = f"  {figures['error']}" if "error" in figures else ""
-            print(f"  {side:6s} {column:14s} {cell(figures):>9s}  "
+            print(f"  {side:6s} {column:16s} {cell(figures):>9s}  "
                   f"{_mib(figures.get('memory_bytes')):>10s}{ratio}{error}")
+
+
+def print_rest(results: dict, gpus) -> None:
+    """The hybrid against the 1gpu config, and what the budget left out."""
+    if "hybrid" in results:
+        hybrid = results["hybrid"]
+        figures, ratio = hybrid["four_logical_devices"], hybrid["ratio_to_1gpu"]
+        print(f"\nhybrid layers-imagenet-4gpu-data-model.cfg on --gpu {hybrid['gpus']}: "
+              f"{cell(figures)} img/s"
+              + (f" = {ratio:.2f}x the 1gpu config on --gpu {gpus[0]}" if ratio else
+                 f" ({figures.get('error', 'no 1gpu figure to compare with')})"))
+    if results["skipped"]:
+        print(f"\nleft out ({results['skipped'][0]['reason'].split(':')[0]}): "
+              + ", ".join(f"{s['net']} {s['side']} {s['column']}" for s in results["skipped"]))

@@ -1,14 +1,16 @@
 """The one-screen summary of ``make gpu-check`` (bench/gpu_check.sh), and summary.json.
 
-    python bench/gpu_check_summary.py LOG_DIR [--no-gpu REASON] [--seconds N]
+    python bench/gpu_check_summary.py LOG_DIR [--no-gpu REASON] [--seconds N] [--budget N]
 
 Reads what the stages left in LOG_DIR: ``stages.tsv`` (each stage's status, exit
 status, seconds and limit), ``environment.json`` (versions and the self-test), the
-``example`` and ``cifar10`` training logs, ``tests.xml`` (JUnit), ``bench.json``
-(bench/bench_cuda.py), ``memory.json`` (bench/cuda_memory.py) and ``data.json``
-(bench/cuda_data_wait.py).  A stage that left nothing is reported as such, never
-guessed.  Exit status: 2 without a GPU, 1 when a stage failed or ran out of time,
-else 0.
+JUnit XML of ``tests`` and ``proofs``, the ``example`` and ``cifar10`` training logs,
+``memory.json`` (bench/cuda_memory.py), ``bench.json`` (bench/bench_cuda.py) and
+``data.json`` (bench/cuda_data_wait.py).  summary.json holds all of it (the whole
+benchmark, each engine column with its ratios to PyTorch in the same mode); the
+screen shows the figures that decide something.  A stage that left nothing is
+reported as such, never guessed.  Exit status: 2 without a GPU, 1 when a stage failed
+or ran out of time, else 0.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ import re
 import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cuda_report import SAME_MODE, against_torch  # noqa: E402  (bench/, next to this script)
 
 MIB = 1 << 20
 
@@ -43,10 +49,11 @@ def stages(log: Path) -> list[dict]:
     return rows
 
 
-def tests(log: Path) -> dict | None:
-    """Counts and failing tests from pytest's JUnit XML (written even when interrupted)."""
+def tests(log: Path, stage: str) -> dict | None:
+    """Counts and failing tests from a stage's JUnit XML (pytest writes it even when
+    interrupted)."""
     try:
-        root = ElementTree.parse(log / "tests.xml").getroot()
+        root = ElementTree.parse(log / f"{stage}.xml").getroot()
     except (OSError, ElementTree.ParseError):
         return None
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
@@ -84,33 +91,24 @@ def training(log: Path, stage: str) -> dict | None:
     return out
 
 
-def bench_ratios(bench: dict | None) -> dict | None:
-    """Every ``<name>_engine_images_per_s`` with its ``<name>_torch_images_per_s``, as
-    engine / PyTorch; other images/s figures as they are."""
-    if not bench:
-        return None
-    out = {}
-    for key, value in bench.items():
-        if not key.endswith("_images_per_s") or not isinstance(value, (int, float)):
-            continue
-        found = re.match(r"(.+)_engine_images_per_s$", key)
-        if found:
-            torch = bench.get(f"{found.group(1)}_torch_images_per_s")
-            out[found.group(1)] = {"engine": value, "torch": torch,
-                                   "ratio": value / torch if torch else None}
-        elif "_torch_images_per_s" not in key and "_engine_generic_" not in key:
-            out[key[:-len("_images_per_s")]] = {"engine": value, "torch": None, "ratio": None}
-    return out
+def bench(log: Path) -> dict | None:
+    """bench.json as bench/bench_cuda.py wrote it, each net with ``against_torch``."""
+    results = _json(log / "bench.json")
+    for table in (results or {}).get("nets", {}).values():
+        table["against_torch"] = against_torch(table)
+    return results
 
 
-def summarize(log: Path, no_gpu: str = "", seconds: int | None = None) -> dict:
+def summarize(log: Path, no_gpu: str = "", seconds: int | None = None,
+              budget: int | None = None) -> dict:
     env = _json(log / "environment.json")
-    return {"seconds": seconds, "no_gpu": no_gpu or None, "stages": stages(log),
-            "environment": env["lines"] if env else None,
+    return {"seconds": seconds, "budget": budget, "no_gpu": no_gpu or None,
+            "stages": stages(log), "environment": env["lines"] if env else None,
             "self_test": env["self_test"] if env else None,
+            "tests": tests(log, "tests"), "proofs": tests(log, "proofs"),
             "example": training(log, "example"), "cifar10": training(log, "cifar10"),
-            "tests": tests(log), "bench": bench_ratios(_json(log / "bench.json")),
-            "memory": _json(log / "memory.json"), "data": _json(log / "data.json")}
+            "memory": _json(log / "memory.json"), "bench": bench(log),
+            "data": _json(log / "data.json")}
 
 
 def _n(value, digits=0) -> str:
@@ -118,7 +116,8 @@ def _n(value, digits=0) -> str:
 
 
 def text(summary: dict) -> list[str]:
-    lines = [f"gpu-check summary ({_n(summary['seconds'])} s)"]
+    of = f" of {summary['budget']}" if summary.get("budget") else ""
+    lines = [f"gpu-check summary ({_n(summary['seconds'])} s{of})"]
     if summary["no_gpu"]:
         lines.append(f"no GPU: {summary['no_gpu']}")
     for line in (summary["environment"] or [])[1:3]:
@@ -133,38 +132,37 @@ def text(summary: dict) -> list[str]:
     if not summary["self_test"]:
         lines.append("self-test: no result" if summary["self_test"] is None else
                      "self-test: not run (no GPU)")
+    for stage in ("tests", "proofs"):
+        counts = summary[stage]
+        lines.append(f"{stage}: no result" if counts is None else _tests_text(stage, counts))
     for stage in ("example", "cifar10"):
-        run = summary[stage]
-        if not run:
-            lines.append(f"{stage}: no result")
-            continue
-        part = (f"{stage}: {_n(run.get('images_per_s'))} img/s, final test error "
-                f"{_n(run.get('final_test_error_percent'), 2)}%")
-        if run.get("error"):
-            part += f"; ERROR: {run['error'][:150]}"
-        if stage == "example" and run.get("devices"):
-            part += f"; {run['devices'].split('physical: ', 1)[-1]}"
-        lines.append(part)
-    for key, describe in (("tests", _tests_text), ("bench", _bench_text),
-                          ("memory", _memory_text), ("data", _data_text)):
-        value = summary[key]
-        lines.append(f"{key}: no result" if value is None else describe(value))
+        lines.append(_training_text(stage, summary[stage]))
+    lines.append("memory: no result" if summary["memory"] is None else
+                 _memory_text(summary["memory"]))
+    lines.extend(["bench: no result"] if summary["bench"] is None else
+                 _bench_lines(summary["bench"]))
+    lines.append("data: no result" if summary["data"] is None else _data_text(summary["data"]))
     return lines
 
 
-def _tests_text(t: dict) -> str:
+def _tests_text(stage: str, t: dict) -> str:
     failed = ""
     if t["failed_tests"]:
         failed = (f"; failed: {', '.join(t['failed_tests'][:6])}"
                   + (" ..." if len(t["failed_tests"]) > 6 else ""))
-    return f"tests: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped{failed}"
+    return f"{stage}: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped{failed}"
 
 
-def _bench_text(bench: dict) -> str:
-    return "bench: " + "; ".join(
-        f"{name} engine {_n(r['engine'])} img/s"
-        + (f", PyTorch {_n(r['torch'])} img/s, engine/PyTorch {r['ratio']:.2f}"
-           if r["ratio"] is not None else "") for name, r in bench.items())
+def _training_text(stage: str, run: dict | None) -> str:
+    if not run:
+        return f"{stage}: no result"
+    part = (f"{stage}: {_n(run.get('images_per_s'))} img/s, final test error "
+            f"{_n(run.get('final_test_error_percent'), 2)}%")
+    if run.get("error"):
+        part += f"; ERROR: {run['error'][:150]}"
+    if stage == "example" and run.get("devices"):
+        part += f"; {run['devices'].split('physical: ', 1)[-1]}"
+    return part
 
 
 def _memory_text(memory: dict) -> str:
@@ -172,6 +170,69 @@ def _memory_text(memory: dict) -> str:
         f"{c['config']} mini {c['mini']} --gpu {c['gpus']}: {_n(c['pool_bytes'] / MIB)} "
         f"MiB held, {_n(c['estimate_bytes'] / MIB)} MiB estimated "
         f"({c['pool_bytes'] / c['estimate_bytes']:.2f})" for c in memory["configs"])
+
+
+def _bench_lines(bench: dict) -> list[str]:
+    """A table with a column per net: a row per engine column (img/s, x PyTorch in the
+    same mode, ``eager`` where a CUDA graph was asked for and not captured) and per
+    PyTorch mode, the default's memory against PyTorch fp32's; then the hybrid and what
+    the budget left out."""
+    nets = bench["nets"].values()
+    lines = [f"bench, img/s (x: engine / PyTorch in the same mode, fp32 unless named; "
+             f"minibatch {bench['mini']}):",
+             _row("", list(bench["nets"]))]
+    for column in dict.fromkeys(c for t in nets for c in t["engine"]):
+        mode = SAME_MODE.get(column, "fp32")
+        lines.append(_row(column + (f" (x {mode})" if mode not in ("fp32", column) else ""),
+                          [_engine_cell(t, column) for t in nets]))
+    for mode in dict.fromkeys(m for t in nets for m in t["torch"]):
+        lines.append(_row(f"PyTorch {mode}", [_cell(t["torch"].get(mode)) for t in nets]))
+    lines.append(_row("MiB: pool/PyTorch fp32", [_memory_cell(t) for t in nets]))
+    hybrid = bench.get("hybrid")
+    if hybrid:
+        figures, ratio = hybrid["four_logical_devices"], hybrid["ratio_to_1gpu"]
+        lines.append(f"  hybrid 4gpu-data-model on --gpu {hybrid['gpus']}: "
+                     + (f"error: {figures['error'][:100]}" if "error" in figures else
+                        f"{_n(figures.get('images_per_s'))} img/s"
+                        + (f" = {ratio:.2f}x the 1gpu config" if ratio else "")))
+    if bench.get("skipped"):
+        lines.append(f"  left out ({bench['skipped'][0]['reason'].split(':')[0]}): "
+                     + ", ".join(_left_out(s) for s in bench["skipped"]))
+    return lines
+
+
+def _left_out(column: dict) -> str:
+    """'alexnet bf16', 'alexnet PyTorch tf32', 'the hybrid'."""
+    if column["side"] == "hybrid":
+        return "the hybrid"
+    return f"{column['net']} {'PyTorch ' if column['side'] == 'torch' else ''}{column['column']}"
+
+
+def _row(name: str, cells: list[str]) -> str:
+    return f"  {name:24s}" + "".join(f"{c:>20s}" for c in cells)
+
+
+def _cell(figures: dict | None) -> str:
+    if figures is None:
+        return "-"
+    return "error" if "error" in figures else _n(figures.get("images_per_s"))
+
+
+def _engine_cell(table: dict, column: str) -> str:
+    figures = table["engine"].get(column)
+    ratio = table["against_torch"].get(column, {}).get("speed")
+    if figures is None or "error" in figures:
+        return _cell(figures)
+    return (_cell(figures) + (f" {ratio:.2f}x" if ratio is not None else "")
+            + (" eager" if figures.get("eager_because") else ""))
+
+
+def _memory_cell(table: dict) -> str:
+    engine = table["engine"].get("default", {}).get("memory_bytes")
+    torch = table["torch"].get("fp32", {}).get("memory_bytes")
+    ratio = table["against_torch"].get("default", {}).get("memory")
+    return (f"{_n(engine and engine / MIB)}/{_n(torch and torch / MIB)}"
+            + (f" {ratio:.2f}x" if ratio is not None else ""))
 
 
 def _data_text(data: dict) -> str:
@@ -193,8 +254,9 @@ def main(argv=None) -> int:
     ap.add_argument("log", type=Path)
     ap.add_argument("--no-gpu", default="", help="why no GPU was usable ('' when one was)")
     ap.add_argument("--seconds", type=int, default=None, help="how long the check took")
+    ap.add_argument("--budget", type=int, default=None, help="the seconds it was given")
     args = ap.parse_args(argv)
-    summary = summarize(args.log, args.no_gpu, args.seconds)
+    summary = summarize(args.log, args.no_gpu, args.seconds, args.budget)
     print("\n".join(text(summary)))
     (args.log / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return exit_status(summary)

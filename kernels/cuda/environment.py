@@ -6,7 +6,7 @@ benchmark or a failing test report carries the facts needed to reproduce it, the
 the self-test of the fused kernels on every GPU (:mod:`convnet.kernels.cuda.self_test`).
 A piece that cannot be queried (no driver, no GPU) is printed as unavailable with
 the reason.  ``--json FILE`` also writes the report as JSON (``make gpu-check`` reads
-it).  Exits 2 when CuPy is missing or sees no GPU (the reason is printed), 1 when the
+it), before the self-test (``self_test`` null) and again after it.  Exits 2 when CuPy is missing or sees no GPU (the reason is printed), 1 when the
 self-test fails on a GPU (the backend then runs the generic kernels for the failing
 families), else 0.
 """
@@ -106,14 +106,20 @@ def main(argv=None) -> int:
     except ImportError as error:
         print(f"no CuPy: {error}", file=sys.stderr)
         return 2
-    print("\n".join(lines))
-    report = {"lines": lines, "backend_unavailable": reason or None, "self_test": []}
+    print("\n".join(lines), flush=True)
+    report = {"lines": lines, "backend_unavailable": reason or None,
+              "self_test": [] if reason else None}  # None: not finished
+
+    def save():  # before the self-test too: a time limit may stop it (first compiles)
+        if args.json is not None:
+            args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+    save()
     if not reason:
         report["self_test"] = self_tests()
         for result in report["self_test"]:
             print(f"GPU {result['gpu']} {result['text']}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        save()
     if reason:
         print(f"the CUDA backend cannot run here: {reason}", file=sys.stderr)
         return 2

@@ -9,7 +9,8 @@ where it runs: one tiny case per family that exercises its edges (overlapping,
 overhanging and empty pooling windows, negative starts, grouped, strided, padded and
 two-input convolutions, locally-connected layers, the three normalisations, logreg with
 ties, the dropout uniforms, every neuron forward, in place and backward, batch
-normalisation's statistics, forward and input gradient), compared with
+normalisation's statistics, forward and input gradient, the momentum update ungated and
+gated by a true and a false device flag), compared with
 the generic kernels (:mod:`convnet.kernels`) on the same arrays of the same device.
 
 :func:`convnet.kernels.cuda.install` runs it once per process, on the GPU of the first
@@ -38,6 +39,7 @@ from .. import nn as knn
 from .. import norm as knorm
 from .. import pool as kpool
 from .. import random as krandom
+from .. import update as kupdate
 from ..neurons import NEURONS
 from . import batch_norm as cbn
 from . import conv as cconv
@@ -46,6 +48,7 @@ from . import neurons as cneurons
 from . import nn as cnn
 from . import norm as cnorm
 from . import pool as cpool
+from . import update as cupdate
 from .kernel_set import current
 
 #: How far a float result may be from the generic kernel's: the fused kernels add in the
@@ -76,7 +79,7 @@ class SelfTest:
         return tuple(r for r in self.results if not r.ok)
 
     def text(self) -> str:
-        """One line: 'self-test: 6 kernel families agree with the generic kernels (0.03 s)'."""
+        """One line: 'self-test: 7 kernel families agree with the generic kernels (0.03 s)'."""
         if not self.failed:
             return (f"self-test: {len(self.results)} kernel families agree with the generic "
                     f"kernels ({self.seconds:.2f} s)")
@@ -248,9 +251,29 @@ def _batch_norm(xp, rng):
              kbn.batch_norm_backward.generic(g, x, mean, invstd, scale, sums, 15))
 
 
+def _update(xp, rng):
+    """The weight update in place, on a shape no block size divides: ungated with weight
+    decay, and gated by a device flag, true without decay and false (the weights and
+    increments stay bitwise as they were)."""
+    for ok, wc in ((None, 0.004), (True, 0.0), (False, 0.004)):
+        w, inc, grad = (xp.asarray(rng.standard_normal((5, 3, 7)), np.float32)
+                        for _ in range(3))
+        flag = None if ok is None else xp.asarray(ok)
+        fused, generic = (w.copy(), inc.copy()), (w.copy(), inc.copy())
+        cupdate.momentum_update(*fused, grad, flag, 0.01, 0.9, wc, 37)
+        kupdate.momentum_update.generic(*generic, grad, flag, 0.01, 0.9, wc, 37)
+        case = "momentum update, " + ("ungated" if ok is None else f"flag {str(ok).lower()}")
+        for name, got, want, before in zip(("weights", "increments"), fused, generic,
+                                           (w, inc)):
+            _compare("cvn_momentum_update", f"{case}, {name}", got, want)
+            if ok is False:
+                _compare("cvn_momentum_update", f"{case}, {name} left as they were", got,
+                         before, exact=True)
+
+
 #: family (the module of convnet.kernels.cuda whose overrides it checks) -> its case
 FAMILIES = {"conv": _conv, "pool": _pool, "norm": _norm, "nn": _nn, "dropout": _dropout,
-            "neurons": _neurons, "batch_norm": _batch_norm}
+            "neurons": _neurons, "batch_norm": _batch_norm, "update": _update}
 
 
 def run() -> SelfTest:

@@ -7,7 +7,7 @@ cuDNN itself: the mapping of cuda-convnet2's geometry (top/left padding, the
 ceiling rule's bottom/right padding, groups) onto cuDNN's, the tensors' shapes and
 strides, the bias and the sum over inputs, what the backward pass gets, the engines
 filtered out, and the fallback to the im2col kernels.  The GPU check
-(bench/gpu_speed_check.sh) runs the real frontend against the im2col kernels.
+(``make gpu-check``'s proofs stage) runs the real frontend against the im2col kernels.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The GPU speed work on a real GPU: what must hold before its switches become defaults.
 
-Skipped without CuPy and a CUDA GPU; bench/gpu_speed_check.sh runs them (a few
-seconds of GPU time).  Each is the GPU half of a CPU test:
+Skipped without CuPy and a CUDA GPU; ``make gpu-check`` runs them (its proofs
+stage).  Each is the GPU half of a CPU test:
 
 * one host wait per step on a CUDA device (tests/runtime/step/test_host_waits.py);
 * cuDNN convolutions (``CONVNET_CUDNN=1``) agree with the im2col kernels, layer by

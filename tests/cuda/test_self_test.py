@@ -2,8 +2,8 @@
 the host emulation of the kernels (:mod:`tests.support.cuda_emulation`), where every
 family agrees with the generic kernels, and with a deliberately broken pooling
 backward kernel (every max-pool gradient doubled, what NVRTC 13.0's miscompile gave:
--1.1224 for -0.5612), which it names; ``install()`` then keeps that family on the
-generic kernels and warns once."""
+-1.1224 for -0.5612), which it names, and a momentum update that ignores its device
+flag; ``install()`` then keeps a failing family on the generic kernels and warns once."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_every_family_agrees_with_the_generic_kernels_on_the_emulation():
         result = self_test.run()
     assert [r.family for r in result.results] == list(self_test.FAMILIES)
     assert result.failed == ()
-    assert result.text().startswith("self-test: 7 kernel families agree with the generic "
+    assert result.text().startswith("self-test: 8 kernel families agree with the generic "
                                     "kernels (")
 
 
@@ -57,6 +57,15 @@ def test_a_broken_pooling_backward_kernel_fails_its_family_only():
     got, want = _values(failed.detail)
     assert got == pytest.approx(2 * want, rel=1e-4)
     assert "FAILED for pool (the generic kernels run instead): cvn_pool_bwd: " in result.text()
+
+
+def test_an_update_that_ignores_its_flag_fails_the_update_family_only():
+    ignores_flag = ("if (!gated || ok[0]) {", "if (true) {")
+    with kernel_set.using(_emulated({"cvn_momentum_update": ignores_flag})):
+        result = self_test.run()
+    (failed,) = result.failed
+    assert (failed.family, failed.kernel) == ("update", "cvn_momentum_update")
+    assert failed.detail.startswith("momentum update, flag false, weights: [")
 
 
 def _values(detail: str) -> tuple[float, float]:

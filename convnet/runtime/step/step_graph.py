@@ -25,7 +25,7 @@ The capture allocates from a memory pool of its own, kept with the graph, so tha
 address a replay writes is handed to anything else (PyTorch's graphs keep private
 pools for the same reason).  Replays compute what eager steps compute, kernel for
 kernel; a GPU run checks that they give the same weights bitwise
-(bench/gpu_speed_check.sh) before the switch is made the default.
+(``make gpu-check``'s proofs stage) before the switch is made the default.
 
 The CUDA calls go through one seam, the capture backend; the tests replay on CPU
 devices with a stand-in that runs the captured walk again into the same buffers
