@@ -81,6 +81,7 @@ from convnet.data import augment
 from convnet.data.ranges import format_range
 from convnet.errors import DataError
 from convnet.filekind import not_a_regular_file
+from convnet.kernels.images import StoredImages
 
 _AUGMENT_STREAM = 1  # keeps augmentation noise apart from other seeded streams
 
@@ -106,6 +107,12 @@ class DataOptions:
     cases_per_batch: int = 512
     skip_bad_images: bool = False
     decode_threads: int | None = None
+
+
+def as_float(columns: list) -> list[np.ndarray]:
+    """A batch's columns with :class:`~convnet.kernels.images.StoredImages` made float32
+    on the host (what ``get_batch`` serves)."""
+    return [c.to_float() if isinstance(c, StoredImages) else c for c in columns]
 
 
 def format_shape(shape: tuple[int, ...]) -> str:
@@ -193,8 +200,17 @@ class DataProvider:
     # -- the interface -----------------------------------------------------------
 
     def get_batch(self, batch_id: int, train: bool, epoch: int = 0) -> list[np.ndarray]:
+        return as_float(self.load_batch(batch_id, train, epoch))
+
+    def load_batch(self, batch_id: int, train: bool, epoch: int = 0,
+                   empty=np.empty) -> list:
+        """What :meth:`get_batch` serves, with column 0 as stored: images (C, S, S) come
+        as :class:`~convnet.kernels.images.StoredImages` (the windows cut, the draws of
+        the augmentation made, the float conversion left to the device that trains on
+        them); other data as get_batch's float32 array.  ``empty(shape, dtype)``
+        allocates the arrays a provider decodes into (pinned memory for a GPU)."""
         raw, labels = self._checked_load(batch_id)
-        return self._serve(raw, labels, batch_id, train, epoch)
+        return self._stored(raw, labels, batch_id, train, epoch)
 
     def get_test_views(self, batch_id: int) -> list[np.ndarray]:
         raw, labels = self._checked_load(batch_id)
@@ -220,36 +236,63 @@ class DataProvider:
         labels = np.zeros(len(raw), np.float32)
         if self.num_views > 1:
             return self._serve_views(raw, labels)[0]
-        return self._serve(raw, labels, 0, train=False, epoch=0)[0]
+        return as_float(self._stored(raw, labels, 0, train=False, epoch=0))[0]
 
-    def _serve(self, raw: np.ndarray, labels: np.ndarray, batch_id: int, train: bool,
-               epoch: int) -> list[np.ndarray]:
-        """Checked raw images and labels as ``get_batch`` serves them."""
-        images, labels = self._centred(raw, labels)
-        if train:
-            if epoch < 0:
-                raise ValueError(f"epoch must be >= 0, got {epoch}")
-            rng = np.random.default_rng([self.options.seed, _AUGMENT_STREAM, epoch, batch_id])
-            if self._inner:
-                images = augment.random_crops(images, self._inner, rng)
-            if self.options.color_noise > 0:
-                images = self._add_colour_noise(images, rng)
-        elif self._inner:
-            images = augment.centre_crop(images, self._inner)
-        return [np.ascontiguousarray(images, dtype=np.float32), labels]
+    def _stored(self, raw: np.ndarray, labels: np.ndarray, batch_id: int, train: bool,
+                epoch: int) -> list:
+        """Checked raw images and labels as ``load_batch`` serves them."""
+        labels = labels.astype(np.float32).reshape(-1, 1)
+        if len(self.image_shape) != 3:  # not images: no windows, float32 at once
+            images = raw.astype(np.float32)
+            images -= self._mean_value()
+            return [images, labels]
+        offsets, flips, rng = self._windows(len(raw), batch_id, train, epoch)
+        pixels = raw if raw.dtype == np.uint8 else raw.astype(np.float32)
+        if self._inner:
+            pixels = augment.cut_windows(pixels, self._inner, offsets)
+        return [self._stored_images(pixels, offsets, flips, rng), labels]
+
+    def _windows(self, n: int, batch_id: int, train: bool,
+                 epoch: int) -> tuple[np.ndarray, np.ndarray, np.random.Generator | None]:
+        """Each case's window (top, left) and mirror, and the training generator the
+        colour noise draws from next (None in tests): the crops of ``--inner-size``, or
+        the whole image."""
+        size = self.image_shape[-1]
+        if not train:
+            offsets, flips = augment.centre_windows(n, size, self._inner or size)
+            return offsets, flips, None
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        rng = np.random.default_rng([self.options.seed, _AUGMENT_STREAM, epoch, batch_id])
+        if self._inner:
+            offsets, flips = augment.random_windows(n, size, self._inner, rng)
+        else:
+            offsets, flips = augment.centre_windows(n, size, size)
+        return offsets, flips, rng
+
+    def _stored_images(self, pixels: np.ndarray, offsets: np.ndarray, flips: np.ndarray,
+                rng: np.random.Generator | None, channels_last: bool = False) -> StoredImages:
+        """Stored windows with their recipe: the mean, the mirrors, and under
+        ``--color-noise`` the shifts drawn next from a training ``rng``."""
+        shifts = scale = None
+        if rng is not None and self.options.color_noise > 0:
+            shifts, scale = self._colour_noise(len(pixels), rng)
+        return StoredImages(pixels, np.asarray(self._mean_value(), np.float32), offsets, flips,
+                            shifts, scale, channels_last)
 
     def _serve_views(self, raw: np.ndarray, labels: np.ndarray) -> list[np.ndarray]:
         """Checked raw images and labels as ``get_test_views`` serves them."""
         if self.num_views == 1:
-            images, labels = DataProvider._serve(self, raw, labels, 0, train=False, epoch=0)
+            images, labels = as_float(DataProvider._stored(self, raw, labels, 0, train=False,
+                                                           epoch=0))
             return [images[None], labels]
         images, labels = self._centred(raw, labels)
         return [augment.multiview_crops(images, self._inner), labels]
 
-    def _add_colour_noise(self, images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """``--color-noise`` on mean-subtracted training crops (in place where it can)."""
-        return augment.add_colour_noise(images, self._colour_basis(), self.options.color_noise,
-                                        rng)
+    def _colour_noise(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, None]:
+        """``--color-noise``'s shifts of ``n`` training cases, and no scale."""
+        return augment.colour_shifts(n, self._colour_basis(), self.options.color_noise,
+                                     rng), None
 
     def resident_bytes(self) -> int:
         """Bytes of the arrays the provider keeps for the whole run (its per-pixel mean,

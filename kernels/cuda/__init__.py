@@ -19,7 +19,9 @@ Overrides (module: kernels replaced):
 * :mod:`~convnet.kernels.cuda.dropout`: ``uniform_like`` (bit-identical to numpy);
 * :mod:`~convnet.kernels.cuda.neurons`: ``neuron_forward``, ``neuron_backward``;
 * :mod:`~convnet.kernels.cuda.update`: ``momentum_update`` (the weight update, gated by
-  its finite flag on the device).
+  its finite flag on the device);
+* :mod:`~convnet.kernels.cuda.images`: ``images_to_float`` (a minibatch's stored images
+  made float on the device, bit-identical to numpy).
 
 Every other generic kernel runs on CuPy unchanged.  Setting the environment
 variable ``CONVNET_CUDA_KERNELS=generic`` makes :func:`install` register
@@ -49,6 +51,7 @@ OVERRIDES = {
     "uniform_like": "dropout",
     "neuron_forward": "neurons", "neuron_backward": "neurons",
     "momentum_update": "update",
+    "images_to_float": "images",
 }
 
 #: The element types the CUDA kernel sources are written for.  Arrays of a 16-bit float
@@ -137,7 +140,7 @@ def _generic(name: str):
     """The generic kernel an override replaces (the ``generic`` of its dispatcher)."""
     import importlib
 
-    for module in ("conv", "pool", "norm", "nn", "random", "neurons", "update"):
+    for module in ("conv", "pool", "norm", "nn", "random", "neurons", "update", "images"):
         found = getattr(importlib.import_module(f"convnet.kernels.{module}"), name, None)
         if found is not None and hasattr(found, "generic"):
             return found.generic

@@ -8,7 +8,8 @@ without that compiler and GPU can see such a bug, so :func:`run` checks every fa
 where it runs: one tiny case per family that exercises its edges (overlapping,
 overhanging and empty pooling windows, negative starts, grouped, strided, padded and
 two-input convolutions, locally-connected layers, the three normalisations, logreg with
-ties, the dropout uniforms, every neuron forward, in place and backward), compared with
+ties, the dropout uniforms, every neuron forward, in place and backward, stored images
+made float in both layouts), compared with
 the generic kernels (:mod:`convnet.kernels`) on the same arrays of the same device.
 
 :func:`convnet.kernels.cuda.install` runs it once per process, on the GPU of the first
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import conv as kconv
+from .. import images as kimages
 from .. import nn as knn
 from .. import norm as knorm
 from .. import pool as kpool
@@ -39,6 +41,7 @@ from .. import random as krandom
 from ..neurons import NEURONS
 from . import conv as cconv
 from . import dropout as cdropout
+from . import images as cimages
 from . import neurons as cneurons
 from . import nn as cnn
 from . import norm as cnorm
@@ -57,7 +60,7 @@ NEURON_ARGS = {"log": (1.5,), "tanh": (1.7, -0.6), "brelu": (1.2,), "linear": (0
 class FamilyResult:
     """One family's verdict: ``kernel`` and ``detail`` say where it first disagreed."""
 
-    family: str  # the module of convnet.kernels.cuda: conv, pool, norm, nn, dropout, neurons
+    family: str  # the module of convnet.kernels.cuda: conv, pool, ..., neurons, images
     ok: bool
     kernel: str = ""  # the CUDA kernel (spec name) that disagreed
     detail: str = ""  # the case and the first element that differs
@@ -225,9 +228,29 @@ def _neurons(xp, rng):
                  fn.backward(xp, g, given, want, args))
 
 
+def _images(xp, rng):
+    mean = xp.asarray(rng.random((3, 7, 8)) * 100, np.float32)
+    scalar = xp.asarray(np.array(110.5, np.float32))
+    offsets = xp.asarray([[0, 0], [2, 3], [1, 1]], np.int32)
+    flips = xp.asarray([False, True, True])
+    shifts = xp.asarray(rng.standard_normal((3, 3)), np.float32)
+    for dtype, last, kernel in ((np.uint8, True, "cvn_images_u8"),
+                                (np.float32, False, "cvn_images_f32")):
+        pixels = xp.asarray(rng.integers(0, 256, (3, 5, 5, 3) if last else (3, 3, 5, 5)),
+                            dtype)
+        layout = "channels-last" if last else "channels-first"
+        for noise in (True, False):
+            args = (pixels, mean if noise else scalar, offsets, flips,
+                    shifts if noise else None, np.float32(0.75) if noise else None, last)
+            what = "per-pixel mean and noise" if noise else "scalar mean"
+            _compare(kernel, f"{np.dtype(dtype).name} {layout} images, {what} (bitwise)",
+                     cimages.images_to_float(*args), kimages.images_to_float.generic(*args),
+                     exact=True)
+
+
 #: family (the module of convnet.kernels.cuda whose overrides it checks) -> its case
 FAMILIES = {"conv": _conv, "pool": _pool, "norm": _norm, "nn": _nn, "dropout": _dropout,
-            "neurons": _neurons}
+            "neurons": _neurons, "images": _images}
 
 
 def run() -> SelfTest:
