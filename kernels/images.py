@@ -41,7 +41,8 @@ class StoredImages:
     or ``(C, H, W)`` with ``H >= h``, ``W >= w``; ``offsets``: int32 ``(N, 2)``, the top
     and left of each window in the mean; ``flips``: bool ``(N,)``; ``shifts``: float32
     ``(N, C)`` or None; ``scale``: float32 or None.  Sliced by cases like an array
-    (``images[a:b]``), it stands in for the float32 ``(N, C, h, w)`` column it becomes.
+    (``images[a:b]``), it stands in for the float32 ``(N, C, h, w)`` column it becomes
+    (which ``numpy.asarray`` gives, computed on the host).
     """
 
     pixels: np.ndarray
@@ -80,6 +81,12 @@ class StoredImages:
         """The float32 ``(N, C, h, w)`` column, computed on the host."""
         return images_to_float(self.pixels, self.mean, self.offsets, self.flips, self.shifts,
                                self.scale, self.channels_last)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """numpy's view of the column: the float32 images (``np.array(images[a:b])`` is what
+        code that keeps a copy of a batch gets)."""
+        out = self.to_float()
+        return out if dtype is None else out.astype(dtype, copy=False)
 
 
 @kernel

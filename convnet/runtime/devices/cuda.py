@@ -380,11 +380,13 @@ class _CudaUpload:
 
 
 def pinned_host_array(nbytes: int) -> np.ndarray:
-    """``nbytes`` of page-locked host memory as a flat uint8 array (kept alive by the array),
-    which the GPU copies from while it computes; CuPy's pinned pool keeps it for reuse
-    once the array is gone."""
-    memory = _cupy().cuda.alloc_pinned_memory(max(int(nbytes), 1))
-    return np.frombuffer(memory, np.uint8, max(int(nbytes), 1))
+    """``nbytes`` of page-locked host memory as a flat uint8 array (which keeps it), pinned
+    for every GPU (portable): the GPUs copy from it while they compute.  Pinning is slow,
+    so the callers keep such arrays for reuse (:mod:`convnet.data.host_buffers`)."""
+    cuda = _cupy().cuda
+    size = max(int(nbytes), 1)
+    memory = cuda.PinnedMemory(size, cuda.runtime.hostAllocPortable)
+    return np.frombuffer(cuda.PinnedMemoryPointer(memory, 0), np.uint8, size)
 
 
 __all__ = ["CudaDevice", "DeviceModule", "devices_on", "enable_peer_access",
