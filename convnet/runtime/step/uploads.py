@@ -10,13 +10,15 @@ kernel on a GPU, vectorised numpy on a CPU device's worker.
 :meth:`Uploads.stage` starts the uploads of a minibatch before its step: the training
 loop stages the next minibatch before it runs the current one, so on a GPU its bytes
 cross from pinned memory on the upload stream while the current step computes, and
-the load task of the next step takes the staged upload instead of making one.  One
-minibatch is staged at a time (staging drops what an earlier stage left unused).
+the load task of the next step takes the staged upload instead of making one.  The
+uploads of the last two stages are kept (the minibatch about to step and the next);
+staging a third drops what the oldest left unused.
 Each device keeps a copy of the mean it subtracts (one image), made the first time.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 
 import numpy as np
@@ -38,8 +40,8 @@ class Uploads:
     def __init__(self, devices):
         self._devices = devices
         self._lock = threading.Lock()
-        # (column id, start, stop, device) -> (column, upload)
-        self._staged: dict[tuple, tuple] = {}
+        # per stage, (column id, start, stop, device) -> (column, upload); the last two
+        self._staged: collections.deque[dict] = collections.deque(maxlen=2)
         self._means: dict[int, tuple] = {}  # device -> (host mean, its copy on the device)
 
     def stage(self, batch: list, loads: list[tuple[int, int, int, int]]) -> None:
@@ -52,7 +54,7 @@ class Uploads:
                 upload = self._devices[device].upload(column.pixels[start:stop])
                 staged[(id(column), start, stop, device)] = (column, upload)
         with self._lock:
-            self._staged = staged
+            self._staged.append(staged)
 
     def to_device(self, device_index: int, column, start: int, stop: int):
         """Cases ``start:stop`` of a data column as float32 on the device (a new array)."""
@@ -61,9 +63,10 @@ class Uploads:
             piece = column[start:stop]
             return (device.to_device(piece) if isinstance(piece, np.ndarray)
                     else device.xp.array(piece, copy=True))  # already on the device: a graph
+        key = (id(column), start, stop, device_index)
         with self._lock:
-            column_staged, upload = self._staged.pop((id(column), start, stop, device_index),
-                                                     (None, None))
+            column_staged, upload = next((stage.pop(key) for stage in self._staged
+                                          if key in stage), (None, None))
         piece = column[start:stop]
         if column_staged is not column:  # not staged (or a column since gone, by its id)
             upload = device.upload(piece.pixels)
