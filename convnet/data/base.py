@@ -21,6 +21,10 @@ has:
     generator seeded by ``(seed, epoch, batch_id)`` only, so a resumed run or
     a run on another number of devices sees exactly the same data.  With
     ``train=False`` the result never depends on ``epoch``.
+``load_batch(batch_id, train, epoch, empty) -> [images, labels]``
+    the same batch with the images as stored, for the device that trains on them
+    to make float (:class:`~convnet.kernels.images.StoredImages`: the windows cut,
+    the augmentation drawn; the training loop loads this).
 ``get_test_views(batch_id) -> [views, labels]``
     views float32 ``(V, N, C, S, S)``; average the predictions over axis 0.
     A provider with more columns (``data_dims[2]`` and up) appends them, in
@@ -66,7 +70,8 @@ Augmentation follows cuda-convnet2's CIFAR provider:
 
 Providers are safe to call from a background thread (see
 :mod:`convnet.data.prefetch`): lazily computed statistics are built under a
-lock, and batches are never cached mutable.
+lock, and batches are never cached mutable.  Raw batches are checked as they are
+read (:mod:`convnet.data.batch_checks`).
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from convnet.data import augment
+from convnet.data.batch_checks import check_finite, checked_batch
 from convnet.data.ranges import format_range
 from convnet.errors import DataError
 from convnet.filekind import not_a_regular_file
@@ -117,18 +123,6 @@ def as_float(columns: list) -> list[np.ndarray]:
 
 def format_shape(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape)
-
-
-def _check_finite(images: np.ndarray, source: str) -> None:
-    """Refuse NaN or inf pixels where they are read: once the per-pixel training mean
-    is subtracted, one of them would be in every batch, and the batch trained first
-    would be blamed for it."""
-    if not np.issubdtype(images.dtype, np.floating):
-        return  # integer pixels are always finite
-    finite = np.isfinite(images.reshape(len(images), -1)).all(axis=1)
-    if not finite.all():
-        raise DataError(f"{source}: pixel data holds NaN or inf values (first in case "
-                        f"{int(np.argmin(finite))})")
 
 
 class DataProvider:
@@ -204,11 +198,9 @@ class DataProvider:
 
     def load_batch(self, batch_id: int, train: bool, epoch: int = 0,
                    empty=np.empty) -> list:
-        """What :meth:`get_batch` serves, with column 0 as stored: images (C, S, S) come
-        as :class:`~convnet.kernels.images.StoredImages` (the windows cut, the draws of
-        the augmentation made, the float conversion left to the device that trains on
-        them); other data as get_batch's float32 array.  ``empty(shape, dtype)``
-        allocates the arrays a provider decodes into (pinned memory for a GPU)."""
+        """:meth:`get_batch`'s batch with images (C, S, S) as stored (see the module
+        docstring; other data float32); ``empty(shape, dtype)`` allocates the arrays a
+        provider decodes into (pinned memory for a GPU)."""
         raw, labels = self._checked_load(batch_id)
         return self._stored(raw, labels, batch_id, train, epoch)
 
@@ -232,7 +224,7 @@ class DataProvider:
             raise DataError(f"{self.where}: images to test should be "
                             f"{format_shape(self.image_shape)}, found "
                             f"{format_shape(raw.shape[1:])}")
-        _check_finite(raw, "the images to test")
+        check_finite(raw, "the images to test")
         labels = np.zeros(len(raw), np.float32)
         if self.num_views > 1:
             return self._serve_views(raw, labels)[0]
@@ -241,11 +233,9 @@ class DataProvider:
     def _stored(self, raw: np.ndarray, labels: np.ndarray, batch_id: int, train: bool,
                 epoch: int) -> list:
         """Checked raw images and labels as ``load_batch`` serves them."""
-        labels = labels.astype(np.float32).reshape(-1, 1)
         if len(self.image_shape) != 3:  # not images: no windows, float32 at once
-            images = raw.astype(np.float32)
-            images -= self._mean_value()
-            return [images, labels]
+            return list(self._centred(raw, labels))
+        labels = labels.astype(np.float32).reshape(-1, 1)
         offsets, flips, rng = self._windows(len(raw), batch_id, train, epoch)
         pixels = raw if raw.dtype == np.uint8 else raw.astype(np.float32)
         if self._inner:
@@ -271,7 +261,8 @@ class DataProvider:
         return offsets, flips, rng
 
     def _stored_images(self, pixels: np.ndarray, offsets: np.ndarray, flips: np.ndarray,
-                rng: np.random.Generator | None, channels_last: bool = False) -> StoredImages:
+                       rng: np.random.Generator | None,
+                       channels_last: bool = False) -> StoredImages:
         """Stored windows with their recipe: the mean, the mirrors, and under
         ``--color-noise`` the shifts drawn next from a training ``rng``."""
         shifts = scale = None
@@ -346,23 +337,7 @@ class DataProvider:
     def _checked_load(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
         self._check_available(batch_id)
         images, labels = self._load(batch_id)
-        source = self._batch_source(batch_id)
-        if not (np.issubdtype(images.dtype, np.number) and np.isrealobj(images)):
-            raise DataError(f"{source}: pixel data is {images.dtype}, not real numbers")
-        _check_finite(images, source)
-        try:
-            labels = np.asarray(labels).reshape(-1)
-        except (ValueError, TypeError):  # ragged lists: "setting an array element with a sequence"
-            raise DataError(f"{source}: labels should be one class index per image, found "
-                            "a ragged list") from None
-        if len(labels) != len(images):
-            raise DataError(f"{source}: {len(images)} images but {len(labels)} labels")
-        if not np.issubdtype(labels.dtype, np.number):
-            raise DataError(f"{source}: labels are {labels.dtype}, not class indices")
-        bad = labels[(labels != np.round(labels)) | (labels < 0) | (labels >= self.num_classes)]
-        if bad.size:
-            raise DataError(f"{source}: label {bad[0]} is not a class index in "
-                            f"0..{self.num_classes - 1} ({self.num_classes} classes)")
+        labels = checked_batch(images, labels, self._batch_source(batch_id), self.num_classes)
         self._counts[batch_id] = len(images)
         return images, labels
 
