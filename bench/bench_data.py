@@ -110,9 +110,11 @@ def training_images_per_second(inner: int, mini: int, steps: int) -> float:
 
 
 def provider_rates(folder: Path, batches: int, inner: int,
-                   threads: int) -> tuple[float, float, float]:
+                   threads: int) -> tuple[float, float, float, float]:
     """(decode only, decode + augment, the float conversion on a CPU device) images/s, the
-    best of three passes over the training batches."""
+    best of three passes over the training batches, and the share of decode+augment's
+    CPU time spent in the calling thread (the loader's serial part; with one thread
+    everything runs there)."""
     from convnet.data import DataOptions, make_provider
     from convnet.data.image.batch_files import read_batch
     from convnet.data.image.decode import JpegDecoder
@@ -124,16 +126,19 @@ def provider_rates(folder: Path, batches: int, inner: int,
     cases = sum(len(r.jpegs) for r in raws)
     decoder = JpegDecoder(threads)
     decode = serve = convert = float("inf")
+    own = total = 0.0
     try:
         for _ in range(3):
             started = time.perf_counter()
             for raw in raws:
                 decoder.decode(raw.jpegs, provider.meta.size)
             decode = min(decode, time.perf_counter() - started)
-            started = time.perf_counter()
+            started, thread, process = time.perf_counter(), time.thread_time(), time.process_time()
             loaded = [provider.load_batch(batch_id, train=True, epoch=1)[0]
                       for batch_id in provider.train_batches]
             serve = min(serve, time.perf_counter() - started)
+            own += time.thread_time() - thread
+            total += time.process_time() - process
             started = time.perf_counter()
             for images in loaded:
                 images.to_float()
@@ -141,7 +146,7 @@ def provider_rates(folder: Path, batches: int, inner: int,
     finally:
         decoder.close()
         provider.close()
-    return cases / decode, cases / serve, cases / convert
+    return cases / decode, cases / serve, cases / convert, own / max(total, 1e-9)
 
 
 def data_wait(folder: Path, batches: int, inner: int, mini: int) -> str:
@@ -180,11 +185,21 @@ def main() -> None:
         net = training_images_per_second(args.inner, args.mini, args.steps)
         print(f"reference: imagenet-2gpu-data trains {net:.1f} images/s "
               f"(--gpu 0,1, minibatch {args.mini})")
+        serial = []
         for threads in args.threads:
-            decode, serve, convert = provider_rates(folder, args.batches, args.inner, threads)
+            decode, serve, convert, share = provider_rates(folder, args.batches, args.inner,
+                                                           threads)
             print(f"{threads} decoding thread(s): decode {decode:.0f} images/s "
                   f"({decode / net:.1f}x training), decode+augment {serve:.0f} images/s "
                   f"({serve / net:.1f}x training)")
+            if threads > 1:
+                serial.append(share)
+        if serial:
+            f = min(serial)
+            print(f"the loader thread's own share of decode+augment's CPU time: {100 * f:.1f}% "
+                  f"(the rest on the decoding threads): on N threads at most "
+                  f"1/({f:.3f} + {1 - f:.3f}/N) times one thread's rate, "
+                  + ", ".join(f"{n}: {1 / (f + (1 - f) / n):.1f}x" for n in (2, 4, 8, 16)))
         print(f"on a CPU device, the float conversion (mean, mirror, colour noise): "
               f"{convert:.0f} images/s on its worker (one CUDA kernel on a GPU)")
         if not args.no_run:

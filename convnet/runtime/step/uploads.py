@@ -5,7 +5,8 @@ A data column is a float32 host array, copied to the device as it is, or
 JPEG and CIFAR pixels, a quarter of float32's bytes) with the recipe of their float
 input.  Those are uploaded in their own dtype (:meth:`Device.upload`) and made float
 on the device that reads them by :func:`~convnet.kernels.images.images_to_float`: one
-kernel on a GPU, vectorised numpy on a CPU device's worker.
+kernel on a GPU, vectorised numpy on a CPU device's worker.  Each case's window,
+mirror and shift travel with the pixels, so a step's load task copies nothing itself.
 
 :meth:`Uploads.stage` starts the uploads of a minibatch before its step: the training
 loop stages the next minibatch before it runs the current one, so on a GPU its bytes
@@ -51,8 +52,8 @@ class Uploads:
         for index, start, stop, device in loads:
             column = batch[index]
             if isinstance(column, StoredImages):
-                upload = self._devices[device].upload(column.pixels[start:stop])
-                staged[(id(column), start, stop, device)] = (column, upload)
+                uploads = _send(self._devices[device], column[start:stop])
+                staged[(id(column), start, stop, device)] = (column, uploads)
         with self._lock:
             self._staged.append(staged)
 
@@ -65,17 +66,15 @@ class Uploads:
                     else device.xp.array(piece, copy=True))  # already on the device: a graph
         key = (id(column), start, stop, device_index)
         with self._lock:
-            column_staged, upload = next((stage.pop(key) for stage in self._staged
-                                          if key in stage), (None, None))
+            column_staged, uploads = next((stage.pop(key) for stage in self._staged
+                                           if key in stage), (None, None))
         piece = column[start:stop]
         if column_staged is not column:  # not staged (or a column since gone, by its id)
-            upload = device.upload(piece.pixels)
+            uploads = _send(device, piece)
+        pixels, offsets, flips, shifts = (None if u is None else u.take() for u in uploads)
         with device.scope():
-            xp = device.xp
-            shifts = None if piece.shifts is None else xp.asarray(piece.shifts)
-            return images_to_float(upload.take(), self._mean(device_index, piece.mean),
-                                   xp.asarray(piece.offsets), xp.asarray(piece.flips), shifts,
-                                   piece.scale, piece.channels_last)
+            return images_to_float(pixels, self._mean(device_index, piece.mean), offsets,
+                                   flips, shifts, piece.scale, piece.channels_last)
 
     def _mean(self, device_index: int, mean: np.ndarray):
         with self._lock:
@@ -85,6 +84,13 @@ class Uploads:
             with self._lock:
                 self._means[device_index] = kept
         return kept[1]
+
+
+def _send(device, images: StoredImages) -> list:
+    """Start the uploads of the arrays of ``images`` a device needs besides the mean."""
+    return [device.upload(images.pixels), device.upload(images.offsets),
+            device.upload(images.flips),
+            None if images.shifts is None else device.upload(images.shifts)]
 
 
 __all__ = ["Uploads", "staged_loads"]

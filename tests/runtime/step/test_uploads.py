@@ -76,7 +76,8 @@ def test_stored_images_train_bitwise_as_their_float_columns_staged_or_not():
             assert staged.step(batch).costs == want.costs
             # the step takes its shard's staged upload: only the mean is sent, once
             assert [d.uploads - b for d, b in zip(counting, before)] == [int(k == 0)] * 2
-        assert [d.uploads for d in counting] == [len(batches) + 1] * 2
+        # each staged shard sent its pixels, windows, mirrors and shifts; and the mean
+        assert [d.uploads for d in counting] == [4 * len(batches) + 1] * 2
         a, b, c = floats.state_arrays(), stored.state_arrays(), staged.state_arrays()
         assert all(np.array_equal(a[key], b[key]) and np.array_equal(a[key], c[key])
                    for key in a)
