@@ -2,13 +2,16 @@
 for data, on JPEG batches this script writes.
 
     python bench/cuda_data_wait.py [--batches 4] [--cases 512] [--size 256] [--inner 224]
-                                   [--mini 128] [--gpu 0,0] [--backend cuda] [--json FILE]
+                                   [--mini 128] [--epochs 2] [--gpu 0,0] [--backend cuda]
+                                   [--json FILE]
 
 Writes ``--batches`` training batches and one test batch of ``--cases`` photo-like
 JPEGs (bench/bench_data.py's writer, as make-data writes them) in a temporary folder,
-trains cuda-convnet2's ``layers-imagenet-2gpu-data.cfg`` on them for one epoch with
-``--backend cuda`` (two logical devices on GPU 0 by default), and reads the run's own
-lines: the images/s of its epoch and ``waited X s for training data: Y% of Z s``.
+trains cuda-convnet2's ``layers-imagenet-2gpu-data.cfg`` on them for ``--epochs``
+epochs with ``--backend cuda`` (two logical devices on GPU 0 by default), and reads
+the run's own lines: the images/s of its last epoch and ``waited X s for training
+data: Y% of Z s`` (the whole run: the first batch, which nothing loads ahead, counts
+too, so a longer run shows the steady state better).
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--inner", type=int, default=224)
     ap.add_argument("--mini", type=int, default=128)
+    ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--gpu", default="0,0")
     ap.add_argument("--backend", default="cuda", help="cuda (cpu to try the script out)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args(argv)
     result = {"config": LAYERS.name, "backend": args.backend, "gpus": args.gpu,
-              "images": args.batches * args.cases}
+              "images": args.batches * args.cases * args.epochs}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "batches"
         write_set(folder, args.batches, args.cases, args.size)
@@ -48,7 +52,8 @@ def main(argv=None) -> int:
              "--data-provider", "image", "--train-range", f"0-{args.batches - 1}",
              "--test-range", str(TEST_BATCH), "--inner-size", str(args.inner),
              "--layer-def", str(LAYERS), "--layer-params", str(PARAMS), "--backend",
-             args.backend, "--gpu", args.gpu, "--mini", str(args.mini), "--epochs", "1", "--no-progress"],
+             args.backend, "--gpu", args.gpu, "--mini", str(args.mini), "--epochs",
+             str(args.epochs), "--no-progress"],
             capture_output=True, text=True)
     print(proc.stdout + proc.stderr, end="")
     waited = re.search(r"waited ([\d.]+) s for training data: ([\d.]+)% of ([\d.]+) s",

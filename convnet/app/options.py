@@ -62,6 +62,7 @@ class RunOptions:
     scalar_mean: float | None
     multiview_test: bool
     skip_bad_images: bool
+    prefetch: int  # batches the loader may have ready ahead of the one training
     # training
     epochs: int
     test_freq: int | None

@@ -1,8 +1,12 @@
-"""Crops, flips, test views and colour noise on batches of ``(N, C, S, S)`` images.
+"""Crop windows, mirrors, test views and colour noise for batches of ``(N, C, S, S)`` images.
 
-All functions are vectorised over the batch (no per-case Python loop) and take
-their randomness from a caller-supplied generator, so the provider decides
-what the randomness depends on (seed, epoch, batch) and nothing here does.
+The draws of the training augmentation are made here (each case's window and mirror,
+its colour shift) and the windows cut from the stored pixels; the mirror, the mean
+and the shift are applied where the images become float32, on the device that trains
+on them (:class:`convnet.kernels.images.StoredImages`).  All functions are vectorised
+over the batch (no per-case Python loop) and take their randomness from a
+caller-supplied generator, so the provider decides what the randomness depends on
+(seed, epoch, batch) and nothing here does.
 """
 
 from __future__ import annotations
@@ -11,29 +15,33 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 
-def crop(images: np.ndarray, inner: int, oy: np.ndarray, ox: np.ndarray,
-         flip: np.ndarray) -> np.ndarray:
-    """Cut an ``inner`` x ``inner`` window at ``(oy[n], ox[n])`` from each case,
-    mirrored left-right where ``flip[n]``; returns a new C-contiguous array."""
-    windows = sliding_window_view(images, (inner, inner), axis=(2, 3))
-    out = windows[np.arange(len(images)), :, oy, ox]  # (N, C, inner, inner), rows copied whole
-    out[flip] = out[flip][..., ::-1]
-    return out
-
-
-def random_crops(images: np.ndarray, inner: int, rng: np.random.Generator) -> np.ndarray:
-    """Training augmentation: a uniformly random window and a coin-flip mirror per case."""
-    n, size = images.shape[0], images.shape[-1]
+def random_windows(n: int, size: int, inner: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Training augmentation for ``n`` cases of ``size`` x ``size``: a uniformly random
+    ``inner`` x ``inner`` window and a coin-flip mirror per case, as ``(offsets, flips)``:
+    int32 ``(n, 2)`` (top, left) and bool ``(n,)``.  Drawn in this order (tops, lefts,
+    coins), the draws every run of this seed has made."""
     oy = rng.integers(0, size - inner + 1, n)
     ox = rng.integers(0, size - inner + 1, n)
-    flip = rng.integers(0, 2, n).astype(bool)
-    return crop(images, inner, oy, ox, flip)
+    flips = rng.integers(0, 2, n).astype(bool)
+    return np.stack([oy, ox], axis=1).astype(np.int32), flips
 
 
-def centre_crop(images: np.ndarray, inner: int) -> np.ndarray:
-    """The test-time window: centred (rounding towards the top-left), unmirrored."""
-    start = (images.shape[-1] - inner) // 2
-    return np.ascontiguousarray(images[:, :, start:start + inner, start:start + inner])
+def centre_windows(n: int, size: int, inner: int) -> tuple[np.ndarray, np.ndarray]:
+    """The test-time window of ``n`` cases: centred (rounding towards the top-left),
+    unmirrored; ``(offsets, flips)`` as :func:`random_windows` gives them."""
+    start = (size - inner) // 2
+    return np.full((n, 2), start, np.int32), np.zeros(n, bool)
+
+
+def cut_windows(images: np.ndarray, inner: int, offsets: np.ndarray) -> np.ndarray:
+    """The ``inner`` x ``inner`` window at ``offsets[n]`` (top, left) of each case of
+    ``(N, C, S, S)`` images, unmirrored, in their dtype: a new C-contiguous array (the
+    images themselves when the window is the whole image and they are C-contiguous)."""
+    if inner == images.shape[-1]:
+        return np.ascontiguousarray(images)
+    windows = sliding_window_view(images, (inner, inner), axis=(2, 3))
+    return windows[np.arange(len(images)), :, offsets[:, 0], offsets[:, 1]]  # rows copied whole
 
 
 def view_positions(size: int, inner: int) -> list[tuple[int, int]]:
@@ -71,12 +79,10 @@ def colour_basis(images: np.ndarray) -> np.ndarray:
     return eigvecs * np.sqrt(np.clip(eigvals, 0.0, None))
 
 
-def add_colour_noise(images: np.ndarray, basis: np.ndarray, scale: float,
-                     rng: np.random.Generator) -> np.ndarray:
-    """Krizhevsky et al. (2012) colour noise: add to every pixel of a case one random
-    colour drawn along the data's principal colour axes, ``scale`` standard
-    deviations wide.  Modifies ``images`` in place and returns it."""
-    n, c = images.shape[:2]
-    shift = scale * rng.standard_normal((n, c)) @ basis.T
-    images += shift.astype(images.dtype)[:, :, None, None]
-    return images
+def colour_shifts(n: int, basis: np.ndarray, scale: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Krizhevsky et al. (2012) colour noise: for each of ``n`` cases one random colour,
+    drawn along the data's principal colour axes ``scale`` standard deviations wide, to
+    be added to every pixel of the case; float32 ``(n, C)``."""
+    shift = scale * rng.standard_normal((n, basis.shape[0])) @ basis.T
+    return shift.astype(np.float32)

@@ -21,6 +21,10 @@ has:
     generator seeded by ``(seed, epoch, batch_id)`` only, so a resumed run or
     a run on another number of devices sees exactly the same data.  With
     ``train=False`` the result never depends on ``epoch``.
+``load_batch(batch_id, train, epoch, empty) -> [images, labels]``
+    the same batch with the images as stored, for the device that trains on them
+    to make float (:class:`~convnet.kernels.images.StoredImages`: the windows cut,
+    the augmentation drawn; the training loop loads this).
 ``get_test_views(batch_id) -> [views, labels]``
     views float32 ``(V, N, C, S, S)``; average the predictions over axis 0.
     A provider with more columns (``data_dims[2]`` and up) appends them, in
@@ -66,7 +70,8 @@ Augmentation follows cuda-convnet2's CIFAR provider:
 
 Providers are safe to call from a background thread (see
 :mod:`convnet.data.prefetch`): lazily computed statistics are built under a
-lock, and batches are never cached mutable.
+lock, and batches are never cached mutable.  Raw batches are checked as they are
+read (:mod:`convnet.data.batch_checks`).
 """
 
 from __future__ import annotations
@@ -78,9 +83,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from convnet.data import augment
+from convnet.data.batch_checks import check_finite, checked_batch
 from convnet.data.ranges import format_range
 from convnet.errors import DataError
 from convnet.filekind import not_a_regular_file
+from convnet.kernels.images import StoredImages
 
 _AUGMENT_STREAM = 1  # keeps augmentation noise apart from other seeded streams
 
@@ -110,20 +117,14 @@ class DataOptions:
     image_size: int = 256  # the side photos in class folders are brought to
 
 
+def as_float(columns: list) -> list[np.ndarray]:
+    """A batch's columns with :class:`~convnet.kernels.images.StoredImages` made float32
+    on the host (what ``get_batch`` serves)."""
+    return [c.to_float() if isinstance(c, StoredImages) else c for c in columns]
+
+
 def format_shape(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape)
-
-
-def _check_finite(images: np.ndarray, source: str) -> None:
-    """Refuse NaN or inf pixels where they are read: once the per-pixel training mean
-    is subtracted, one of them would be in every batch, and the batch trained first
-    would be blamed for it."""
-    if not np.issubdtype(images.dtype, np.floating):
-        return  # integer pixels are always finite
-    finite = np.isfinite(images.reshape(len(images), -1)).all(axis=1)
-    if not finite.all():
-        raise DataError(f"{source}: pixel data holds NaN or inf values (first in case "
-                        f"{int(np.argmin(finite))})")
 
 
 class DataProvider:
@@ -195,8 +196,15 @@ class DataProvider:
     # -- the interface -----------------------------------------------------------
 
     def get_batch(self, batch_id: int, train: bool, epoch: int = 0) -> list[np.ndarray]:
+        return as_float(self.load_batch(batch_id, train, epoch))
+
+    def load_batch(self, batch_id: int, train: bool, epoch: int = 0,
+                   empty=np.empty) -> list:
+        """:meth:`get_batch`'s batch with images (C, S, S) as stored (see the module
+        docstring; other data float32); ``empty(shape, dtype)`` allocates the arrays a
+        provider decodes into (pinned memory for a GPU)."""
         raw, labels = self._checked_load(batch_id)
-        return self._serve(raw, labels, batch_id, train, epoch)
+        return self._stored(raw, labels, batch_id, train, epoch)
 
     def get_test_views(self, batch_id: int) -> list[np.ndarray]:
         raw, labels = self._checked_load(batch_id)
@@ -218,40 +226,66 @@ class DataProvider:
             raise DataError(f"{self.where}: images to test should be "
                             f"{format_shape(self.image_shape)}, found "
                             f"{format_shape(raw.shape[1:])}")
-        _check_finite(raw, "the images to test")
+        check_finite(raw, "the images to test")
         labels = np.zeros(len(raw), np.float32)
         if self.num_views > 1:
             return self._serve_views(raw, labels)[0]
-        return self._serve(raw, labels, 0, train=False, epoch=0)[0]
+        return as_float(self._stored(raw, labels, 0, train=False, epoch=0))[0]
 
-    def _serve(self, raw: np.ndarray, labels: np.ndarray, batch_id: int, train: bool,
-               epoch: int) -> list[np.ndarray]:
-        """Checked raw images and labels as ``get_batch`` serves them."""
-        images, labels = self._centred(raw, labels)
-        if train:
-            if epoch < 0:
-                raise ValueError(f"epoch must be >= 0, got {epoch}")
-            rng = np.random.default_rng([self.options.seed, _AUGMENT_STREAM, epoch, batch_id])
-            if self._inner:
-                images = augment.random_crops(images, self._inner, rng)
-            if self.options.color_noise > 0:
-                images = self._add_colour_noise(images, rng)
-        elif self._inner:
-            images = augment.centre_crop(images, self._inner)
-        return [np.ascontiguousarray(images, dtype=np.float32), labels]
+    def _stored(self, raw: np.ndarray, labels: np.ndarray, batch_id: int, train: bool,
+                epoch: int) -> list:
+        """Checked raw images and labels as ``load_batch`` serves them."""
+        if len(self.image_shape) != 3:  # not images: no windows, float32 at once
+            return list(self._centred(raw, labels))
+        labels = labels.astype(np.float32).reshape(-1, 1)
+        offsets, flips, rng = self._windows(len(raw), batch_id, train, epoch)
+        pixels = raw if raw.dtype == np.uint8 else raw.astype(np.float32)
+        if self._inner:
+            pixels = augment.cut_windows(pixels, self._inner, offsets)
+        return [self._stored_images(pixels, offsets, flips, rng), labels]
+
+    def _windows(self, n: int, batch_id: int, train: bool,
+                 epoch: int) -> tuple[np.ndarray, np.ndarray, np.random.Generator | None]:
+        """Each case's window (top, left) and mirror, and the training generator the
+        colour noise draws from next (None in tests): the crops of ``--inner-size``, or
+        the whole image."""
+        size = self.image_shape[-1]
+        if not train:
+            offsets, flips = augment.centre_windows(n, size, self._inner or size)
+            return offsets, flips, None
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        rng = np.random.default_rng([self.options.seed, _AUGMENT_STREAM, epoch, batch_id])
+        if self._inner:
+            offsets, flips = augment.random_windows(n, size, self._inner, rng)
+        else:
+            offsets, flips = augment.centre_windows(n, size, size)
+        return offsets, flips, rng
+
+    def _stored_images(self, pixels: np.ndarray, offsets: np.ndarray, flips: np.ndarray,
+                       rng: np.random.Generator | None,
+                       channels_last: bool = False) -> StoredImages:
+        """Stored windows with their recipe: the mean, the mirrors, and under
+        ``--color-noise`` the shifts drawn next from a training ``rng``."""
+        shifts = scale = None
+        if rng is not None and self.options.color_noise > 0:
+            shifts, scale = self._colour_noise(len(pixels), rng)
+        return StoredImages(pixels, np.asarray(self._mean_value(), np.float32), offsets, flips,
+                            shifts, scale, channels_last)
 
     def _serve_views(self, raw: np.ndarray, labels: np.ndarray) -> list[np.ndarray]:
         """Checked raw images and labels as ``get_test_views`` serves them."""
         if self.num_views == 1:
-            images, labels = DataProvider._serve(self, raw, labels, 0, train=False, epoch=0)
+            images, labels = as_float(DataProvider._stored(self, raw, labels, 0, train=False,
+                                                           epoch=0))
             return [images[None], labels]
         images, labels = self._centred(raw, labels)
         return [augment.multiview_crops(images, self._inner), labels]
 
-    def _add_colour_noise(self, images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """``--color-noise`` on mean-subtracted training crops (in place where it can)."""
-        return augment.add_colour_noise(images, self._colour_basis(), self.options.color_noise,
-                                        rng)
+    def _colour_noise(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, None]:
+        """``--color-noise``'s shifts of ``n`` training cases, and no scale."""
+        return augment.colour_shifts(n, self._colour_basis(), self.options.color_noise,
+                                     rng), None
 
     def resident_bytes(self) -> int:
         """Bytes of the arrays the provider keeps for the whole run (its per-pixel mean,
@@ -305,23 +339,7 @@ class DataProvider:
     def _checked_load(self, batch_id: int) -> tuple[np.ndarray, np.ndarray]:
         self._check_available(batch_id)
         images, labels = self._load(batch_id)
-        source = self._batch_source(batch_id)
-        if not (np.issubdtype(images.dtype, np.number) and np.isrealobj(images)):
-            raise DataError(f"{source}: pixel data is {images.dtype}, not real numbers")
-        _check_finite(images, source)
-        try:
-            labels = np.asarray(labels).reshape(-1)
-        except (ValueError, TypeError):  # ragged lists: "setting an array element with a sequence"
-            raise DataError(f"{source}: labels should be one class index per image, found "
-                            "a ragged list") from None
-        if len(labels) != len(images):
-            raise DataError(f"{source}: {len(images)} images but {len(labels)} labels")
-        if not np.issubdtype(labels.dtype, np.number):
-            raise DataError(f"{source}: labels are {labels.dtype}, not class indices")
-        bad = labels[(labels != np.round(labels)) | (labels < 0) | (labels >= self.num_classes)]
-        if bad.size:
-            raise DataError(f"{source}: label {bad[0]} is not a class index in "
-                            f"0..{self.num_classes - 1} ({self.num_classes} classes)")
+        labels = checked_batch(images, labels, self._batch_source(batch_id), self.num_classes)
         self._counts[batch_id] = len(images)
         return images, labels
 

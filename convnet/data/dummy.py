@@ -103,8 +103,8 @@ class DummyProvider(DataProvider):
                          for index, shape in extra.items()}
         self.data_dims.update(extra)
 
-    def get_batch(self, batch_id: int, train: bool, epoch: int = 0) -> list[np.ndarray]:
-        batch = super().get_batch(batch_id, train, epoch)
+    def load_batch(self, batch_id: int, train: bool, epoch: int = 0, empty=np.empty) -> list:
+        batch = super().load_batch(batch_id, train, epoch, empty)
         return batch + self._extra_columns(batch[1])
 
     def get_test_views(self, batch_id: int) -> list[np.ndarray]:

@@ -2,15 +2,18 @@
 figure for the batches in flight and the provider's own arrays.
 
 The trainer trains one batch while a :class:`~convnet.data.prefetch.BatchPrefetcher`
-(depth 1) holds the next in its queue and its loader thread makes the one after:
-loading it holds the raw batch and its centred float32 copy (and, for ``dummy``
-data, the class templates picked for its cases), at most one full-size float32
-batch besides the batch it makes.  So with three or more batches in the range a
-step runs beside three batches and one loading copy; with two, two and the copy;
-with one, the one.  A test runs inside the training loop: the training batches
-stay where they are and the test's own prefetcher adds its batches in the same way
-(each of ``views`` crops under ``--multiview-test``).  The provider keeps its
-pixel mean (float32, one image) and ``dummy`` data its class templates.
+(``--prefetch`` D, the depth of its queue) holds up to D more and its loader thread
+makes the one after: loading a batch holds its raw images at full size (and, for
+``dummy`` data, the class templates picked for its cases), counted as one
+full-size float32 batch besides the batch it makes.  So with D + 2 or more
+batches in the range a step runs beside D + 2 batches and one loading copy; with
+fewer, all of them and the copy; with one, the one.  A test runs inside the
+training loop: the training batches stay where they are and the test's own
+prefetcher (depth 1) adds its batches in the same way (each of ``views`` crops under
+``--multiview-test``).  The provider keeps its pixel mean (float32, one image) and
+``dummy`` data its class templates.  Every column is counted as float32: the image
+providers keep their images as stored (uint8, a quarter of that) until a device
+makes them float, so for them the figure is an upper bound.
 """
 
 from __future__ import annotations
@@ -50,18 +53,19 @@ class DataMemory:
                 f"{human_bytes(self.testing_bytes)} while testing")
 
 
-def in_flight(batches: int, batch_bytes: int, loading_bytes: int) -> float:
+def in_flight(batches: int, batch_bytes: int, loading_bytes: int, depth: int = 1) -> float:
     """Batches (in units of ``batch_bytes``) a prefetching loop over ``batches``
-    batches holds at once: the one in use, the queued one, the one the loader makes
-    and its loading copy (``loading_bytes``)."""
+    batches holds at once: the one in use, the ``depth`` queued, the one the loader
+    makes and its loading copy (``loading_bytes``)."""
     if batches <= 1:
         return float(min(batches, 1))
-    return min(batches, 3) + loading_bytes / max(batch_bytes, 1)
+    return min(batches, depth + 2) + loading_bytes / max(batch_bytes, 1)
 
 
-def data_memory(provider) -> DataMemory:
-    """The pipeline's memory for ``provider``'s train and test ranges (reads the first
-    batch of each to count its cases, as the trainer does)."""
+def data_memory(provider, depth: int = 1) -> DataMemory:
+    """The pipeline's memory for ``provider``'s train and test ranges, training batches
+    prefetched ``depth`` ahead (reads the first batch of each to count its cases, as the
+    trainer does)."""
     columns = sum(math.prod(shape) for index, shape in provider.data_dims.items())
     full_image = math.prod(provider.image_shape)
     train_cases = provider.num_cases(provider.train_batches[0]) if provider.train_batches else 0
@@ -71,7 +75,7 @@ def data_memory(provider) -> DataMemory:
                                        * math.prod(provider.data_dims[0]))
     return DataMemory(
         train_bytes, in_flight(len(provider.train_batches), train_bytes,
-                               FLOAT * train_cases * full_image),
+                               FLOAT * train_cases * full_image, depth),
         test_bytes, in_flight(len(provider.test_batches), test_bytes,
                               FLOAT * test_cases * full_image),
         provider.resident_bytes())

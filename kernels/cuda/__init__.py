@@ -22,6 +22,8 @@ Overrides (module: kernels replaced):
   its finite flag on the device);
 * :mod:`~convnet.kernels.cuda.batch_norm`: ``batch_moments``, ``batch_norm_forward``,
   ``batch_norm_grad_sums``, ``batch_norm_backward``.
+* :mod:`~convnet.kernels.cuda.images`: ``images_to_float`` (a minibatch's stored images
+  made float on the device, bit-identical to numpy).
 
 Every other generic kernel runs on CuPy unchanged.  Setting the environment
 variable ``CONVNET_CUDA_KERNELS=generic`` makes :func:`install` register
@@ -55,6 +57,7 @@ OVERRIDES = {
     "momentum_update": "update",
     "batch_moments": "batch_norm", "batch_norm_forward": "batch_norm",
     "batch_norm_grad_sums": "batch_norm", "batch_norm_backward": "batch_norm",
+    "images_to_float": "images",
 }
 
 #: The overrides that take every float type (see :data:`~.kernel_set.KERNEL_DTYPES`).
@@ -138,7 +141,8 @@ def _generic(name: str):
     """The generic kernel an override replaces (the ``generic`` of its dispatcher)."""
     import importlib
 
-    for module in ("conv", "pool", "norm", "nn", "random", "neurons", "update", "batch_norm"):
+    for module in ("conv", "pool", "norm", "nn", "random", "neurons", "update", "batch_norm",
+                   "images"):
         found = getattr(importlib.import_module(f"convnet.kernels.{module}"), name, None)
         if found is not None and hasattr(found, "generic"):
             return found.generic

@@ -10,7 +10,8 @@ overhanging and empty pooling windows, negative starts, grouped, strided, padded
 two-input convolutions, locally-connected layers, the three normalisations, logreg with
 ties, the dropout uniforms, every neuron forward, in place and backward, batch
 normalisation's statistics, forward and input gradient, the momentum update ungated and
-gated by a true and a false device flag), compared with
+gated by a true and a false device flag, stored images made float in both layouts),
+compared with
 the generic kernels (:mod:`convnet.kernels`) on the same arrays of the same device.
 
 :func:`convnet.kernels.cuda.install` runs it once per process, on the GPU of the first
@@ -35,6 +36,7 @@ import numpy as np
 
 from .. import batch_norm as kbn
 from .. import conv as kconv
+from .. import images as kimages
 from .. import nn as knn
 from .. import norm as knorm
 from .. import pool as kpool
@@ -44,6 +46,7 @@ from ..neurons import NEURONS
 from . import batch_norm as cbn
 from . import conv as cconv
 from . import dropout as cdropout
+from . import images as cimages
 from . import neurons as cneurons
 from . import nn as cnn
 from . import norm as cnorm
@@ -271,9 +274,30 @@ def _update(xp, rng):
                          before, exact=True)
 
 
+def _images(xp, rng):
+    mean = xp.asarray(rng.random((3, 7, 8)) * 100, np.float32)
+    scalar = xp.asarray(np.array(110.5, np.float32))
+    offsets = xp.asarray([[0, 0], [2, 3], [1, 1]], np.int32)
+    flips = xp.asarray([False, True, True])
+    shifts = xp.asarray(rng.standard_normal((3, 3)), np.float32)
+    for dtype, last, kernel in ((np.uint8, True, "cvn_images_u8"),
+                                (np.float32, False, "cvn_images_f32")):
+        pixels = xp.asarray(rng.integers(0, 256, (3, 5, 5, 3) if last else (3, 3, 5, 5)),
+                            dtype)
+        layout = "channels-last" if last else "channels-first"
+        for noise in (True, False):
+            args = (pixels, mean if noise else scalar, offsets, flips,
+                    shifts if noise else None, np.float32(0.75) if noise else None, last)
+            what = "per-pixel mean and noise" if noise else "scalar mean"
+            _compare(kernel, f"{np.dtype(dtype).name} {layout} images, {what} (bitwise)",
+                     cimages.images_to_float(*args), kimages.images_to_float.generic(*args),
+                     exact=True)
+
+
 #: family (the module of convnet.kernels.cuda whose overrides it checks) -> its case
 FAMILIES = {"conv": _conv, "pool": _pool, "norm": _norm, "nn": _nn, "dropout": _dropout,
-            "neurons": _neurons, "batch_norm": _batch_norm, "update": _update}
+            "neurons": _neurons, "batch_norm": _batch_norm, "update": _update,
+            "images": _images}
 
 
 def run() -> SelfTest:

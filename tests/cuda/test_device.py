@@ -129,6 +129,33 @@ def test_copy_keeps_its_source_alive_until_it_has_run(fake):
     assert b.pending_copies() == 0 and fake.log[-1] == ("sync", b.stream.name)
 
 
+def test_an_upload_runs_on_its_own_stream_and_the_device_waits_for_it_when_taking_it(fake):
+    """The next minibatch's bytes cross while the device computes: the copy is queued on
+    the upload stream after the allocation's place on the device's stream, and the
+    device's stream waits for the copy only when the array is taken."""
+    device = cuda_device.CudaDevice(0, 1)
+    host = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+    fake.log.clear()
+    upload = device.upload(host)
+    upload_stream = device._upload_stream
+    assert upload_stream.non_blocking and upload_stream.device_id == 1
+    (allocated, _), (done, _) = [(e[1], e[2]) for e in fake.log if e[0] == "record"]
+    assert fake.log.index(("alloc", device.stream.name)) < fake.log.index(
+        ("record", allocated, device.stream.name))
+    assert fake.log.index(("wait", upload_stream.name, allocated)) < fake.log.index(
+        ("h2d", upload_stream.name)) < fake.log.index(("record", done, upload_stream.name))
+    assert not any(e[0] == "wait" and e[1] == device.stream.name for e in fake.log)
+    assert device.pending_copies() == 1  # the host array is held until the copy has run
+    array = upload.take()
+    assert fake.log[-1] == ("wait", device.stream.name, done)
+    assert array.host.dtype == np.uint8 and np.array_equal(array.host, host)
+    device.upload(host[:1])
+    assert device._upload_stream is upload_stream  # one upload stream per device
+    assert device.pending_copies() == 2
+    device.synchronize()
+    assert device.pending_copies() == 0
+
+
 def test_copy_between_gpus_is_a_peer_copy_after_the_source_gpus_streams(fake):
     a0, a1 = cuda_device.CudaDevice(0, 0), cuda_device.CudaDevice(1, 0)
     b = cuda_device.CudaDevice(2, 1)

@@ -18,6 +18,7 @@ import pytest
 
 from convnet.kernels import batch_norm as kbn
 from convnet.kernels import conv as kconv
+from convnet.kernels import images as kimages
 from convnet.kernels.conv import choice as conv_choice
 from convnet.kernels import nn as knn
 from convnet.kernels import norm as knorm
@@ -371,7 +372,7 @@ def test_executor_with_cuda_kernels_matches_numpy(tmp_path):
 
 def test_every_override_names_a_generic_kernel_or_a_documented_hook():
     import convnet.kernels.neurons as kneurons
-    modules = [kconv, kpool, knorm, knn, krandom, kneurons, kupdate, kbn]
+    modules = [kconv, kpool, knorm, knn, krandom, kneurons, kupdate, kbn, kimages]
     generic = {name for m in modules for name in dir(m)
                if hasattr(getattr(m, name), "generic")}
     assert set(OVERRIDES) - generic == {"neuron_forward", "neuron_backward"} - generic

@@ -68,7 +68,7 @@ def test_every_kernel_the_overrides_launch_exists():
             assert f"cvn_neuron_{kind}_{name}" in SPECS
     assert set(NEURON_EXPRS) == set(NEURONS)
     assert set(OVERRIDES.values()) == {"conv", "pool", "norm", "nn", "dropout", "neurons",
-                                       "update", "batch_norm"}
+                                       "update", "batch_norm", "images"}
 
 
 def _cupy_include() -> str | None:

@@ -152,6 +152,13 @@ class FakeCuda:
                 fake.log.append(("d2h", (stream or fake.current_stream())._where()))
                 return self.host.copy()
 
+            def set(self, host, stream=None):
+                stream = stream or fake.current_stream()
+                assert host.shape == self.host.shape and host.dtype == self.host.dtype
+                assert stream.null or stream.device_id == self.device.id
+                fake.log.append(("h2d", stream._where()))
+                self.host[...] = host
+
         self.cuda = types.SimpleNamespace(Device=Device, Stream=Stream, Event=Event,
                                           runtime=runtime)
         self.ndarray = ndarray
@@ -188,6 +195,7 @@ class FakeCuda:
         return self.ndarray(np.array(host, copy=True), self.current_device())
 
     def empty(self, shape, dtype=np.float32):
+        self.log.append(("alloc", self.current_stream()._where()))
         return self.ndarray(np.empty(shape, dtype), self.current_device())
 
     def zeros_like(self, a):

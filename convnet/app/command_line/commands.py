@@ -183,7 +183,7 @@ def _data_memory(opts: RunOptions):
     """The data pipeline's memory (:func:`convnet.data.memory.data_memory`) when the
     data can be opened; ``--print-plan`` plans without data too, and then has none."""
     try:
-        return data_memory(assembly.make_data_provider(opts))
+        return data_memory(assembly.make_data_provider(opts), opts.prefetch)
     except DataError:
         return None
 

@@ -64,3 +64,7 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
                       help="leave out JPEGs that cannot be decoded (image provider) and count "
                            "them in the closing summary, instead of ending the run at the "
                            "first (default: 0)")
+    data.add_argument("--prefetch", type=positive_int, default=2, metavar="N",
+                      help="training batches loaded ahead of the one training, at most; "
+                           "each is held in host memory (pinned for a GPU) until it has "
+                           "trained (default: 2)")

@@ -7,7 +7,8 @@ Each error names what to give instead: the data is checked against
 ``--data-dims``, the config's device count against ``--gpu``, its ``sync=`` keys
 against ``--sync``, its cost layers against ``--logreg-name`` and
 ``--multiview-test``, and the plan's memory against the machine's before the
-executor allocates it.
+executor allocates it.  The host buffers that batches are loaded into are made here
+too (pinned for GPUs).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from convnet.config import infer_shapes, parse_net
 from convnet.config.model import NetConfig
 from convnet.config.values.typed import local_sgd_period, parse_data_columns
 from convnet.data import DataOptions, make_provider, parse_range
+from convnet.data.host_buffers import HostBuffers
 from convnet.data.memory import data_memory
 from convnet.errors import ConfigError, DataError, OneLineWarning, UsageError
 from convnet.plan.ops import Plan
@@ -205,6 +207,16 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
         raise
 
 
+def host_buffers(opts: RunOptions) -> HostBuffers:
+    """The pool the training and test batches are loaded into: pinned memory when the
+    devices are GPUs (their uploads then run while they compute), plain memory else."""
+    if choose_backend(opts.backend) == "cuda":
+        from convnet.runtime.devices.cuda import pinned_host_array  # CuPy only when wanted
+
+        return HostBuffers(pinned_host_array)
+    return HostBuffers()
+
+
 def make_executor(opts: RunOptions, net: NetConfig, plan: Plan,
                   provider=None) -> TrainingExecutor:
     """The executor on the devices and backend the options name (this process's share
@@ -221,7 +233,8 @@ def make_executor(opts: RunOptions, net: NetConfig, plan: Plan,
     cluster = launch.cluster_for(opts.gpu)
     check_memory(plan, net, backend, cluster.is_local,
                  weight_sharing(plan, net, backend, opts.sync, cluster.size),
-                 data_memory(provider) if provider is not None else None, opts.precision)
+                 data_memory(provider, opts.prefetch) if provider is not None else None,
+                 opts.precision)
     local_sgd, staleness = local_sgd_period(opts.sync), async_staleness(opts.sync)
     devices = cluster_devices(cluster, opts.gpu, backend)
     slowdown = (Slowdown(opts.slow_device[1], opts.slow_device[0], plan.num_devices)

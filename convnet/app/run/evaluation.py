@@ -15,6 +15,7 @@ from convnet.app.run.minibatches import minibatches
 from convnet.app.run.signals import raise_if_stopped
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher
+from convnet.data.host_buffers import HostBuffers
 from convnet.errors import DataError
 from convnet.plan.ops import Plan
 
@@ -25,9 +26,10 @@ class Evaluator:
     reported, ``test_views`` the views per test case."""
 
     def __init__(self, mini: int, provider, net: NetConfig, plan: Plan, executor,
-                 cost_layer: str, test_views: int):
+                 cost_layer: str, test_views: int, buffers: HostBuffers | None = None):
         self.mini, self.provider, self.net, self.plan = mini, provider, net, plan
         self.executor, self.cost_layer, self.test_views = executor, cost_layer, test_views
+        self.buffers = buffers  # what the test batches are loaded into
 
     def test(self) -> TestResult:
         """The test batches' mean cost and error."""
@@ -37,7 +39,7 @@ class Evaluator:
         cases = 0
         views = self.test_views > 1
         with BatchPrefetcher(self.provider, self.provider.test_batches, train=False,
-                             views=views) as loader:
+                             views=views, stored=not views, buffers=self.buffers) as loader:
             for _, batch in loader:
                 raise_if_stopped()
                 batch_cost, batch_error, n = (self._test_views(batch) if views

@@ -40,8 +40,9 @@ from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from convnet.app.invocation import shown_path
 from convnet.app.options import RunOptions
 from convnet.app.saved_options import Resume, options_for_checkpoint
-from convnet.app.run.assembly import (TrainingExecutor, build_net_and_plan, make_data_provider,
-                                      make_executor, reported_cost_layer, views_per_test_case)
+from convnet.app.run.assembly import (TrainingExecutor, build_net_and_plan, host_buffers,
+                                      make_data_provider, make_executor, reported_cost_layer,
+                                      views_per_test_case)
 from convnet.app.run.features import check_feature_layer, write_features
 from convnet.app.run.folder import check_run_folder, claim_run_folder
 from convnet.app.run.log import RunLog, TestResult, progress_bar
@@ -134,8 +135,12 @@ class Trainer:
         self.batch_index = 0  # batches of the current epoch already trained
         self.cost_layer = reported_cost_layer(net, opts.logreg_name)
         self.test_views = views_per_test_case(opts, provider, net, self.cost_layer)
+        # What batches are loaded into, reused once a batch has trained; replicas that
+        # run apart (they have settle()) may still read a batch when the loop takes the
+        # next, so theirs are new every time.
+        self.buffers = None if hasattr(executor, "settle") else host_buffers(opts)
         self.evaluator = Evaluator(opts.mini, provider, net, plan, executor, self.cost_layer,
-                                   self.test_views)
+                                   self.test_views, self.buffers)
         check_feature_layer(opts, net, plan, provider.test_batches, make_folder=root)
         self.save_dir = save_dir
         self.checkpoint = save_dir / CHECKPOINT_NAME if save_dir is not None else None
@@ -266,32 +271,42 @@ class Trainer:
         return 0
 
     def _train_epochs(self, batches: list[int], total_batches: int, test_freq: int, bar) -> None:
-        while self.epoch <= self.opts.epochs:
-            todo = batches[self.batch_index:]
-            with BatchPrefetcher(self.provider, todo, train=True, epoch=self.epoch) as loader:
-                for batch_id, batch in loader:
-                    done = (self.epoch - 1) * len(batches) + self.batch_index
-                    progress = done / total_batches
-                    started = time.perf_counter()
-                    self._guarded(self._train_batch, batch, progress, bar, batch_id=batch_id)
-                    self.train_seconds += time.perf_counter() - started
-                    self.batch_index += 1
-                    if (done + 1) % test_freq == 0 or self.batch_index == len(batches):
-                        self._guarded(self._settle, batch_id=batch_id)
-                        test_result = self._guarded(self.test, batch_id=batch_id)
-                        at = self.epoch - 1 + self.batch_index / len(batches)
-                        self.log.record(self.epoch, batch_id, test_result,
-                                        self._learning_rate(progress), write=bar.write,
-                                        position=at)
-                        self.picture.update()
-                        self.events.add(self.log.history[-1], self.executor.step_count)
-                        self._maybe_save(test_result.error, write=bar.write)
-                    if interrupt_requested():
-                        raise StopAtBatchEnd()
-            self.data_wait += loader.wait_seconds
-            if self.batch_index >= len(batches):
-                self.epoch += 1
-                self.batch_index = 0
+        # One loader for every epoch left: the first batch of an epoch is loaded ahead
+        # (during the previous epoch's last batch and test) like the others.
+        schedule = [(epoch, batch_id) for epoch in range(self.epoch, self.opts.epochs + 1)
+                    for batch_id in (batches[self.batch_index:] if epoch == self.epoch
+                                     else batches)]
+        with BatchPrefetcher(self.provider, schedule, train=True, stored=True,
+                             depth=self.opts.prefetch, buffers=self.buffers) as loader:
+            for batch_id, batch in loader:
+                self._next_epoch_if_done(batches)
+                done = (self.epoch - 1) * len(batches) + self.batch_index
+                progress = done / total_batches
+                started = time.perf_counter()
+                self._guarded(self._train_batch, batch, progress, bar, batch_id=batch_id)
+                self.train_seconds += time.perf_counter() - started
+                self.batch_index += 1
+                if (done + 1) % test_freq == 0 or self.batch_index == len(batches):
+                    self._guarded(self._settle, batch_id=batch_id)
+                    test_result = self._guarded(self.test, batch_id=batch_id)
+                    at = self.epoch - 1 + self.batch_index / len(batches)
+                    self.log.record(self.epoch, batch_id, test_result,
+                                    self._learning_rate(progress), write=bar.write,
+                                    position=at)
+                    self.picture.update()
+                    self.events.add(self.log.history[-1], self.executor.step_count)
+                    self._maybe_save(test_result.error, write=bar.write)
+                if interrupt_requested():
+                    raise StopAtBatchEnd()
+        self.data_wait += loader.wait_seconds
+        self._next_epoch_if_done(batches)
+
+    def _next_epoch_if_done(self, batches: list[int]) -> None:
+        """Move the counters on to the next epoch once every batch of this one trained
+        (only then: a run stopped at an epoch's end saves it as that epoch's end)."""
+        if self.batch_index >= len(batches):
+            self.epoch += 1
+            self.batch_index = 0
 
     def _draw_log_picture(self) -> None:
         """log.png of a run that stops early, as the banner promised; a failure to draw
@@ -335,8 +350,11 @@ class Trainer:
         parts = list(minibatches(batch, self.opts.mini, self.plan.num_pieces))
         if len(parts) != self._per_batch:  # a batch of another size: correct the bar's total
             bar.total += len(parts) - self._per_batch
-        for part in parts:
+        stage = getattr(self.executor, "stage", None)  # the lockstep executor's uploads ahead
+        for k, part in enumerate(parts):
             raise_if_stopped()
+            if stage is not None and k + 1 < len(parts):
+                stage(parts[k + 1])  # sent to the devices while this step runs
             result = self.executor.step(part, progress)
             self._add_step(totals, result)
             if self.opts.profile:

@@ -4,10 +4,12 @@
 batches (a pickle, or a folder of sub-batch pickles) and reads their JPEG
 strings and labels; ``labels`` turns label ids and lists of ids into the label
 column and the label matrix; ``decode`` decodes a batch's JPEGs on a thread
-pool into one uint8 array; ``provider`` puts them behind the shared
-:class:`~convnet.data.base.DataProvider` pipeline (mean, crops, mirrors,
-multiview).  Imports the shared modules of :mod:`convnet.data` (never its
-``__init__``, the registry above it), :mod:`convnet.errors` and simplejpeg.
+pool into one uint8 array (whole images, or each one's crop window);
+``provider`` puts them behind the shared :class:`~convnet.data.base.DataProvider`
+interface (the crop windows and the draws of the augmentation in ``load_batch``,
+the mean, mirrors and colour noise where the images become float, multiview).
+Imports the shared modules of :mod:`convnet.data` (never its ``__init__``, the
+registry above it), :mod:`convnet.kernels`, :mod:`convnet.errors` and simplejpeg.
 """
 
 from convnet.data.image.provider import ImageProvider

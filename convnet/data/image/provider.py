@@ -30,8 +30,8 @@ import numpy as np
 
 from convnet.data.base import DataOptions, DataProvider
 from convnet.data.cifar import check_folder
-from convnet.data.image.batch_files import (available_batches, batch_files, count_cases,
-                                             read_batch)
+from convnet.data.image.batch_files import (RawBatch, available_batches, batch_files,
+                                             count_cases, read_batch)
 from convnet.data.image.decode import JpegDecoder
 from convnet.data.image.labels import LabelSets, label_sets
 from convnet.data.image.meta import read_meta
@@ -70,10 +70,26 @@ class ImageProvider(DataProvider):
 
     # -- the interface -----------------------------------------------------------
 
-    def get_batch(self, batch_id: int, train: bool, epoch: int = 0) -> list[np.ndarray]:
-        raw, sets = self._read(batch_id)
-        labels = sets.pick(self._label_rng(batch_id, train, epoch))
-        return self._serve(raw, labels, batch_id, train, epoch) + self._matrix(sets)
+    def load_batch(self, batch_id: int, train: bool, epoch: int = 0,
+                   empty=np.empty) -> list:
+        """The batch with column 0 as the decoding threads leave it: each image's window
+        (random in training, central in tests), uint8 and channels-last, with the draws
+        of its mirror and colour noise (see the base class)."""
+        batch, sets = self._read_files(batch_id)
+        jpegs, size, inner = batch.jpegs, self.meta.size, self._inner or self.meta.size
+        offsets, flips, rng = self._windows(len(jpegs), batch_id, train, epoch)
+        pixels, bad = self._decoder.decode(jpegs, size, inner, offsets,
+                                           empty((len(jpegs), inner, inner, 3), np.uint8))
+        if bad:  # the windows are drawn again for the cases that are left
+            keep = self._keep(batch, bad, batch_id)
+            jpegs, sets = [j for j, k in zip(jpegs, keep.tolist()) if k], sets.subset(keep)
+            offsets, flips, rng = self._windows(len(jpegs), batch_id, train, epoch)
+            pixels, _ = self._decoder.decode(jpegs, size, inner, offsets,
+                                             empty((len(jpegs), inner, inner, 3), np.uint8))
+        self._counts[batch_id] = len(jpegs)
+        labels = sets.pick(self._label_rng(batch_id, train, epoch)).reshape(-1, 1)
+        return [self._stored_images(pixels, offsets, flips, rng, channels_last=True), labels] \
+            + self._matrix(sets)
 
     def get_test_views(self, batch_id: int) -> list[np.ndarray]:
         raw, sets = self._read(batch_id)
@@ -96,39 +112,48 @@ class ImageProvider(DataProvider):
     def _pixel_mean(self) -> np.ndarray:
         return self.meta.data_mean
 
-    def _add_colour_noise(self, images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _colour_noise(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.float32]:
+        """The original's colour noise: the shifts, and the scale ``1 / (1 + s)``."""
         scale = self.options.color_noise
-        shift = (rng.standard_normal((len(images), 3)) * self.meta.pca_stdevs) \
-            @ self.meta.pca_vectors.T
-        images += (scale * shift).astype(np.float32)[:, :, None, None]
-        images *= np.float32(1.0 / (1.0 + scale))
-        return images
+        shift = (rng.standard_normal((n, 3)) * self.meta.pca_stdevs) @ self.meta.pca_vectors.T
+        return (scale * shift).astype(np.float32), np.float32(1.0 / (1.0 + scale))
 
     # -- reading -----------------------------------------------------------------
 
-    def _read(self, batch_id: int) -> tuple[np.ndarray, LabelSets]:
-        """The batch's images ``(N, 3, S, S)`` uint8 (a channel-major view of the decoded
-        rows) and its labels, bad images left out when asked to skip them."""
+    def _read_files(self, batch_id: int) -> tuple[RawBatch, LabelSets]:
+        """The batch's JPEGs and checked labels, as its files hold them."""
         self._check_available(batch_id)
         batch = read_batch(self._batch_source(batch_id), batch_id)
-        sets = label_sets(batch.labels, self.meta.label_offset, self.num_classes, batch.where)
+        return batch, label_sets(batch.labels, self.meta.label_offset, self.num_classes,
+                                 batch.where)
+
+    def _read(self, batch_id: int) -> tuple[np.ndarray, LabelSets]:
+        """The batch's whole images ``(N, 3, S, S)`` uint8 (a channel-major view of the
+        decoded rows) and its labels, bad images left out when asked to skip them."""
+        batch, sets = self._read_files(batch_id)
         pixels, bad = self._decoder.decode(batch.jpegs, self.meta.size)
         if bad:
-            case, problem = bad[0]
-            if not self.options.skip_bad_images:
-                raise DataError(f"{batch.where(case)}: {problem} (give --skip-bad-images to "
-                                "leave such images out)")
-            with self._skipped_lock:
-                self.skipped.update((batch.where(c), p) for c, p in bad)
-            keep = np.ones(len(pixels), bool)
-            keep[[c for c, _ in bad]] = False
-            if not keep.any():
-                raise DataError(f"{self._batch_source(batch_id)}: none of its "
-                                f"{len(pixels)} images can be decoded (first: "
-                                f"{batch.where(case)}: {problem})")
+            keep = self._keep(batch, bad, batch_id)
             pixels, sets = pixels[keep], sets.subset(keep)
         self._counts[batch_id] = len(pixels)
         return pixels.transpose(0, 3, 1, 2), sets
+
+    def _keep(self, batch: RawBatch, bad: list[tuple[int, str]], batch_id: int) -> np.ndarray:
+        """Which cases are left once the images that cannot be decoded are left out (with
+        ``--skip-bad-images``; without it the first ends the run)."""
+        case, problem = bad[0]
+        if not self.options.skip_bad_images:
+            raise DataError(f"{batch.where(case)}: {problem} (give --skip-bad-images to "
+                            "leave such images out)")
+        with self._skipped_lock:
+            self.skipped.update((batch.where(c), p) for c, p in bad)
+        keep = np.ones(len(batch.jpegs), bool)
+        keep[[c for c, _ in bad]] = False
+        if not keep.any():
+            raise DataError(f"{self._batch_source(batch_id)}: none of its "
+                            f"{len(batch.jpegs)} images can be decoded (first: "
+                            f"{batch.where(case)}: {problem})")
+        return keep
 
     def _label_rng(self, batch_id: int, train: bool, epoch: int) -> np.random.Generator:
         return np.random.default_rng([self.options.seed, _LABEL_STREAM, int(train),

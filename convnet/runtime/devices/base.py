@@ -52,6 +52,13 @@ class Device(Protocol):
         """A float32 copy of a host array on this device."""
 
     @abstractmethod
+    def upload(self, host_array) -> Upload:
+        """Start copying a host array, in its own dtype, to this device (on a GPU on a stream
+        of its own, so that from pinned memory it runs while the device computes); the
+        :class:`Upload`'s ``take()`` gives the array, ordered before the device's later
+        work.  The host array must stay unchanged until the device's next synchronize."""
+
+    @abstractmethod
     def copy_from(self, array) -> Any:
         """A copy on this device of an array that lives on any device."""
 
@@ -68,4 +75,22 @@ class Device(Protocol):
         """Wait until everything queued on this device has run."""
 
 
-__all__ = ["Device"]
+class Upload(Protocol):
+    """An upload begun by :meth:`Device.upload`."""
+
+    def take(self) -> Any:
+        """The array on the device; the device's work queued from now on runs after the
+        copy (call it on the thread, and so the stream, that uses the array)."""
+
+
+class Uploaded:
+    """An upload that is complete: the array itself (a CPU device reads host memory)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def take(self):
+        return self.array
+
+
+__all__ = ["Device", "Upload", "Uploaded"]

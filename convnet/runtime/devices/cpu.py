@@ -35,7 +35,7 @@ import platform
 
 import numpy as np
 
-from convnet.runtime.devices.base import Device
+from convnet.runtime.devices.base import Device, Uploaded
 
 
 class CpuDevice(Device):
@@ -60,6 +60,11 @@ class CpuDevice(Device):
 
     def to_device(self, host_array: np.ndarray) -> np.ndarray:
         return np.array(host_array, dtype=np.float32, copy=True, order="C")
+
+    def upload(self, host_array: np.ndarray) -> Uploaded:
+        """The host array itself, read where it is: its only reader, the float conversion
+        of stored images, writes a new array."""
+        return Uploaded(host_array)
 
     def copy_from(self, array) -> np.ndarray:
         """A real copy of an array that lives on another device."""

@@ -51,6 +51,13 @@ initialisation on the main thread, the ``--sequential`` walk) runs on the
 default stream, and the implicit ordering between the default stream and
 blocking streams keeps it correct without extra events.
 
+Uploads (:meth:`CudaDevice.upload`: a minibatch's stored images, uint8) run on an
+upload stream of their own, so that a copy from pinned host memory overlaps the step
+the device is computing.  The array is allocated from this device's stream's pool and
+the copy waits for an event recorded on that stream when the upload began (the block
+may have been freed by work queued before); the device's stream waits for the copy's
+event only when the array is taken, in the step that reads it.
+
 Copies between two physical GPUs are peer copies (``cudaMemcpyAsync`` with
 unified addressing, direct over NVLink/PCIe when peer access can be enabled,
 which :meth:`copy_from` tries once per pair).  A non-contiguous source is
@@ -181,6 +188,7 @@ class CudaDevice(Device):
         self._pending: collections.deque = collections.deque()
         self._pending_lock = threading.Lock()
         self._helpers: dict[int, object] = {}
+        self._upload_stream = None  # made on the first upload
         with _registry_lock:
             _registry.add(self)
         from convnet.kernels import cuda as cuda_kernels
@@ -209,6 +217,29 @@ class CudaDevice(Device):
         host = np.ascontiguousarray(host_array, dtype=np.float32)
         with self.scope():
             return self._cupy.asarray(host)
+
+    def upload(self, host_array) -> "_CudaUpload":
+        """Start copying a host array, in its own dtype, to this GPU on the device's upload
+        stream (from pinned memory the copy runs while the device's stream computes); the
+        array is allocated for this device's stream, after the work queued on it so far.
+        The host array is kept referenced until the copy has run."""
+        cupy = self._cupy
+        host = np.ascontiguousarray(host_array)
+        with cupy.cuda.Device(self.physical):
+            with self._pending_lock:
+                if self._upload_stream is None:
+                    self._upload_stream = cupy.cuda.Stream(non_blocking=True)
+            with self.stream:  # the block is this stream's in CuPy's stream-ordered pool
+                out = cupy.empty(host.shape, dtype=host.dtype)
+            allocated = cupy.cuda.Event(disable_timing=True)
+            allocated.record(self.stream)
+            self._upload_stream.wait_event(allocated)
+            out.set(host, stream=self._upload_stream)
+            done = cupy.cuda.Event(disable_timing=True)
+            done.record(self._upload_stream)
+        with self._pending_lock:
+            self._pending.append((done, host, out))
+        return _CudaUpload(self, out, done)
 
     def copy_from(self, array):
         """A copy, on this device, of an array of any device (see the module docstring)."""
@@ -336,4 +367,27 @@ class CudaDevice(Device):
             return len(self._pending)
 
 
-__all__ = ["CudaDevice", "DeviceModule", "devices_on", "enable_peer_access"]
+class _CudaUpload:
+    """An upload to a :class:`CudaDevice`: its array, and the event after its copy."""
+
+    def __init__(self, device: CudaDevice, array, done):
+        self._device, self._array, self._done = device, array, done
+
+    def take(self):
+        with self._device._cupy.cuda.Device(self._device.physical):
+            self._device.stream.wait_event(self._done)
+        return self._array
+
+
+def pinned_host_array(nbytes: int) -> np.ndarray:
+    """``nbytes`` of page-locked host memory as a flat uint8 array (which keeps it), pinned
+    for every GPU (portable): the GPUs copy from it while they compute.  Pinning is slow,
+    so the callers keep such arrays for reuse (:mod:`convnet.data.host_buffers`)."""
+    cuda = _cupy().cuda
+    size = max(int(nbytes), 1)
+    memory = cuda.PinnedMemory(size, cuda.runtime.hostAllocPortable)
+    return np.frombuffer(cuda.PinnedMemoryPointer(memory, 0), np.uint8, size)
+
+
+__all__ = ["CudaDevice", "DeviceModule", "devices_on", "enable_peer_access",
+           "pinned_host_array"]

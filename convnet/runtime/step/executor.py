@@ -69,6 +69,7 @@ from convnet.runtime.step.precision import StepBackup
 from convnet.runtime.step.records import OpTiming, StepBuffers, StepResult
 from convnet.runtime.step.task_actions import TaskActions
 from convnet.runtime.step.tasks import Task
+from convnet.runtime.step.uploads import staged_loads
 from convnet.runtime.step.weights import assemble_state
 
 
@@ -142,6 +143,13 @@ class Executor(ExecutorSetup, TaskActions):
             self.exchange.step_ended(self.step_count)
         self.step_count += 1
         return result
+
+    def stage(self, batch: list[np.ndarray]) -> None:
+        """Start the uploads of the next training minibatch's stored images while the
+        current step runs (:mod:`convnet.runtime.step.uploads`); its step takes them."""
+        pieces = piece_bounds(len(batch[0]), self.plan.num_shards, self.plan.micro_batches)
+        self.uploads.stage(batch, staged_loads(self.net, self.train_tasks(), pieces,
+                                               self.cluster.is_local))
 
     def timed_steps(self, batch: list[np.ndarray], steps: int) -> list[tuple[float, list]]:
         """``steps`` training steps of ``batch`` after one warm-up step, each as (its

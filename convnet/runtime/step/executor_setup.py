@@ -38,6 +38,7 @@ from convnet.runtime.step.step_graph import StepGraph, capture_blockers
 from convnet.runtime.step.step_graph import requested as step_graph_requested
 from convnet.runtime.step.tasks import ReplicaSync, Task, local_periods, make_tasks
 from convnet.runtime.step.transfers import Transfers
+from convnet.runtime.step.uploads import Uploads
 from convnet.runtime.step.weights import WeightStore, shared_weight_layers
 from convnet.runtime.step.workers import DeviceWorkers
 from convnet.layers import build_layer
@@ -88,6 +89,7 @@ class ExecutorSetup:
         self.net = net
         self.plan = plan
         self.devices = devices
+        self.uploads = Uploads(devices)  # the minibatch's columns onto the devices
         self.cluster = cluster if cluster is not None else single_process(len(devices))
         self.slowdown = slowdown
         self.seed = seed

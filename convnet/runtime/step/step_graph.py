@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from convnet.kernels.images import StoredImages
 from convnet.runtime.step.batch_check import check_batch
 from convnet.runtime.step.records import StepResult
 
@@ -104,9 +105,15 @@ class CudaCapture:
     def launch(self, graph) -> None:
         graph.launch(stream=self.device.stream)
 
-    def stage(self, static, host: np.ndarray) -> None:
-        """Copy a minibatch column into its captured input buffer, before the launch."""
-        static.set(np.ascontiguousarray(host, dtype=static.dtype), stream=self.device.stream)
+    def stage(self, static, column) -> None:
+        """Copy a minibatch column (a host array, or one made on the device: stored images)
+        into its captured input buffer, before the launch."""
+        if isinstance(column, np.ndarray):
+            static.set(np.ascontiguousarray(column, dtype=static.dtype),
+                       stream=self.device.stream)
+        else:
+            with self.device.scope():
+                static[...] = column
 
 
 @dataclass
@@ -154,7 +161,10 @@ class StepGraph:
             self._captured, self._key = self._capture(batch, progress), key
         captured = self._captured
         for index, static in captured.inputs.items():
-            self.backend.stage(static, batch[index])
+            column = batch[index]
+            if isinstance(column, StoredImages):  # uploaded as stored, made float there
+                column = ex.uploads.to_device(0, column, 0, len(column))
+            self.backend.stage(static, column)
         self.backend.launch(captured.graph)
         self.replays += 1
         results = captured.results.cleared()

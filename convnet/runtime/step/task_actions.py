@@ -26,8 +26,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-import numpy as np
-
 from convnet.plan.ops import Update
 from convnet.runtime.step.device_results import FailedCheck
 from convnet.runtime.step.records import StepBuffers
@@ -66,7 +64,7 @@ class TaskActions:
     It reads what :class:`~convnet.runtime.step.executor_setup.ExecutorSetup` builds
     (``net``, ``plan``, ``devices``, ``layers``, ``store``, ``collectives``,
     ``workers``, ``exchange``, ``transfers``, ``optimizer``, ``cluster``,
-    ``own_updates``, ``_sliced``, ``precision``) and the step's count and
+    ``own_updates``, ``_sliced``, ``precision``, ``uploads``) and the step's count and
     ``check_finite``.
     Each method runs one task: (task, the step's buffers, the calling worker's
     device or None for all of the task's devices).
@@ -91,12 +89,10 @@ class TaskActions:
         op = task.op
         ldef = self.net[op.layer]
         start, stop = buffers.pieces[op.shard]
-        column = buffers.batch[ldef.attrs["dataIdx"]][start:stop]
-        column = column.reshape((stop - start,) + tuple(ldef.output_shape))
-        device = self.devices[op.device]
-        buffers.acts[(op.layer, op.shard, op.device)] = (
-            device.to_device(column) if isinstance(column, np.ndarray)
-            else device.xp.array(column, copy=True))  # already on the device: a captured step
+        column = self.uploads.to_device(op.device, buffers.batch[ldef.attrs["dataIdx"]],
+                                        start, stop)  # stored images made float there
+        buffers.acts[(op.layer, op.shard, op.device)] = column.reshape(
+            (stop - start,) + tuple(ldef.output_shape))
 
 
     def _copy(self, task: Task, buffers: StepBuffers, device: int | None) -> None:

@@ -28,14 +28,15 @@ the :data:`SPECS` registry, :func:`parse_params`),
 preamble), and one module per kernel family, named like the module of
 :mod:`convnet.kernels.cuda` that launches its kernels: ``conv`` (conv and local
 layers), ``pool``, ``norm``, ``nn`` (``cost.logreg``), ``dropout``, ``neurons``,
-``update`` (the momentum update) and ``batch_norm``.
+``update`` (the momentum update), ``batch_norm`` and ``images`` (stored images made
+float).
 Importing this package registers every family's kernels.
 """
 
 from __future__ import annotations
 
 # each family registers its kernels on import, in this order (the order of SPECS)
-from . import conv, pool, norm, nn, dropout, neurons, update, batch_norm  # noqa: F401, I001
+from . import conv, pool, norm, nn, dropout, neurons, update, batch_norm, images  # noqa: F401, I001
 from .helpers import HELPERS
 from .neurons import NEURON_EXPRS, neuron_backward_constant
 from .registry import SPECS, KernelSpec, parse_params

@@ -14,7 +14,8 @@ from convnet.runtime.devices.cuda import CudaDevice
 from convnet.runtime.devices.base import Device
 from convnet.runtime.devices.cpu import CpuDevice
 
-METHODS = ("activate", "scope", "to_device", "copy_from", "copy_into", "to_host", "synchronize")
+METHODS = ("activate", "scope", "to_device", "upload", "copy_from", "copy_into", "to_host",
+           "synchronize")
 ATTRIBUTES = ("index", "physical", "kind", "xp")
 
 
