@@ -5,7 +5,8 @@ The layers (:class:`ImportedLayer`, made by :mod:`convnet.app.using.onnx_import`
 data layer for the labels, a softmax ``probs`` (unless the model ends in one) and a
 ``cost.logreg`` ``logprob``, so that the net trains and predicts as any other.  Every
 weight layer learns at ``epsW`` :data:`EPS_W` (a fine-tuning rate; set 0 to freeze
-it) with momentum 0.9 and weight decay 0.0005, and starts from ``initW`` 0.01 where a
+it) with momentum 0.9 and weight decay 0.0005 (a ``bnorm`` layer's scale and shift
+without decay), and starts from ``initW`` 0.01 where a
 user makes it new.  The checkpoint is a step-0 one, as a run saves it: the weights,
 zero momentum, and the options that make ``--load-file DIR`` run it (the two files, and
 ``--data-provider dummy`` with the model's image size and class count until the
@@ -47,7 +48,7 @@ class ImportedLayer:
     inputs: list[str]
     shape: tuple[int, ...]
     attrs: dict = field(default_factory=dict)  # layer-def keys
-    params: dict = field(default_factory=dict)  # layer-params keys other than the rates
+    params: dict = field(default_factory=dict)  # layer-params keys; over the default rates
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     neuron: str | None = None
 
@@ -91,11 +92,12 @@ def config_texts(layers: list[ImportedLayer], source: str) -> tuple[str, str]:
         if layer.neuron is not None:
             keys["neuron"] = layer.neuron
         net.append(f"[{layer.name}]\n" + "".join(f"{k}={_value(v)}\n" for k, v in keys.items()))
-        rates = dict(layer.params)
+        rates = {}
         if layer.weights:
             n = len(layer.inputs)
             rates.update({"epsW": [EPS_W] * n, "epsB": EPS_B, "momW": [RATES["momW"]] * n,
                           "momB": RATES["momB"], "wc": [RATES["wc"]] * n})
+        rates.update(layer.params)  # a layer's own keys (bnorm's wc=0) win
         if rates:
             params.append(f"[{layer.name}]\n"
                           + "".join(f"{k}={_value(v)}\n" for k, v in rates.items()))

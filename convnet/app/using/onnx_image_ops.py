@@ -4,8 +4,9 @@ ONNX rounds a convolution's or pool's output size down; cuda-convnet2 rounds a
 convolution's up (its last window may hang past the padded edge and read zeros) and
 lets a pool say how many windows it has (``outputsX``) and where the first starts
 (``start``, negative for padding).  So a pool takes ONNX's count and padding as they
-are, and a convolution that would get one window more than ONNX's is followed by a
-1x1 max-pool that keeps ONNX's outputs (``<name>_crop``).  A geometry the engine
+are, and a convolution that would get one window more than ONNX's takes ONNX's count
+as its ``modulesX`` (the first windows of those the ceiling rule gives, as a ResNet's
+stride-2 convolutions need them).  A geometry the engine
 cannot compute (dilation, windows not the same across and down, padding that differs
 from one side to the other beyond what the rounding covers) is one line naming the
 node.  A mixin of :class:`convnet.app.using.onnx_import.Translation`, whose
@@ -40,22 +41,14 @@ class ImageOps:
                                      "engine pads both sides alike")
         attrs = {"channels": channels, "filters": filters // groups, "filterSize": size,
                  "padding": top, "stride": stride, "sharedBiases": 1, "initW": INIT_W}
+        if modules > want:  # ONNX drops the window that would hang past the padded edge
+            attrs["modulesX"] = want
         if groups > 1:
             attrs["groups"] = groups
-        layer = self._add(ImportedLayer(self._name(node), "conv", [self._source(node, x)],
-                                        (filters, modules, modules), attrs,
-                                        weights={"W0": weights,
-                                                 "b": bias.astype(np.float32).reshape(-1)}),
-                          node.output[0])
-        if modules > want:  # ONNX drops the window that would hang past the padded edge
-            self.notes.append(f"'{layer.name}': ONNX rounds its output size down "
-                              f"({want}x{want}), the engine up; a 1x1 max-pool "
-                              f"'{layer.name}_crop' keeps ONNX's outputs")
-            self._add(ImportedLayer(f"{layer.name}_crop", "pool", [layer.name],
-                                    (filters, want, want),
-                                    {"pool": "max", "sizeX": 1, "stride": 1,
-                                     "outputsX": want, "channels": filters}),
-                      node.output[0])
+        self._add(ImportedLayer(self._name(node), "conv", [self._source(node, x)],
+                                (filters, want, want), attrs,
+                                weights={"W0": weights, "b": bias.astype(np.float32)
+                                         .reshape(-1)}), node.output[0])
 
     def _window(self, node, a: dict, kernel) -> tuple[int, int, int, int]:
         """(size, stride, start padding, end padding) of a square window."""

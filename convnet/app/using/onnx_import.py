@@ -10,13 +10,15 @@ change nothing the engine keeps (an fc layer reads an image in (C, H, W) order, 
 ``Flatten`` lays it out).  Where ONNX's geometry is not cuda-convnet2's, the layer is
 made to compute ONNX's: a convolution whose last window would hang past the padded
 edge (ONNX rounds the output size down, the engine up) gets a 1x1 max-pool that keeps
-ONNX's outputs (``<name>_crop``); a pool gets its ``start`` and ``outputsX``.
+ONNX's outputs (``<name>_crop``); a pool gets its ``start`` and ``outputsX``.  A
+``BatchNormalization`` is a ``bnorm`` layer of its own, never folded into the
+convolution before it, so that it fine-tunes (:mod:`convnet.app.using.onnx_batch_norm`).
 
 Anything else is one line naming the node: an operator the engine has no layer for,
-a geometry it cannot compute (dilation, uneven padding), a batch normalisation
-(the engine has no batch-normalisation layer).  Layers are named after the nodes (the
+or a geometry it cannot compute (dilation, uneven padding).  Layers are named after the nodes (the
 module path PyTorch writes, ``/features/features.0/Conv`` -> ``features_0``), so that
-``--init-from`` matches a fine-tuned net's layers by name.
+``--init-from`` matches a fine-tuned net's layers by name (``layer1_0_conv1`` for the
+module ``layer1.0.conv1``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import re
 import numpy as np
 
 from convnet.app.using.imported_net import INIT_W, ImportedLayer
+from convnet.app.using.onnx_batch_norm import BatchNormOps
 from convnet.app.using.onnx_image_ops import ImageOps
 from convnet.app.using.onnx_model import OnnxGraph
 from convnet.errors import DataError
@@ -34,12 +37,12 @@ from convnet.errors import DataError
 NEURONS = {"Relu": "relu", "Sigmoid": "logistic", "Abs": "abs", "Softplus": "softrelu",
            "Sqrt": "sqrt", "Tanh": "tanh[1,1]"}
 #: Layer types an activation can fold into as their ``neuron=``.
-TAKES_NEURON = ("conv", "fc", "pool", "eltsum")
+TAKES_NEURON = ("conv", "fc", "pool", "eltsum", "bnorm")
 #: Operators that change nothing the engine keeps.
 ALIASES = ("Identity", "Dropout")
 
 
-class Translation(ImageOps):
+class Translation(ImageOps, BatchNormOps):
     """The layers of one graph, in net order (:attr:`layers`), and notes for the user."""
 
     def __init__(self, graph: OnnxGraph):
@@ -117,10 +120,18 @@ class Translation(ImageOps):
         return shape[1]
 
     def _name(self, node) -> str:
-        """``/features/features.0/Conv`` -> ``features_0``; else the node's own name."""
+        """The module path PyTorch writes, whose scopes repeat their parent's name
+        (``/features/features.0/Conv`` -> ``features_0``, ``/layer1/layer1.0/conv1/Conv``
+        -> ``layer1_0_conv1``, as the module's weights are named); else the node's own."""
         text = node.name or node.output[0]
         parts = [p for p in text.split("/") if p]
-        text = parts[-2] if len(parts) >= 2 else (parts[0] if parts else node.op_type.lower())
+        path: list[str] = []
+        for part in parts[:-1]:
+            if path and part.startswith(path[-1] + "."):
+                path[-1] = part  # a child of a Sequential (ModuleList ...): its full name
+            else:
+                path.append(part)
+        text = "_".join(path) if path else (parts[0] if parts else node.op_type.lower())
         text = re.sub(r"[^A-Za-z0-9_]", "_", text).strip("_") or node.op_type.lower()
         return text if text[0].isalpha() else f"l_{text}"
 
@@ -163,11 +174,6 @@ class Translation(ImageOps):
         if target is None or len(target) != 2 or int(target[1]) not in (features, -1):
             raise self._refuse(node, "reshapes to something other than (N, features)")
         self._alias(node.output[0], self._source(node, x), (features,))
-
-    def _op_BatchNormalization(self, node) -> None:
-        raise self._refuse(node, "the engine has no batch-normalisation layer to import it "
-                                 "into (PyTorch folds it into the Conv before it when it "
-                                 "exports a model in eval mode)")
 
     def _fc(self, node, x: str, weights: np.ndarray, bias: np.ndarray) -> None:
         features = math.prod(self.shape[x])

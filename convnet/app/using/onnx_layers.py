@@ -9,14 +9,16 @@ geometry made explicit where ONNX's differs:
   below it, the first windows of those that fit: a Slice).
 * pool: a window covers ``[start + x stride, start + x stride + size)`` clipped to
   the image; the image is padded (-inf for max, 0 for avg) so that every window
-  fits, and an average is rescaled from size^2 to the pixels inside it.
+  fits, and an average is rescaled from size^2 to the pixels inside it (where a
+  window reaches outside the image).
 * cmrnorm of odd size is LRN (ONNX's alpha is cuda-convnet2's scale; both divide
   it by size); of even size its window is not centred like LRN's, so it is a 1x1
   conv with a 0/1 band matrix; rnorm and cnorm are averages over padded windows.
 * dropout is the identity at test time, dropout2 and the ``dropout=`` key of conv
   and fc layers scale by what they keep.
 * bnorm is BatchNormalization with its running averages (what testing uses): ``W0``,
-  ``b``, ``mean`` and ``var`` are its scale, B, input_mean and input_var.
+  ``b``, ``mean`` and ``var`` are its scale, B, input_mean and input_var, ``decay``
+  its momentum (for a trainer, or an import, to carry on with).
 
 * local: the windows are copied out by a conv with one-hot filters, then one
   batched MatMul over the output positions (weights (positions, filters, ...)).
@@ -169,16 +171,21 @@ def pool(g, ldef, inputs: list[Tensor], weights: dict) -> str:
                          g.const(fill, "fill")], f"{ldef.name}_pad")
     if start > 0:
         x = g.slice(x, [start, start], [img + right, img + right], [2, 3], f"{ldef.name}_from")
-    op = "MaxPool" if kind == "max" else "AveragePool"
-    y = g.op(op, [x], f"{ldef.name}_{kind}", kernel_shape=[size, size], strides=[stride, stride])
     natural = (left + img + right - max(start, 0) - size) // stride + 1
-    if natural > outputs:
-        y = g.slice(y, [0, 0], [outputs, outputs], [2, 3], f"{ldef.name}_cut")
-    if kind == "max":
-        return y
     lo = start + stride * np.arange(outputs)
     inside = np.clip(np.minimum(lo + size, img) - np.maximum(lo, 0), 1, None)
     rescale = (size * size) / np.outer(inside, inside)  # from a mean over size^2 to one inside
+    rescaled = kind == "avg" and np.any(rescale != 1)
+    op = "MaxPool" if kind == "max" else "AveragePool"
+    # the last node carries the layer's name (what an import names the layer after)
+    last = natural <= outputs and not rescaled
+    y = g.op(op, [x], ldef.name if last else f"{ldef.name}_{kind}",
+             kernel_shape=[size, size], strides=[stride, stride])
+    if natural > outputs:
+        y = g.slice(y, [0, 0], [outputs, outputs], [2, 3],
+                    f"{ldef.name}_cut" if rescaled else ldef.name)
+    if not rescaled:  # every window inside the image: the plain average
+        return y
     return g.op("Mul", [y, g.const(rescale, f"{ldef.name}_inside")], ldef.name)
 
 
@@ -294,7 +301,8 @@ def bnorm(g, ldef, inputs: list[Tensor], weights: dict) -> str:
     x = name if shape == input_shape else g.reshape(name, input_shape, f"{ldef.name}_in")
     arrays = [g.const(weights[k], f"{ldef.name}_{k}") for k in ("W0", "b", "mean", "var")]
     return g.op("BatchNormalization", [x] + arrays, ldef.name,
-                epsilon=float(ldef.attrs.get("epsilon", 1e-5)))
+                epsilon=float(ldef.attrs.get("epsilon", 1e-5)),
+                momentum=float(ldef.attrs.get("decay", 0.9)))
 
 
 def neuron_layer(g, ldef, inputs: list[Tensor], weights: dict) -> str:

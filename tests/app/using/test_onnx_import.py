@@ -2,8 +2,9 @@
 
 The models are built here with random weights (torchvision is not needed): a small
 AlexNet of torchvision's layout, at an input size whose first convolution ONNX rounds
-down (so the crop the import adds is exercised), and a small ResNet whose batch
-normalisation PyTorch folds into the convolutions when it exports in eval mode.  The
+down (so the ``modulesX`` the import gives it is exercised), and a small ResNet whose
+batch normalisation PyTorch folds into the convolutions when it exports in eval mode
+(test_onnx_import_batch_norm.py imports it unfolded, as bnorm layers).  The
 imported net must compute PyTorch's outputs to 1e-4 (relative to their scale); the
 digits net exported by the engine must come back with its own outputs and its layer
 names.  Bad input is one line, exit 1 or 2, and nothing written.
@@ -128,9 +129,9 @@ class SmallResNet(nn.Module):
 def test_an_alexnet_from_pytorch_computes_what_pytorch_computes(tmp_path, capsys):
     torch.manual_seed(0)
     # 4 + 100 - 11 = 93 is not a multiple of the stride 4: ONNX has 24 outputs, the engine 25
-    out = assert_imports_as_torch_computes(SmallAlexNet(), 100, tmp_path, capsys)
-    assert "a 1x1 max-pool 'features_0_crop' keeps ONNX's outputs" in out
+    assert_imports_as_torch_computes(SmallAlexNet(), 100, tmp_path, capsys)
     text = (tmp_path / "net" / "layers.cfg").read_text()
+    assert "stride=4\nsharedBiases=1\ninitW=0.01\nmodulesX=24\n" in text
     for name in ("features_0", "features_10", "classifier_1", "classifier_6"):
         assert f"[{name}]\n" in text
 
@@ -206,7 +207,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
     elif case == "unsupported":
         export(nn.Sequential(nn.Conv2d(3, 4, 3), nn.GELU()), 8, model)
     elif case == "batchnorm":
-        export(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.BatchNorm2d(4)), 8, model)
+        export(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.BatchNorm1d(144)), 8, model)
     elif case == "dynamic":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -225,7 +226,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
     assert code in (1, 2) and out == "" and len(err.strip().splitlines()) == 1, err
     expected = {"checkpoint": "not a valid ONNX model", "corrupt": "not a valid ONNX model",
                 "unsupported": "(Gelu): the engine has no layer for this operator",
-                "batchnorm": "(BatchNormalization): the engine has no batch-normalisation",
+                "batchnorm": "(BatchNormalization): normalises each of the 144 flattened "
+                             "features of the image of 'l_0' on its own",
                 "dynamic": "dynamic shape", "missing": "does not exist",
                 "exists": "exists and this run would replace it"}[case]
     assert expected in err
