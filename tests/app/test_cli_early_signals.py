@@ -6,8 +6,9 @@ The program starts at the first statement of its launcher (``convnet.py``,
 ``convnet/make_data/__main__.py``).  What comes before it is the interpreter's: its C
 start-up, ``site`` running the environment's ``.pth`` files (about 10 ms for an
 editable install's import finder), setting up ``__main__`` (for ``-m``, ``runpy``
-importing the packages above the module), and the check for signals at the entry of
-each module (reported as line 0).  A signal there ends the process by the signal
+importing the packages above the module: ``convnet/__init__.py`` and what it imports,
+``convnet/make_data/__init__.py``), and the check for signals at the entry of each
+module (reported as line 0).  A signal there ends the process by the signal
 itself, or a Ctrl-C ends it with the interpreter's ``KeyboardInterrupt`` (a traceback
 and status -2, or "Fatal Python error" and status 1 while ``site`` runs).  These runs
 tell the interpreter's outcomes from the program's by what the interpreter printed,
@@ -67,10 +68,18 @@ def _interpreters(report: str) -> bool:
         _in_the_program(path) and line != "0" for path, line in FRAME.findall(report))
 
 
+# What ``python -m convnet.make_data`` imports before its ``__main__`` runs: a
+# Ctrl-C in these statements comes before the program could hold signals back.
+BEFORE_THE_LAUNCHER = {str(ROOT / "convnet" / name)
+                       for name in ("__init__.py", "version.py", "make_data/__init__.py")}
+
+
 def _in_the_program(path: str) -> bool:
-    """Whether a traceback frame is the project's code, not the interpreter's (its
-    environment may be a virtual environment inside the project's folder)."""
-    return path.startswith(str(ROOT)) and not path.startswith((sys.prefix, sys.base_prefix))
+    """Whether a traceback frame is the project's code once the launcher has started,
+    not the interpreter's (its environment may be a virtual environment inside the
+    project's folder) nor the packages ``runpy`` imports before the launcher."""
+    return (path.startswith(str(ROOT)) and path not in BEFORE_THE_LAUNCHER
+            and not path.startswith((sys.prefix, sys.base_prefix)))
 
 
 @pytest.mark.parametrize("program", ["convnet.py", "make-data"])
