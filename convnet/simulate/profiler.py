@@ -103,8 +103,7 @@ class Profiler:
         the share of its runnable time the thread running them ran (for parallel
         workers, their mean: one factor for the whole block keeps the order of the
         workers' tasks, from which the wake-ups are read)."""
-        workers = executor.workers
-        with Shares(workers.thread_ids if workers is not None else [None]) as block:
+        with executor_shares(executor) as block:
             runs = executor.timed_steps(batch, steps)
         share = statistics.mean(block.shares)
         self._shares.append(share)
@@ -143,6 +142,15 @@ class Profiler:
                   for sizes, steps in zip(alone, together)]
         return replace(profile, start_wake=start_wake, wake=wake,
                        contention=measured_contention(plan, tasks, paired))
+
+
+def executor_shares(executor) -> Shares:
+    """The run-queue shares over a block of the threads that run ``executor``'s steps: its
+    device workers', or the calling thread's where it runs them itself.  A step timed
+    inside the block, scaled by the mean of the shares, is read as the profile reads its
+    own: a measurement to hold a prediction against on a loaded machine."""
+    workers = executor.workers
+    return Shares(workers.thread_ids if workers is not None else [None])
 
 
 def at_share(run: tuple[float, list[OpTiming]], share: float

@@ -5,6 +5,7 @@ and loose checks of predicted against measured steps and scheme rankings."""
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -21,7 +22,8 @@ from convnet.plan.planner import make_plan
 from convnet.runtime.step.tasks import Task, TaskAction, make_tasks
 from convnet.runtime.step.records import OpTiming
 from convnet.simulate.costs import ComputeProfile, CostModel, OpCost, fixed_share
-from convnet.simulate.profiler import Profiler, measured_contention, wake_seconds
+from convnet.simulate.profiler import (Profiler, executor_shares, measured_contention,
+                                       wake_seconds)
 from convnet.simulate.hardware import DEVICE_KINDS, LINKS, HostFigures, measure_host
 from convnet.simulate.schedule import simulate
 
@@ -414,8 +416,10 @@ def test_contention_is_measured_with_every_layer_replicated_on_every_core():
 
 def _measured(opts, nets, rounds=5) -> list[float]:
     """The fastest step of each of ``nets`` on ``opts.gpu`` over interleaved rounds after a
-    warm-up: on a machine shared with other work, the least disturbed one (the
-    profile, too, keeps fastest times where it compares)."""
+    warm-up, each read as the profile reads its steps, at the machine's own speed
+    (scaled by the share of their runnable time its threads ran): a prediction is of
+    the machine without the other work on it, and a wall-clock step under a load of 6
+    on two cores measured 2-5x that (the suite's other worker, other jobs)."""
     batch = first_minibatch(opts)
     executors = [assembly.make_executor(opts, net, make_plan(net, opts.gpu, opts.mini))
                  for net in nets]
@@ -425,7 +429,9 @@ def _measured(opts, nets, rounds=5) -> list[float]:
         times = [[] for _ in executors]
         for _ in range(rounds):
             for ex, t in zip(executors, times):
-                t.append(ex.step(batch, progress=1.0).seconds)
+                with executor_shares(ex) as block:
+                    seconds = ex.step(batch, progress=1.0).seconds
+                t.append(seconds * statistics.mean(block.shares))
     finally:
         for ex in executors:
             ex.close()
@@ -445,6 +451,35 @@ def _checked_twice(check):
         return check()
 
 
+def test_a_timing_check_is_run_again_once_and_a_prediction_off_both_times_fails():
+    tries = []
+
+    def disturbed_once():
+        tries.append(1)
+        assert len(tries) > 1, "slowed by other work"
+        return "the passing run's"
+
+    assert _checked_twice(disturbed_once) == "the passing run's" and len(tries) == 2
+    tries.clear()
+
+    def off():
+        tries.append(1)
+        raise AssertionError("really off")
+
+    with pytest.raises(AssertionError, match="really off"):
+        _checked_twice(off)
+    assert len(tries) == 2
+    tries.clear()
+
+    def broken():  # not a timing check's failure: not run again
+        tries.append(1)
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError):
+        _checked_twice(broken)
+    assert len(tries) == 1
+
+
 def test_one_device_prediction_is_within_a_loose_factor_of_the_measured_step():
     """digits on one device.  Its two-device steps are not checked here: with other work
     holding a core they measure 2-3x their quiet time (docs/SIMULATE.md, part 1)."""
@@ -462,10 +497,12 @@ def test_one_device_prediction_is_within_a_loose_factor_of_the_measured_step():
 def test_cifar10_data_parallel_speedup_is_predicted_within_a_loose_factor():
     """The CIFAR-10 reference net at a small minibatch, one device against data-parallel
     on two: the predicted speedup (about 1.8 on two quiet cores) is within 2x of the
-    measured one, and each step within 3x.  Loose bounds: the machine is shared, and
-    other work holding a core cuts the measured gain to 1.1-1.3 while the profile,
-    taken moments apart, may still see it, or slows the profile's steps 2-2.7x against
-    the measured ones (docs/SIMULATE.md has the tight figures)."""
+    measured one, and each step within 3x.  Loose bounds: both sides are read at the
+    machine's own speed, but what other work shares without taking a core (memory
+    bandwidth, caches) stays in them; under a load of 6 on two cores the measured
+    speedup read 1.4-2.4 against a predicted 1.2-1.6, and the steps 0.74-1.34x their
+    prediction, where on the wall clock the gain fell to 0.9-1.3 and the steps took
+    1.6-2.8x (docs/SIMULATE.md has the tight figures)."""
     opts = _options(CIFAR / "layers-cifar10-11pct.cfg", "0,1",
                     params=CIFAR / "layer-params-cifar10-11pct.cfg", mini=32,
                     extra=["--data-provider", "dummy", "--data-dims", "3x32x32",
