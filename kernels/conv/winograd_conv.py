@@ -92,14 +92,18 @@ def _winograd_weights(xp, w, m: int):
     return u.reshape(len(kron), f, c)
 
 
-def _winograd_output(xp, acc, at, m: int, modules: int, dtype):
-    """``A^T M A`` of every tile's products (a, a, F, T, T, N) -> (N, F, M, M), per
-    block of filters whose intermediates stay in the cache."""
+def _winograd_output(xp, acc, at, m: int, modules: int, b):
+    """``A^T M A`` of every tile's products (a, a, F, T, T, N) plus the bias ``b`` ((F,)
+    or (F, M, M)) -> (N, F, M, M), per block of filters whose intermediates stay in
+    the cache; a shared bias is added as each block is written out."""
     a, filters, t, n = acc.shape[0], acc.shape[2], acc.shape[3], acc.shape[5]
+    dtype = acc.dtype
     mat = xp.asarray(at, dtype=dtype)
     y = xp.empty((n, filters, modules, modules), dtype=dtype)
     full = y if modules == t * m else xp.empty((n, filters, t * m, t * m), dtype)
     tiled = full.reshape(n, filters, t, m, t, m)
+    shared = b.ndim == 1
+    bias = b.reshape(filters, 1, 1, 1, 1) if shared else None
     item = xp.dtype(dtype).itemsize
     block = units_per_block((a * a + m * a + m * m) * t * t * n * item, filters)
     for f0 in range(0, filters, block):
@@ -109,9 +113,15 @@ def _winograd_output(xp, acc, at, m: int, modules: int, dtype):
         _transform(xp, mat, products, rows)
         blocks = xp.empty((m, m, k, t, t, n), dtype)  # (j, i, ...)
         _transform(xp, mat, rows[None], blocks[None])
-        tiled[:, f0:f0 + k] = blocks.transpose(5, 2, 3, 1, 4, 0)   # (N, F, ty, i, tx, j)
+        out = blocks.transpose(5, 2, 3, 1, 4, 0)   # (N, F, ty, i, tx, j)
+        if shared:
+            xp.add(out, bias[f0:f0 + k], out=tiled[:, f0:f0 + k])
+        else:
+            tiled[:, f0:f0 + k] = out
     if full is not y:
         y[...] = full[:, :, :modules, :modules]
+    if not shared:
+        y += b.reshape(1, filters, modules, modules)
     return y
 
 
@@ -171,9 +181,7 @@ def forward(xp, xs, ws, b, geom, keep_cache):
             f0, c0 = gi * fg, gi * cg
             _products(xp, u[:, f0:f0 + fg], v[:, c0:c0 + cg], acc[:, f0:f0 + fg],
                       accumulate=i > 0)
-    y = _winograd_output(xp, acc.reshape(a, a, filters, t, t, n), at, m, geom.modules, dtype)
-    mm = geom.modules
-    y += b.reshape(1, filters, 1, 1) if b.ndim == 1 else b.reshape(1, filters, mm, mm)
+    y = _winograd_output(xp, acc.reshape(a, a, filters, t, t, n), at, m, geom.modules, b)
     return y, ("winograd", vs if keep_cache else None)
 
 
