@@ -68,7 +68,9 @@ class EltSumLayer(ComputeLayer):
         return self.shape_output(y), None
 
     def _backward(self, grad, inputs, params, state, ctx, need):
-        return [(grad * c).reshape(x.shape) if want else None
+        # a coefficient of 1 hands the gradient on as it is (layers never write into the
+        # gradients they get, and the executor sums them into fresh arrays)
+        return [(grad if c == 1.0 else grad * c).reshape(x.shape) if want else None
                 for c, x, want in zip(self.coeffs, inputs, need)], {}
 
 

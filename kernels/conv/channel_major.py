@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from convnet.kernels.conv.geometry import (
     as_image, as_strided, crop, pad_span, padded_chwn_buffer, pixel_block_size, pixel_blocks,
-    zero_border)
+    to_chwn, zero_border)
 from convnet.kernels.scratch import scratch
 
 
@@ -112,7 +112,7 @@ def backward(xp, gy, xs, ws, xpads, need_dx, geom, shared_biases, need_dw=True):
     g4 = gy.reshape(n, filters, m, m)
     db = g4.sum(axis=(0, 2, 3)) if shared_biases else g4.sum(axis=0)
     gt = scratch(xp, "gt", (filters, m, m, n), dtype)
-    gt[...] = g4.transpose(1, 2, 3, 0)
+    to_chwn(xp, gt, g4)
     dxs, dws = [], []
     for i, (x, w) in enumerate(zip(xs, ws)):
         fs, pad, stride, g = geom.fs[i], geom.pad[i], geom.stride[i], geom.groups[i]
