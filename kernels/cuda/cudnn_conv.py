@@ -34,6 +34,7 @@ import numpy as np
 
 from .kernel_set import contiguous, current
 from .precision import tf32_enabled
+from .swappable import Swappable
 
 ENV = "CONVNET_CUDNN"
 #: Most workspace bytes one convolution may take (``CONVNET_CUDNN_WORKSPACE_MB``).
@@ -71,39 +72,31 @@ class Frontend:
         return int(cupy.cuda.Device().id), int(cupy.cuda.get_current_stream().ptr)
 
 
-_frontend: Frontend | None = None
+_frontend: Swappable[Frontend] = Swappable(Frontend)
 _lock = threading.Lock()
 _graphs: dict = {}
 _handles: dict = {}
 
 
 def frontend() -> Frontend:
-    global _frontend
-    if _frontend is None:
-        with _lock:
-            if _frontend is None:
-                _frontend = Frontend()
-    return _frontend
+    return _frontend.get()
 
 
 @contextlib.contextmanager
 def using_frontend(stand_in: Frontend):
     """Run on ``stand_in`` inside the block, with fresh caches (the tests' seam)."""
-    global _frontend
     with _lock:
-        saved = _frontend, dict(_graphs), dict(_handles)
-        _frontend = stand_in
+        saved = dict(_graphs), dict(_handles)
         _graphs.clear()
         _handles.clear()
     try:
-        yield stand_in
+        with _frontend.swapped(stand_in):
+            yield stand_in
     finally:
         with _lock:
-            _frontend = saved[0]
-            _graphs.clear()
-            _graphs.update(saved[1])
-            _handles.clear()
-            _handles.update(saved[2])
+            for cache, kept in zip((_graphs, _handles), saved):
+                cache.clear()
+                cache.update(kept)
 
 
 def _data_type(fe: Frontend, dtype):

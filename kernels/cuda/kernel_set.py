@@ -10,11 +10,11 @@ run the very same override code, index math included, without a GPU.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import Callable
 
 from .sources import SPECS, KernelSpec
+from .swappable import Swappable
 
 #: The element types the CUDA kernel sources are written for.  Arrays of a 16-bit float
 #: (``--precision bf16`` or ``fp16``) take the generic kernels on CuPy instead: the
@@ -61,34 +61,20 @@ def cupy_kernel_set() -> KernelSet:
     return KernelSet("cupy", cupy, make)
 
 
-_current: KernelSet | None = None
-_swap_lock = threading.Lock()
+_current: Swappable[KernelSet] = Swappable(cupy_kernel_set)
 
 
 def current() -> KernelSet:
     """The kernel set the overrides run on: CuPy's unless :func:`using` swapped it."""
-    global _current
-    if _current is None:
-        with _swap_lock:
-            if _current is None:
-                _current = cupy_kernel_set()
-    return _current
+    return _current.get()
 
 
-@contextlib.contextmanager
 def using(kernel_set: KernelSet):
-    """Run the override functions on ``kernel_set`` inside the block.
+    """Run the override functions on ``kernel_set`` inside the block (a context manager).
 
     The one seam through which the tests run the overrides on the host.
     """
-    global _current
-    with _swap_lock:
-        saved, _current = _current, kernel_set
-    try:
-        yield kernel_set
-    finally:
-        with _swap_lock:
-            _current = saved
+    return _current.swapped(kernel_set)
 
 
 def contiguous(a):
