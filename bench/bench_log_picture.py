@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from convnet.app.command_line.parser import build_parser  # noqa: E402
 from convnet.app.options import resolve_options  # noqa: E402
-from convnet.app.run import live_picture, training  # noqa: E402
+from convnet.app.run import job, live_picture  # noqa: E402
 
 
 def _on_the_training_thread(self) -> None:
@@ -55,7 +55,7 @@ def main() -> None:
                      "--save-path", str(Path(folder) / "run")]))
                 start = time.perf_counter()
                 with contextlib.redirect_stdout(io.StringIO()):
-                    training.run(opts)
+                    job.run(opts)
                 seconds[mode].append(time.perf_counter() - start)
     print(f"the bundled example, {args.epochs} epochs tested after every batch")
     for mode, values in seconds.items():

@@ -8,7 +8,7 @@ import pytest
 
 from convnet.app.command_line.parser import build_parser
 from convnet.app.options import resolve_options
-from convnet.app.run import training
+from convnet.app.run import job, training
 from convnet.app.run.log import read_log
 from convnet.errors import TrainingError, UsageError
 from tests.support.cli import DUMMY
@@ -39,7 +39,7 @@ def _options(*args):
 
 
 def test_every_test_is_a_point_of_each_scalar(tmp_path, capsys):
-    training.run(_options("--epochs", "2", "--test-freq", "2", "--save-path", tmp_path / "run",
+    job.run(_options("--epochs", "2", "--test-freq", "2", "--save-path", tmp_path / "run",
                           "--tensorboard", tmp_path / "tb"))
     rows = read_log(tmp_path / "run" / "log.csv")
     found = scalars(tmp_path / "tb")
@@ -62,5 +62,5 @@ def test_tensorboard_needs_a_folder_and_a_run_that_fails_first_leaves_none(tmp_p
 
     monkeypatch.setattr(training.Trainer, "_train_batch", fails)
     with pytest.raises(TrainingError):
-        training.run(_options("--tensorboard", tmp_path / "tb"))
+        job.run(_options("--tensorboard", tmp_path / "tb"))
     assert not (tmp_path / "tb").exists()

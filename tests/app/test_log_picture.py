@@ -7,7 +7,7 @@ import pytest
 
 from convnet.app.command_line.parser import build_parser
 from convnet.app.options import resolve_options
-from convnet.app.run import training
+from convnet.app.run import job, training
 from convnet.app.run.log import read_log
 from convnet.errors import TrainingError
 from tests.support.cli import DUMMY
@@ -31,7 +31,7 @@ def test_an_error_after_training_started_still_draws_the_log(tmp_path, monkeypat
 
     monkeypatch.setattr(training.Trainer, "_train_batch", third_fails)
     with pytest.raises(TrainingError, match="training diverged in epoch 1"):
-        training.run(opts)
+        job.run(opts)
     assert len(read_log(folder / "log.csv")) == 2  # two batches tested before the error
     assert (folder / "log.png").read_bytes()[:8] == PNG_SIGNATURE
 
@@ -51,5 +51,5 @@ def test_a_run_that_fails_before_its_log_leaves_an_earlier_picture_alone(tmp_pat
 
     monkeypatch.setattr(training.Trainer, "_train_batch", fails)
     with pytest.raises(TrainingError):
-        training.run(opts)
+        job.run(opts)
     assert earlier.read_bytes() == b"an earlier run's picture"

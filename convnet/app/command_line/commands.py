@@ -16,7 +16,7 @@ from typing import Callable
 
 from convnet.app import launch, using
 from convnet.app.prediction import auto_place
-from convnet.app.run import assembly, training
+from convnet.app.run import assembly, job
 from convnet.app.run.connectivity import run_tables, tables_summary, tables_text
 from convnet.app.comparison.compare import run_compare
 from convnet.data.memory import data_memory
@@ -37,7 +37,7 @@ from convnet.plan.ranks import ranks_summary, ranks_text
 from convnet.plan.report import human_bytes
 from convnet.plan.report import plan_summary, plan_text
 from convnet.runtime.step.precision import precision_text
-from convnet.runtime.sync.async_replicas import async_replica_devices
+from convnet.runtime.sync.replica_plans import async_replica_devices
 from convnet.runtime.devices.backends import choose_backend
 from convnet.runtime.sync.local_replicas import apart_periods
 from convnet.runtime.step.tasks import exchanges_per_step, local_periods
@@ -98,7 +98,7 @@ def command_for(opts: RunOptions) -> Callable[[RunOptions], int]:
         return auto_place.run
     if opts.predict or opts.show_filters or opts.show_preds or opts.export_onnx:
         return using.run
-    return training.run
+    return job.run
 
 
 def print_plan(opts: RunOptions) -> int:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from convnet.errors import ConvnetError
 from convnet.outputs import write_output
-from convnet.runtime.sync.async_replicas import async_replica_devices
+from convnet.runtime.sync.replica_plans import async_replica_devices
 
 DPI = 100
 WIDTH_IN = 13.0

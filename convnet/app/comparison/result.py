@@ -34,7 +34,7 @@ from convnet.app.option_values import async_staleness
 from convnet.plan.ops import AllReduce, Copy, GradCopy, Plan
 from convnet.plan.report import DeviceTotals
 from convnet.plan.time_split import DeviceTime
-from convnet.runtime.sync.async_replicas import async_replica_devices
+from convnet.runtime.sync.replica_plans import async_replica_devices
 
 
 def trained(results: list["ConfigResult"]) -> list["ConfigResult"]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from convnet.app.python_api.calls import as_on_the_command_line, options_of
 from convnet.app.python_api.trained_net import TrainedNet, load
-from convnet.app.run import training
+from convnet.app.run import job
 from convnet.errors import UsageError
 
 
@@ -63,7 +63,7 @@ def train(**options) -> TrainingResult:
     :class:`~convnet.errors.ConvnetError` the command would print as its one line."""
     with as_on_the_command_line():
         opts = options_of(options, "convnet.train")
-        trainer = training.execute(opts)
+        trainer = job.execute(opts)
     log = trainer.log
     return TrainingResult(tuple(log.history), log.cumulative_time, opts.save_path,
                           trainer.saved_checkpoint)

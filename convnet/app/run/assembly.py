@@ -33,8 +33,8 @@ from convnet.runtime.processes.cluster import cluster_devices
 from convnet.runtime.step.executor import Executor
 from convnet.plan.precisions import GPU_ONLY
 from convnet.runtime.step.precision import compute_dtype
-from convnet.runtime.sync.async_replicas import (AsyncReplicas, async_replica_devices,
-                                                 replica_statistics_layers)
+from convnet.runtime.sync.async_replicas import AsyncReplicas
+from convnet.runtime.sync.replica_plans import async_replica_devices, replica_statistics_layers
 from convnet.runtime.sync.local_replicas import LocalReplicas, apart_periods
 
 #: What trains a net: the lockstep executor, or replicas that run apart.

@@ -15,14 +15,8 @@ resumed from any checkpoint continues exactly where the saved run stood and
 ends with bitwise the weights of an uninterrupted run, and its log keeps one
 row per test interval (rows logged after the checkpoint are dropped).
 
-Errors are reported before work is wasted: the save path is checked (see
-:mod:`convnet.app.run.folder`) and the config parsed before any data is
-loaded, and the plan's memory is checked against the machine's before the
-executor allocates it.  The save folder is made and claimed only once the data,
-net, executor and any checkpoint resumed are ready, so a run that cannot start
-leaves no folder behind.
-
-Here are the loop, its testing and its checkpoints; the parts it runs are built by
+Here are the loop, its testing and its checkpoints; :mod:`convnet.app.run.job` starts
+it (checks first, the save folder claimed last); the parts it runs are built by
 :mod:`convnet.app.run.assembly`, what it says about the run at its start, on Ctrl-C and
 at its end is :mod:`convnet.app.run.reporting`'s, ``--write-features`` is features'.
 """
@@ -30,7 +24,6 @@ at its end is :mod:`convnet.app.run.reporting`'s, ``--write-features`` is featur
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -40,11 +33,9 @@ from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from convnet.app.invocation import shown_path
 from convnet.app.options import RunOptions
 from convnet.app.saved_options import Resume, options_for_checkpoint
-from convnet.app.run.assembly import (TrainingExecutor, build_net_and_plan, host_buffers,
-                                      make_data_provider, make_executor, reported_cost_layer,
+from convnet.app.run.assembly import (TrainingExecutor, host_buffers, reported_cost_layer,
                                       views_per_test_case)
-from convnet.app.run.features import check_feature_layer, write_features
-from convnet.app.run.folder import check_run_folder, claim_run_folder
+from convnet.app.run.features import check_feature_layer
 from convnet.app.run.log import RunLog, TestResult, progress_bar
 from convnet.app.run.evaluation import Evaluator
 from convnet.app.run.event_files import EventFiles
@@ -56,57 +47,12 @@ from convnet.app.run.init_state import read_init_state
 from convnet.app.run.resume_state import (loss_scale_meta, read_counters, read_state,
                                           restore_loss_scale, unused_layers)
 from convnet.app.run.signals import deferred_interrupt, interrupt_requested, raise_if_stopped
-from convnet.config import parse_net
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher
 from convnet.errors import (CheckpointError, ConvnetError, DataError, NonFiniteDataError,
                             TrainingError)
 from convnet.plan.ops import Plan
 from convnet.stop_signals import Terminated
-
-
-def run(opts: RunOptions) -> int:
-    """Train (or with --test-only, evaluate) as the options say; returns the exit code."""
-    execute(opts)
-    return 0
-
-
-def execute(opts: RunOptions) -> Trainer:
-    """Train (or with --test-only, evaluate) as the options say; the trainer, its
-    devices closed, whose log holds every test (the Python API's result)."""
-    # Only the root of a training run writes; the other ranks have no save folder.
-    saving = opts.save_path is not None and not opts.test_only and launch.is_root()
-    save_dir = Path(opts.save_path) if saving else None
-    loaded = opts.resume.checkpoint if opts.resume is not None else None
-    if save_dir is not None:
-        check_run_folder(save_dir, loaded, opts.overwrite)  # before loading any data
-    parse_net(opts.layer_def, opts.layer_params)  # config errors before loading any data
-    provider = make_data_provider(opts)
-    net, plan = build_net_and_plan(opts, provider)
-    executor = make_executor(opts, net, plan, provider)
-    trainer = None
-    try:
-        trainer = Trainer(opts, provider, net, plan, executor, save_dir, root=launch.is_root())
-        if opts.resume is not None:
-            trainer.restore(opts.resume)
-        elif opts.init_from is not None:
-            trainer.start_from(opts.init_from)
-        # The run can start: only now is its folder made (and held until it ends).
-        with (claim_run_folder(save_dir, loaded, opts.overwrite) if save_dir is not None
-              else nullcontext()):
-            if opts.test_only:
-                result = trainer.test()
-                trainer.log.print_test_only(result, trainer.test_views)
-            else:
-                trainer.train()
-            if opts.write_features:
-                write_features(opts, provider, trainer.features, trainer.log, trainer.root)
-        return trainer
-    finally:
-        if trainer is not None:
-            trainer.events.close()
-        executor.close()
-        provider.close()
 
 
 class StopAtBatchEnd(KeyboardInterrupt):

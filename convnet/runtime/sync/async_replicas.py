@@ -32,7 +32,8 @@ shared list (a faster replica evaluates more), and checkpoints hold replica
 0's weights and momentum.
 
 Only nets whose every layer is replicated on the same devices qualify
-(:func:`async_replica_devices`): a hybrid net keeps its lockstep schedule.
+(:func:`~convnet.runtime.sync.replica_plans.async_replica_devices`): a hybrid net
+keeps its lockstep schedule.
 If a replica fails, the others stop and the caller's next call raises its
 error; nothing waits without also watching for that.
 
@@ -68,24 +69,11 @@ from convnet.runtime.step.executor import Executor
 from convnet.runtime.step.records import StepResult
 from convnet.runtime.step.learning_rules import ScaledRate, scale_rates
 from convnet.runtime.processes.rank_courier import TRAINING, Dealer, RankCourier, update_layout
+from convnet.runtime.sync.replica_plans import async_replica_devices
 from convnet.runtime.sync.replica_threads import ReplicaThreads, combined
 from convnet.runtime.devices.slowdown import Slowdown
 
 EVAL_PIECES = 2  # pieces per replica that an evaluation's minibatch is cut into
-
-
-def async_replica_devices(plan: Plan) -> tuple[int, ...] | None:
-    """The devices of the replicas when every placed layer of ``plan`` is replicated on
-    the same devices in the same order (a data-parallel net); None otherwise."""
-    lists = {p.devices for p in plan.layers.values() if p.devices}
-    return next(iter(lists)) if len(lists) == 1 and plan.num_passes == 1 else None
-
-
-def replica_statistics_layers(plan: Plan, net: NetConfig) -> list[str]:
-    """The layers of ``plan`` whose statistics are combined over several replicas at
-    every step (bnorm's ``stats=global``): replicas that run apart cannot train them."""
-    return [name for name, p in plan.layers.items()
-            if p.replicas > 1 and net[name].statistics_size]
 
 
 @dataclass
@@ -404,4 +392,4 @@ class AsyncReplicas(ReplicaThreads):
                 replica.constrain(name, 0)  # the executor's own wball step
 
 
-__all__ = ["AsyncReplicas", "ScaledRate", "StalenessRecord", "async_replica_devices"]
+__all__ = ["AsyncReplicas", "ScaledRate", "StalenessRecord"]

@@ -44,8 +44,7 @@ import numpy as np
 from convnet.config.model import NetConfig, on_one_device
 from convnet.plan.ops import AllReduce, Plan, shard_bounds
 from convnet.plan.planner import make_plan
-from convnet.runtime.sync.async_replicas import (async_replica_devices,
-                                                 replica_statistics_layers)
+from convnet.runtime.sync.replica_plans import async_replica_devices, replica_statistics_layers
 from convnet.runtime.step.batch_check import check_batch
 from convnet.runtime.devices.collectives import ChunkedAllReduce
 from convnet.runtime.step.executor import Executor
@@ -78,7 +77,7 @@ class _Shard:
 
 class LocalReplicas(ReplicaThreads):
     """The replicas of ``net`` on ``devices`` (those of
-    :func:`~convnet.runtime.sync.async_replicas.async_replica_devices`), trained by local
+    :func:`~convnet.runtime.sync.replica_plans.async_replica_devices`), trained by local
     SGD with the layers' periods ``periods`` (from :func:`apart_periods`), apart
     between averages.  ``seed``, ``check_finite``, ``slowdown`` and ``precision`` are the
     :class:`Executor`'s."""
