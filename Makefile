@@ -6,7 +6,7 @@
 #   make gpu-check - on a machine with an NVIDIA GPU: bench/gpu_check.sh with that machine's
 #                 python (PYTHON), which must already have CuPy, PyTorch and pytest (the
 #                 package itself is installed alone into it if missing); creates no venv.
-#                 At most 9 minutes, a summary at the end (and summary.json); logs in
+#                 At most 6 minutes (GPU_CHECK_BUDGET=540: 9, more bench columns), a summary at the end (and summary.json); logs in
 #                 GPU_CHECK_LOGS; STAGES reruns some stages, keeping the others' results.
 # Each target installs only what it needs; the stamp files record what is installed.
 PYTHON ?= python3

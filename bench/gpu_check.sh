@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA backend on a machine with an NVIDIA GPU: one call of at most 9 minutes that
+# The CUDA backend on a machine with an NVIDIA GPU: one call of at most 6 minutes that
 # gives every figure the GPU work needs, most important first, then a one-screen
 # summary (and summary.json with every figure).  The stages, in the order they run:
 #
@@ -13,7 +13,8 @@
 #   example      the bundled example on --backend cuda without --gpu (round robin)
 #   cifar10      200 training steps of the CIFAR-10 reference net on dummy data
 #   memory       bench/cuda_memory.py: what CuPy's pool holds against the estimate
-#   bench        bench/bench_cuda.py --switches: the reference nets and ResNet-50, the engine against PyTorch
+#   bench        bench/bench_cuda.py --switches: the reference nets and ResNet-50, the
+#                engine against PyTorch
 #                in each precision, memory against PyTorch's, the hybrid on one GPU.  It
 #                takes the time the later stages do not need (at least its own limit),
 #                and its --budget leaves out, and records, the columns that time
@@ -29,7 +30,8 @@
 # pip install --no-deps --no-build-isolation --no-index -e . (nothing downloaded).
 # Every stage runs under `timeout` (SIGINT first, so pytest still writes its report,
 # then SIGKILL 5 s later) within its own limit (LIMIT_<stage> seconds overrides it)
-# and within what is left of GPU_CHECK_BUDGET (default 540 s) for the whole call; a
+# and within what is left of GPU_CHECK_BUDGET (default 360 s; 540 gives the bench more
+# columns) for the whole call; a
 # stage that fails or runs out of time does not stop the later ones.  Without a GPU
 # the stages that need one are skipped with the reason.
 # Exit status: 0 when every stage that ran passed, 1 when one failed or timed out,
@@ -48,7 +50,7 @@ for stage in $STAGES; do
     esac
 done
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
-BUDGET=${GPU_CHECK_BUDGET:-540}
+BUDGET=${GPU_CHECK_BUDGET:-360}
 RESERVE=10     # seconds kept for the summary
 KILL_AFTER=5   # seconds between timeout's SIGINT and its SIGKILL
 SHORTEST=5     # a stage given less than this (or than its own limit) is skipped
