@@ -14,8 +14,8 @@
 #   cifar10      200 training steps of the CIFAR-10 reference net on dummy data
 #   memory       bench/cuda_memory.py: what CuPy's pool holds against the estimate
 #   bench        bench/bench_cuda.py --switches: the reference nets and ResNet-50, the
-#                engine against PyTorch
-#                in each precision, memory against PyTorch's, the hybrid on one GPU.  It
+#                engine against PyTorch in each precision, memory against PyTorch's,
+#                the hybrid on one GPU.  It
 #                takes the time the later stages do not need (at least its own limit),
 #                and its --budget leaves out, and records, the columns that time
 #                cannot cover (bench/cuda_columns.py: what matters most first)
