@@ -35,7 +35,6 @@ def test_killed_writer_leaves_a_loadable_checkpoint(tmp_path):
         [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     rng = random.Random(1234)
     steps_seen, left_temp = set(), 0
-    started = time.monotonic()
     for round_ in range(KILLS):
         start = round_ * 100_000
         writer = subprocess.Popen([sys.executable, str(HELPER), str(target), str(start)],
@@ -58,4 +57,3 @@ def test_killed_writer_leaves_a_loadable_checkpoint(tmp_path):
     save_checkpoint(target, {"step": np.array([0])}, {"done": True})
     assert os.listdir(tmp_path) == ["ckpt.npz"]
     assert load_checkpoint(target)[1] == {"done": True}
-    assert time.monotonic() - started < 20
