@@ -77,6 +77,31 @@ def test_shards_with_combined_statistics_are_the_whole_minibatch(neuron_):
         np.testing.assert_allclose(weights3[k], weights[k], rtol=1e-9, atol=1e-9)
 
 
+def test_fused_relu_is_bitwise_the_inline_neuron(monkeypatch):
+    """neuron=relu inside the kernels' blocks of cases (several blocks here) gives the
+    bits of the separate relu and its gradient: outputs, statistics, input and weight
+    gradients, with the statistics of the call and combined from shards."""
+    monkeypatch.setattr(kbn, "BLOCK_BYTES", 3 * 4 * 25 * 4)  # 4 cases per block
+    ldef = bnorm_def((3, 5, 5), "relu")
+    fused, separate = build_layer(ldef), build_layer(ldef)
+    separate.fused_relu = False
+    assert fused.fused_relu
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((11, 3, 5, 5)) + 0.3).astype(np.float32)
+    grad = rng.standard_normal(x.shape).astype(np.float32)
+    params = {k: v.astype(np.float32) for k, v in _params(fused, rng).items()}
+    results = []
+    for layer in (fused, separate):
+        y, state = layer.forward([x], dict(params), Context())
+        (dx,), weights = layer.backward(grad, [x], y, params, state, Context(), [True])
+        sums = layer.shard_statistics("backward", [x], params, grad, y, state)
+        results.append([y, dx, weights["W0"], weights["b"], sums,
+                        *_shards_of(layer, x, dict(params), grad, [(0, 6), (6, 11)])[:2]])
+    assert (results[0][0] == 0).any() and (results[0][0] > 0).any()
+    for got, want in zip(*results):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
 def test_float32_statistics_of_values_far_from_zero_keep_their_variance():
     """Values at 1000 with spread 0.01: sum x^2 - m mean^2 in float32 would lose the
     variance entirely; the moments (and their combination) keep it."""
