@@ -92,12 +92,30 @@ def _cases_per_block(x) -> int:
 
 
 def _block_buffer(x):
-    """A per-thread scratch block of cases of ``x`` (numpy; None otherwise: a fresh
-    array per step)."""
+    """A per-thread scratch block of cases of ``x``, (cases, C*P) (numpy; None
+    otherwise: a fresh array per step)."""
     xp = array_module(x)
     if xp is not np:
         return None
-    return scratch(xp, "batch_norm_block", (_cases_per_block(x),) + x.shape[1:], x.dtype)
+    return scratch(xp, "batch_norm_block", (_cases_per_block(x), x[0].size), x.dtype)
+
+
+def _into(buf, cases):
+    """The part of a scratch block for the block of cases ``cases`` (None: none)."""
+    return None if buf is None else buf[:cases.stop - cases.start]
+
+
+def _channel_row(values, x):
+    """Per-channel ``values`` (C,) as one case's row of (channel, pixel) values of the
+    (N, C, P) ``x``, in its dtype: an element-wise step between a block of cases (k,
+    C*P) and this row runs along contiguous rows, 1.3-1.8x faster in numpy than
+    broadcasting (C, 1) along the pixels (the same operation on the same values)."""
+    return array_module(x).repeat(values.astype(x.dtype), x.shape[2])
+
+
+def _flat(a):
+    """An (N, C, P) array as (N, C*P)."""
+    return a.reshape(a.shape[0], -1)
 
 
 def _deviation_dots(x, rounded, g=None, relu_output=None):
@@ -107,10 +125,10 @@ def _deviation_dots(x, rounded, g=None, relu_output=None):
     xp = array_module(x)
     per_case = xp.empty(x.shape[:2], x.dtype)
     sums = None if relu_output is None else xp.empty(x.shape[:2], x.dtype)
-    buf = _block_buffer(x)
+    buf, row, xf = _block_buffer(x), _channel_row(rounded, x), _flat(x)
     for cases in _case_blocks(x):
-        dev = xp.subtract(x[cases], rounded[:, None],
-                          out=None if buf is None else buf[:cases.stop - cases.start])
+        dev = xp.subtract(xf[cases], row, out=_into(buf, cases))
+        dev = dev.reshape((-1,) + x.shape[1:])
         other = dev if g is None else _through_relu(g, relu_output, cases)
         if sums is not None:
             _case_dots(other, out=sums[cases])
@@ -178,11 +196,12 @@ def batch_norm_forward(x, mean, invstd, scale, shift, relu: bool = False):
     a = scale.astype(invstd.dtype) * invstd
     beta = shift.astype(a.dtype) - mean.astype(a.dtype) * a
     xp = array_module(x)
-    a, beta = a.astype(x.dtype)[:, None], beta.astype(x.dtype)[:, None]
+    a, beta = _channel_row(a, x), _channel_row(beta, x)
     y = xp.empty_like(x)
+    xf, yf = _flat(x), _flat(y)
     for cases in _case_blocks(x):
-        out = y[cases]
-        xp.multiply(x[cases], a, out=out)
+        out = yf[cases]
+        xp.multiply(xf[cases], a, out=out)
         out += beta
         if relu:
             neuron_forward(out, "relu", (), out)
@@ -220,15 +239,14 @@ def batch_norm_backward(g, x, mean, invstd, scale, sums, count: int, relu_output
     rounded = mean.astype(x.dtype)
     offset = -a * sums[:c] / count + (rounded - mean) * slope
     xp = array_module(g)
-    a, slope = a.astype(g.dtype)[:, None], slope.astype(x.dtype)[:, None]
-    offset, rounded = offset.astype(g.dtype)[:, None], rounded[:, None]
+    a, slope, offset = _channel_row(a, g), _channel_row(slope, x), _channel_row(offset, g)
+    rounded = _channel_row(rounded, x)
     dx = xp.empty_like(g)
-    buf = _block_buffer(x)
+    buf, xf, dxf = _block_buffer(x), _flat(x), _flat(dx)
     for cases in _case_blocks(x):
-        out = dx[cases]
-        xp.multiply(_through_relu(g, relu_output, cases), a, out=out)
-        dev = xp.subtract(x[cases], rounded,
-                          out=None if buf is None else buf[:cases.stop - cases.start])
+        out = dxf[cases]
+        xp.multiply(_flat(_through_relu(g, relu_output, cases)), a, out=out)
+        dev = xp.subtract(xf[cases], rounded, out=_into(buf, cases))
         dev *= slope
         out += dev
         out += offset
