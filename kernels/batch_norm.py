@@ -32,13 +32,6 @@ all its element-wise steps on one block before the next, so that a step's tempor
 and its second reading of a block come from the cache instead of memory: the same
 operations on the same values (bitwise the results of whole-array steps), 10-20%
 faster than whole-array steps when the arrays come from memory rather than the cache.
-
-A relu right after the normalisation (the layer's ``neuron=relu``) can go into the same
-blocks: ``relu=True`` in :func:`batch_norm_forward`, and ``relu_output`` (the layer's
-output) in :func:`batch_norm_grad_sums` and :func:`batch_norm_backward`, whose ``g`` is
-then the gradient of the relu's output, masked block by block where ``relu_output`` is
-0 (bitwise :mod:`~convnet.kernels.neurons`' relu and its gradient, without their two
-or three passes over memory).
 """
 
 from __future__ import annotations
@@ -46,7 +39,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import array_module, kernel
-from .neurons import neuron_backward, neuron_forward
 from .scratch import scratch
 
 BLOCK_BYTES = 512 << 10  # bytes of one block of cases of a numpy kernel's input (L2-sized)
@@ -118,30 +110,17 @@ def _flat(a):
     return a.reshape(a.shape[0], -1)
 
 
-def _deviation_dots(x, rounded, g=None, relu_output=None):
+def _deviation_dots(x, rounded, g=None):
     """(N, C): ``sum (x - rounded) g`` over the pixels of every case and channel (``g``
-    None: ``sum (x - rounded)^2``), the deviations made block by block of cases; with
-    ``relu_output`` also (N, C) ``sum g`` of the gradient through the relu."""
+    None: ``sum (x - rounded)^2``), the deviations made block by block of cases."""
     xp = array_module(x)
     per_case = xp.empty(x.shape[:2], x.dtype)
-    sums = None if relu_output is None else xp.empty(x.shape[:2], x.dtype)
     buf, row, xf = _block_buffer(x), _channel_row(rounded, x), _flat(x)
     for cases in _case_blocks(x):
         dev = xp.subtract(xf[cases], row, out=_into(buf, cases))
         dev = dev.reshape((-1,) + x.shape[1:])
-        other = dev if g is None else _through_relu(g, relu_output, cases)
-        if sums is not None:
-            _case_dots(other, out=sums[cases])
-        _case_dots(dev, other, out=per_case[cases])
-    return per_case if sums is None else (per_case, sums)
-
-
-def _through_relu(g, relu_output, cases):
-    """The cases ``cases`` of ``g``, through the relu whose output is ``relu_output``
-    (None: no relu)."""
-    if relu_output is None:
-        return g[cases]
-    return neuron_backward(g[cases], None, relu_output[cases], "relu", ())
+        _case_dots(dev, dev if g is None else g[cases], out=per_case[cases])
+    return per_case
 
 
 @kernel
@@ -188,11 +167,11 @@ def inverse_std(var, epsilon: float):
 
 
 @kernel
-def batch_norm_forward(x, mean, invstd, scale, shift, relu: bool = False):
+def batch_norm_forward(x, mean, invstd, scale, shift):
     """``(x - mean) * (scale invstd) + shift`` per channel of the (N, C, P) ``x``, as
     ``x a + beta`` with ``a`` and ``beta = shift - mean a`` made in float64 (as
     PyTorch's CPU kernel: two passes, and half the rounding of subtracting a rounded
-    mean first); then ``max(0, .)`` with ``relu``."""
+    mean first)."""
     a = scale.astype(invstd.dtype) * invstd
     beta = shift.astype(a.dtype) - mean.astype(a.dtype) * a
     xp = array_module(x)
@@ -203,36 +182,28 @@ def batch_norm_forward(x, mean, invstd, scale, shift, relu: bool = False):
         out = yf[cases]
         xp.multiply(xf[cases], a, out=out)
         out += beta
-        if relu:
-            neuron_forward(out, "relu", (), out)
     return y
 
 
 @kernel
-def batch_norm_grad_sums(g, x, mean, invstd, relu_output=None):
+def batch_norm_grad_sums(g, x, mean, invstd):
     """(2C,) float64: ``sum g`` and ``sum g xhat`` of every channel (the shift's and the
     scale's gradients over these cases); the deviations from ``mean`` rounded to ``x``'s
-    dtype, with the rounding of the mean added back exactly.  With ``relu_output``,
-    ``g`` is the gradient of the relu after the normalisation (module docstring)."""
+    dtype, with the rounding of the mean added back exactly."""
     xp = array_module(g)
     rounded = mean.astype(x.dtype)
-    if relu_output is None:
-        sums = _channel_dots(g)
-        per_case = _deviation_dots(x, rounded, g)
-    else:
-        per_case, case_sums = _deviation_dots(x, rounded, g, relu_output)
-        sums = case_sums.sum(axis=0, dtype=xp.float64)
-    dots = per_case.sum(axis=0, dtype=xp.float64) + (rounded - mean) * sums
+    sums = _channel_dots(g)
+    dots = _deviation_dots(x, rounded, g).sum(axis=0, dtype=xp.float64) + \
+        (rounded - mean) * sums
     return xp.concatenate([sums, dots * invstd])
 
 
 @kernel
-def batch_norm_backward(g, x, mean, invstd, scale, sums, count: int, relu_output=None):
+def batch_norm_backward(g, x, mean, invstd, scale, sums, count: int):
     """The input gradient of the (N, C, P) ``x`` from the output gradient ``g``, given
     ``sums`` (:func:`batch_norm_grad_sums`) over all ``count`` values per channel that
     the statistics covered: ``g a + (x - mean) k + k0`` with per-channel float64
-    constants (the mean's rounding folded into ``k0``).  With ``relu_output``, ``g`` is
-    the gradient of the relu after the normalisation (module docstring)."""
+    constants (the mean's rounding folded into ``k0``)."""
     c = mean.shape[0]
     a = scale.astype(invstd.dtype) * invstd
     slope = -a * invstd * sums[c:] / count
@@ -242,10 +213,10 @@ def batch_norm_backward(g, x, mean, invstd, scale, sums, count: int, relu_output
     a, slope, offset = _channel_row(a, g), _channel_row(slope, x), _channel_row(offset, g)
     rounded = _channel_row(rounded, x)
     dx = xp.empty_like(g)
-    buf, xf, dxf = _block_buffer(x), _flat(x), _flat(dx)
+    buf, xf, gf, dxf = _block_buffer(x), _flat(x), _flat(g), _flat(dx)
     for cases in _case_blocks(x):
         out = dxf[cases]
-        xp.multiply(_flat(_through_relu(g, relu_output, cases)), a, out=out)
+        xp.multiply(gf[cases], a, out=out)
         dev = xp.subtract(xf[cases], rounded, out=_into(buf, cases))
         dev *= slope
         out += dev

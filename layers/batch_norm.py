@@ -39,8 +39,6 @@ class BatchNormLayer(ComputeLayer):
         self.channels = int(ldef.attrs["channels"])
         self.epsilon = float(ldef.attrs.get("epsilon", 1e-5))
         self.decay = float(ldef.attrs.get("decay", 0.9))
-        # neuron=relu goes into the kernels' passes over the values (the same results)
-        self.fused_relu = self.neuron is not None and self.neuron.name == "relu"
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         c = self.channels
@@ -57,10 +55,6 @@ class BatchNormLayer(ComputeLayer):
         x = self._view(inputs[0])
         if phase == FORWARD:
             return kbn.batch_moments(x)
-        if self.fused_relu:
-            mean, invstd, _ = state[0]
-            return kbn.batch_norm_grad_sums(self._view(grad_output), x, mean, invstd,
-                                            relu_output=self._view(output))
         grad, (mean, invstd, _) = self.through_neuron(grad_output, output, state)
         return kbn.batch_norm_grad_sums(self._view(grad), x, mean, invstd)
 
@@ -73,22 +67,7 @@ class BatchNormLayer(ComputeLayer):
         return cases * pixels
 
     # -- forward and backward ------------------------------------------------------
-    def forward(self, inputs, params, ctx):
-        """With a fused relu, the layer's output and state as the inline neuron's would be
-        (a relu keeps no input)."""
-        if not self.fused_relu:
-            return super().forward(inputs, params, ctx)
-        y, state = self._forward(inputs, params, ctx, relu=True)
-        return y, (state, None)
-
-    def backward(self, grad_output, inputs, output, params, state, ctx, need_input_grads):
-        if not self.fused_relu:
-            return super().backward(grad_output, inputs, output, params, state, ctx,
-                                    need_input_grads)
-        return self._backward(grad_output, inputs, params, state[0], ctx, need_input_grads,
-                              relu_output=output)
-
-    def _forward(self, inputs, params, ctx, relu: bool = False):
+    def _forward(self, inputs, params, ctx):
         x = self._view(inputs[0])
         c = self.channels
         if ctx.train:
@@ -101,7 +80,7 @@ class BatchNormLayer(ComputeLayer):
         else:
             mean, var, count = params["mean"], params["var"], 0
         invstd = kbn.inverse_std(var, self.epsilon)
-        y = kbn.batch_norm_forward(x, mean, invstd, params["W0"], params["b"], relu=relu)
+        y = kbn.batch_norm_forward(x, mean, invstd, params["W0"], params["b"])
         return y.reshape(inputs[0].shape), (mean, invstd, count)
 
     def _update_running(self, params, mean, var, count: int) -> None:
@@ -115,25 +94,19 @@ class BatchNormLayer(ComputeLayer):
             running *= self.decay
             running += ((1.0 - self.decay) * batch).astype(running.dtype, copy=False)
 
-    def _backward(self, grad, inputs, params, state, ctx, need, relu_output=None):
-        """``relu_output``: the layer's output when its relu is fused (``grad`` is then
-        the gradient of the relu's output)."""
+    def _backward(self, grad, inputs, params, state, ctx, need):
         mean, invstd, count = state
         x, g = self._view(inputs[0]), self._view(grad)
-        if relu_output is not None:
-            relu_output = self._view(relu_output)
         c = self.channels
         if ctx.statistics is not None:
             own, combined, count = ctx.statistics.own, ctx.statistics.combined, \
                 ctx.statistics.count
         else:
-            own = combined = kbn.batch_norm_grad_sums(g, x, mean, invstd,
-                                                      relu_output=relu_output)
+            own = combined = kbn.batch_norm_grad_sums(g, x, mean, invstd)
         if not ctx.train:  # the running averages do not depend on x
             combined, count = combined * 0, 1
         grads = {"W0": own[c:].astype(x.dtype), "b": own[:c].astype(x.dtype)}
         if not need[0]:
             return [None], grads
-        dx = kbn.batch_norm_backward(g, x, mean, invstd, params["W0"], combined, count,
-                                     relu_output=relu_output)
+        dx = kbn.batch_norm_backward(g, x, mean, invstd, params["W0"], combined, count)
         return [dx.reshape(inputs[0].shape)], grads

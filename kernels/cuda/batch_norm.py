@@ -34,7 +34,7 @@ def batch_moments(x):
     return xp.concatenate([mean, _case_sums(x, 1, mean.astype(x.dtype))])
 
 
-def batch_norm_forward(x, mean, invstd, scale, shift, relu: bool = False):
+def batch_norm_forward(x, mean, invstd, scale, shift):
     ks = current()
     xp = ks.xp
     x = contiguous(x)
@@ -43,20 +43,11 @@ def batch_norm_forward(x, mean, invstd, scale, shift, relu: bool = False):
     y = xp.empty(x.shape, x.dtype)
     ks.kernel("cvn_bn_affine")(x, a.astype(x.dtype), beta.astype(x.dtype), x.shape[1],
                                x.shape[2], y)
-    if relu:
-        xp.maximum(y, 0, out=y)
     return y
 
 
-def _through_relu(g, relu_output):
-    """The gradient through a fused relu (the generic kernels' ``relu_output``): a
-    separate pass here."""
-    return g if relu_output is None else g * (relu_output > 0)
-
-
-def batch_norm_grad_sums(g, x, mean, invstd, relu_output=None):
+def batch_norm_grad_sums(g, x, mean, invstd):
     xp = current().xp
-    g = _through_relu(g, relu_output)
     g, x = contiguous(g), contiguous(x)
     rounded = mean.astype(x.dtype)
     sums = _case_sums(g, 0)
@@ -64,10 +55,9 @@ def batch_norm_grad_sums(g, x, mean, invstd, relu_output=None):
     return xp.concatenate([sums, dots * invstd])
 
 
-def batch_norm_backward(g, x, mean, invstd, scale, sums, count: int, relu_output=None):
+def batch_norm_backward(g, x, mean, invstd, scale, sums, count: int):
     ks = current()
     xp = ks.xp
-    g = _through_relu(g, relu_output)
     g, x = contiguous(g), contiguous(x)
     c = mean.shape[0]
     a = scale.astype(invstd.dtype) * invstd

@@ -77,28 +77,25 @@ def test_shards_with_combined_statistics_are_the_whole_minibatch(neuron_):
         np.testing.assert_allclose(weights3[k], weights[k], rtol=1e-9, atol=1e-9)
 
 
-def test_fused_relu_is_bitwise_the_inline_neuron(monkeypatch):
-    """neuron=relu inside the kernels' blocks of cases (several blocks here) gives the
-    bits of the separate relu and its gradient: outputs, statistics, input and weight
-    gradients, with the statistics of the call and combined from shards."""
-    monkeypatch.setattr(kbn, "BLOCK_BYTES", 3 * 4 * 25 * 4)  # 4 cases per block
-    ldef = bnorm_def((3, 5, 5), "relu")
-    fused, separate = build_layer(ldef), build_layer(ldef)
-    separate.fused_relu = False
-    assert fused.fused_relu
+def test_kernels_in_blocks_of_cases_give_the_bits_of_one_block(monkeypatch):
+    """The numpy kernels' element-wise steps block by block of cases (3 cases a block,
+    the last one short) give the bits of the whole minibatch in one block."""
     rng = np.random.default_rng(6)
-    x = (rng.standard_normal((11, 3, 5, 5)) + 0.3).astype(np.float32)
-    grad = rng.standard_normal(x.shape).astype(np.float32)
-    params = {k: v.astype(np.float32) for k, v in _params(fused, rng).items()}
-    results = []
-    for layer in (fused, separate):
-        y, state = layer.forward([x], dict(params), Context())
-        (dx,), weights = layer.backward(grad, [x], y, params, state, Context(), [True])
-        sums = layer.shard_statistics("backward", [x], params, grad, y, state)
-        results.append([y, dx, weights["W0"], weights["b"], sums,
-                        *_shards_of(layer, x, dict(params), grad, [(0, 6), (6, 11)])[:2]])
-    assert (results[0][0] == 0).any() and (results[0][0] > 0).any()
-    for got, want in zip(*results):
+    x = (rng.standard_normal((11, 3, 25)) * 2 + 0.5).astype(np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    scale, shift = rng.uniform(0.5, 1.5, 3), rng.standard_normal(3)
+
+    def kernels():
+        moments = kbn.batch_moments(x)
+        mean, invstd = moments[:3], kbn.inverse_std(moments[3:] / 275, 1e-5)
+        sums = kbn.batch_norm_grad_sums(g, x, mean, invstd)
+        return [moments, kbn.batch_norm_forward(x, mean, invstd, scale, shift), sums,
+                kbn.batch_norm_backward(g, x, mean, invstd, scale, sums, 275)]
+
+    whole = kernels()
+    monkeypatch.setattr(kbn, "BLOCK_BYTES", 3 * x[0].nbytes)
+    assert kbn._cases_per_block(x) == 3
+    for got, want in zip(kernels(), whole):
         assert got.dtype == want.dtype and np.array_equal(got, want)
 
 

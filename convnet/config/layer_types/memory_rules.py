@@ -222,8 +222,7 @@ def batch_norm_memory(layer) -> LayerMemory:
     (the backward pass reads the input, kept anyway).  The deviations from the mean that
     the kernels sum are made block by block of cases in a scratch block of about 512 KiB
     on numpy (:mod:`convnet.kernels.batch_norm`) and not at all by the CUDA kernels, so
-    no temporary grows with the layer.  The inline neuron's gradient is counted as for
-    any layer: the CUDA kernels make it, the numpy ones take a relu's block by block."""
+    no temporary grows with the layer."""
     return _with_neuron(layer, LayerMemory(True, 0, 0, 0,
                                            kept_per_call=3 * 8 * layer.attrs["channels"]))
 
