@@ -45,6 +45,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from . import array_module, kernel
 
 
@@ -118,8 +120,26 @@ def _abs_b(xp, g, x, y, a):
     return xp.where(x > 0, g, -g)
 
 
+RELU_CHUNK = 1 << 18  # values per np.maximum call of a numpy relu (1 MiB of float32)
+_RELU_ZEROS: dict = {}  # dtype -> RELU_CHUNK zeros, never written
+
+
 def _relu_f(xp, x, a, out):
-    return xp.maximum(x, 0, out=out)
+    """``max(x, 0)``.  On numpy, a contiguous array goes in chunks against an array of
+    zeros: numpy's vectorised maximum needs two contiguous operands, and against the
+    scalar 0 runs 2-2.5x slower (the same values, -0.0 and NaN included)."""
+    if xp is not np or x.dtype.kind != "f" or not x.flags.c_contiguous or (
+            out is not None and not out.flags.c_contiguous):
+        return xp.maximum(x, 0, out=out)
+    zeros = _RELU_ZEROS.get(x.dtype)
+    if zeros is None:
+        zeros = _RELU_ZEROS.setdefault(x.dtype, np.zeros(RELU_CHUNK, x.dtype))
+    y = np.empty_like(x) if out is None else out
+    src, dst = x.reshape(-1), y.reshape(-1)
+    for i in range(0, src.size, RELU_CHUNK):
+        j = min(i + RELU_CHUNK, src.size)
+        np.maximum(src[i:j], zeros[:j - i], out=dst[i:j])
+    return y
 
 
 def _relu_b(xp, g, x, y, a):

@@ -77,6 +77,28 @@ def test_shards_with_combined_statistics_are_the_whole_minibatch(neuron_):
         np.testing.assert_allclose(weights3[k], weights[k], rtol=1e-9, atol=1e-9)
 
 
+def test_kernels_in_blocks_of_cases_give_the_bits_of_one_block(monkeypatch):
+    """The numpy kernels' element-wise steps block by block of cases (3 cases a block,
+    the last one short) give the bits of the whole minibatch in one block."""
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((11, 3, 25)) * 2 + 0.5).astype(np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    scale, shift = rng.uniform(0.5, 1.5, 3), rng.standard_normal(3)
+
+    def kernels():
+        moments = kbn.batch_moments(x)
+        mean, invstd = moments[:3], kbn.inverse_std(moments[3:] / 275, 1e-5)
+        sums = kbn.batch_norm_grad_sums(g, x, mean, invstd)
+        return [moments, kbn.batch_norm_forward(x, mean, invstd, scale, shift), sums,
+                kbn.batch_norm_backward(g, x, mean, invstd, scale, sums, 275)]
+
+    whole = kernels()
+    monkeypatch.setattr(kbn, "BLOCK_BYTES", 3 * x[0].nbytes)
+    assert kbn._cases_per_block(x) == 3
+    for got, want in zip(kernels(), whole):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
 def test_float32_statistics_of_values_far_from_zero_keep_their_variance():
     """Values at 1000 with spread 0.01: sum x^2 - m mean^2 in float32 would lose the
     variance entirely; the moments (and their combination) keep it."""

@@ -134,7 +134,7 @@ def _conv_temporaries(layer, layout: str) -> tuple[int, int, list[int]]:
     per input C channels, fs x fs filters, S the padded side, img the input side:
 
     * ``winograd``: forward the products of every tile position (a^2 F T^2), the
-      padded input (C (Tm + fs - 1)^2) and, when T m > modulesX, the uncropped output
+      padded input (C (Tm + fs - 1)^2) and the output in cases-innermost order, uncropped
       (F (Tm)^2); backward the transformed output gradient (a^2 F T^2) and its padded
       copy (F (Tm)^2), and per input gradient the transformed-tile gradients
       (a^2 C T^2) and the padded input gradient they are added into
@@ -157,7 +157,7 @@ def _conv_temporaries(layer, layout: str) -> tuple[int, int, list[int]]:
         ntiles = (tile + fs - 1) ** 2 * t * t
         forward = ntiles * filters + sum(a["channels"][i] * (side + fs - 1) ** 2
                                          for i in range(n))
-        forward += filters * side * side if side > m else 0
+        forward += filters * side * side
         backward = ntiles * filters + filters * side * side
         input_grads = [a["channels"][i] * (ntiles + (side + fs - 1) ** 2) for i in range(n)]
         return forward, backward, input_grads
@@ -219,11 +219,11 @@ def norm_memory(layer) -> LayerMemory:
 
 def batch_norm_memory(layer) -> LayerMemory:
     """Keeps only per-channel float64 statistics, the moments (2 per channel) and 1 / std
-    (the backward pass reads the input, kept anyway); a forward call in training holds the
-    deviations from the mean while it sums their squares, a backward call the deviations
-    again (:mod:`convnet.kernels.batch_norm`), one input-sized array each."""
-    size = FLOAT * _input_elements(layer)
-    return _with_neuron(layer, LayerMemory(True, 0, size, size,
+    (the backward pass reads the input, kept anyway).  The deviations from the mean that
+    the kernels sum are made block by block of cases in a scratch block of about 512 KiB
+    on numpy (:mod:`convnet.kernels.batch_norm`) and not at all by the CUDA kernels, so
+    no temporary grows with the layer."""
+    return _with_neuron(layer, LayerMemory(True, 0, 0, 0,
                                            kept_per_call=3 * 8 * layer.attrs["channels"]))
 
 
