@@ -11,7 +11,8 @@ importing the packages above the module: ``convnet/__init__.py`` and what it imp
 module (reported as line 0).  A signal there ends the process by the signal
 itself, or a Ctrl-C ends it with the interpreter's ``KeyboardInterrupt`` (a traceback
 and status -2, or "Fatal Python error" and status 1 while ``site`` runs).  These runs
-tell the interpreter's outcomes from the program's by what the interpreter printed,
+tell the interpreter's outcomes from the program's by what the interpreter printed
+(one of them a Ctrl-C it prints and drops, after which the program runs as usual),
 and assert only what the program controls, so they cannot fail by chance: one of
 those outcomes, or the program's exit.  CPython also prints a Ctrl-C that lands while
 it checks whether the script is an import path entry and then runs the script anyway;
@@ -74,6 +75,14 @@ BEFORE_THE_LAUNCHER = {str(ROOT / "convnet" / name)
                        for name in ("__init__.py", "version.py", "make_data/__init__.py")}
 
 
+def _discarded(report: str) -> bool:
+    """Whether ``report`` is the interpreter's account of a Ctrl-C it dropped: one that
+    landed in a callback of its import machinery (a module lock's weak reference) is
+    printed as "Exception ignored in" and discarded, and the start goes on as if none
+    had come (in about 1 of 50 make-data runs interrupted 20-60 ms after starting)."""
+    return report.startswith("Exception ignored in") and _interpreters(report)
+
+
 def _in_the_program(path: str) -> bool:
     """Whether a traceback frame is the project's code once the launcher has started,
     not the interpreter's (its environment may be a virtual environment inside the
@@ -96,6 +105,8 @@ def test_a_signal_at_any_early_moment_exits_cleanly(tmp_path, photos, program, s
         _, err = proc.communicate(timeout=120)
         before_the_program = (proc.returncode == -signum and err == "") or (
             _interpreters(err) and not err.endswith(f"{line}\n"))
+        if _discarded(err) and proc.returncode == 0:
+            continue  # the interpreter dropped the Ctrl-C; the program ran as if none came
         if before_the_program:
             # nothing written (the earlier runs' targets aside)
             assert not out.exists() and not [p for p in tmp_path.iterdir()

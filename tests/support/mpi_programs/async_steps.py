@@ -17,9 +17,12 @@ staleness bound S, one replica per rank, and writes what the test checks to
   (``time.monotonic_ns``, one clock for all processes of a machine) and its
   number, and the rank's shard count and staleness record.
 * ``lag``: like ``log``, but both replicas are equally fast and rank 1's
-  training loop starts late (it sleeps before queueing its first minibatch),
-  so rank 0 trains shards that rank 1 has not queued yet, until rank 1
-  catches up.  Also writes how many shards the rank still holds after the
+  training loop starts late: it waits before queueing its first minibatch until
+  rank 0 has started ``AHEAD`` shards (rank 0 leaves a file ``OUT.ahead`` then), so
+  rank 0 trains shards that rank 1 has not queued yet, until rank 1 catches up
+  (rank 0 slows to a straggler's pace from then until rank 1 has started, leaving
+  ``OUT.joined``, so that it cannot finish alone however the machine's load
+  schedules the two processes).  Also writes how many shards the rank still holds after the
   drain (none should be left).
 * ``fail``: rank 1's replica raises on its third shard; the run goes through
   the command line's rank handling (an error ends every process).
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -45,7 +49,7 @@ LAYERS = [("fc1", "fc", ["data"], [0, 1], 0), ("fc2", "fc", ["fc1"], [0, 1], 0),
           ("cost", "cost.logreg", ["labels", "probs"], [0, 1], 0)]
 STRAGGLER_SECONDS = 0.03
 FAST_SECONDS = 0.003
-LATE_START_SECONDS = 0.05
+AHEAD = 4  # shards rank 0 starts in the lag mode before rank 1's loop begins
 
 
 def batches(count: int):
@@ -88,8 +92,18 @@ def train(argv: list[str]) -> int:
         if mode == "lockstep":
             wrap_step(apart, before=lambda shard: comm.allgather(shard))
         elif mode in ("log", "lag"):
+            ahead, joined = Path(f"{out}.ahead"), Path(f"{out}.joined")
+
             def start(shard):
                 events.append(("start", shard, time.monotonic_ns()))
+                started = sum(what == "start" for what, _, _ in events)
+                if mode == "lag" and comm.rank == 0 and started >= AHEAD:
+                    ahead.touch()
+                    if not joined.exists():  # until rank 1 has started
+                        time.sleep(STRAGGLER_SECONDS)
+                        return
+                if mode == "lag" and comm.rank == 1:
+                    joined.touch()
                 # rank 0 not too fast either, so that rank 1 takes part
                 time.sleep(STRAGGLER_SECONDS if comm.rank == 1 and mode == "log"
                            else FAST_SECONDS)
@@ -107,7 +121,7 @@ def train(argv: list[str]) -> int:
             wrap_step(apart, before=fail_on_third)
         comm.allgather(None)  # both ranks ready: neither trains the first shards alone
         if mode == "lag" and comm.rank == 1:
-            time.sleep(LATE_START_SECONDS)
+            _wait_for(Path(f"{out}.ahead"))
         cases = sum(apart.step(batch).num_cases for batch in batches(steps))
         cases += apart.settle().num_cases
         leftover = len(apart._shards)
@@ -122,6 +136,14 @@ def train(argv: list[str]) -> int:
              starts=np.array([(s, ns) for what, s, ns in events if what == "start"], np.int64),
              ends=np.array([(s, ns) for what, s, ns in events if what == "end"], np.int64))
     return 0
+
+
+def _wait_for(path: Path, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path} did not appear within {seconds:.0f} s")
+        time.sleep(0.001)
 
 
 if __name__ == "__main__":
