@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
-from convnet.data.base import DataOptions, DataProvider
+from convnet.data.base import DataProvider
+from convnet.data.options import DataOptions
 from convnet.data.cifar import CifarProvider
 from convnet.data.convnet_batches import ConvnetBatchesProvider
 from convnet.data.digits import DigitsProvider

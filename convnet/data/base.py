@@ -78,43 +78,18 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 
 from convnet.data import augment
 from convnet.data.batch_checks import check_finite, checked_batch
+from convnet.data.options import DataOptions
 from convnet.data.ranges import format_range
 from convnet.errors import DataError
 from convnet.filekind import not_a_regular_file
 from convnet.kernels.images import StoredImages
 
 _AUGMENT_STREAM = 1  # keeps augmentation noise apart from other seeded streams
-
-
-@dataclass
-class DataOptions:
-    """Options a provider understands; ``None`` ranges mean the provider's defaults.
-
-    ``data_dims``, ``num_classes`` and ``cases_per_batch`` are read by the
-    ``dummy`` provider only, ``skip_bad_images`` and ``decode_threads`` by ``image``, and
-    ``image_size`` by ``image`` on a folder of class folders.
-    """
-
-    data_path: str | None = None
-    train_range: list[int] | None = None
-    test_range: list[int] | None = None
-    inner_size: int = 0
-    color_noise: float = 0.0
-    scalar_mean: float | None = None
-    multiview_test: bool = False
-    seed: int = 0
-    data_dims: dict[int, tuple[int, ...]] | None = None
-    num_classes: int | None = None
-    cases_per_batch: int = 512
-    skip_bad_images: bool = False
-    decode_threads: int | None = None
-    image_size: int = 256  # the side photos in class folders are brought to
 
 
 def as_float(columns: list) -> list[np.ndarray]:

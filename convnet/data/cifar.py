@@ -18,7 +18,8 @@ import os
 
 import numpy as np
 
-from convnet.data.base import DataOptions, DataProvider
+from convnet.data.base import DataProvider
+from convnet.data.options import DataOptions
 from convnet.data.safe_pickle import load_dict
 from convnet.errors import DataError
 

@@ -21,7 +21,8 @@ import re
 
 import numpy as np
 
-from convnet.data.base import DataOptions, DataProvider
+from convnet.data.base import DataProvider
+from convnet.data.options import DataOptions
 from convnet.data.cifar import check_folder, read_label_names
 from convnet.data.safe_pickle import load_dict
 from convnet.errors import DataError

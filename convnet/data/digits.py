@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from convnet.data.base import DataOptions, DataProvider
+from convnet.data.base import DataProvider
+from convnet.data.options import DataOptions
 from convnet.errors import DataError
 
 NUM_BATCHES = 6

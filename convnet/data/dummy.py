@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from convnet.data.base import DataOptions, DataProvider
+from convnet.data.base import DataProvider
+from convnet.data.options import DataOptions
 from convnet.errors import DataError
 
 DEFAULT_SHAPE = (3, 32, 32)

@@ -28,7 +28,8 @@ import threading
 
 import numpy as np
 
-from convnet.data.base import DataOptions, DataProvider
+from convnet.data.base import DataProvider
+from convnet.data.options import DataOptions
 from convnet.data.cifar import check_folder
 from convnet.data.image.batch_files import (RawBatch, available_batches, batch_files,
                                              count_cases, read_batch)

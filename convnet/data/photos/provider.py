@@ -33,7 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from convnet.data.base import DataOptions, DataProvider
+from convnet.data.base import DataProvider
+from convnet.data.options import DataOptions
 from convnet.data.image.decode import decode_one, default_threads
 from convnet.data.photos.sources import SkippedSource, folder_dataset, read_image_bytes
 from convnet.errors import DataError
