@@ -129,12 +129,14 @@ def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, stride
     dxs, dws = [], []
     for i, (x, w) in enumerate(zip(xs, ws)):
         fs = filter_sizes[i]
-        cols = cache[i] if cache is not None and cache[i] is not None else \
-            _cols_local(xp, as_image(x, channels[i], img_sizes[i]), fs, paddings[i], strides[i],
-                        modules, keep=False)
         wm = w.reshape(p, filters, -1)
-        dws.append(local_weight_grad(xp, gp, cols, wm, groups[i]).reshape(w.shape)
-                   if need_dw else None)
+        if need_dw:  # the columns serve the weight gradient only
+            cols = cache[i] if cache is not None and cache[i] is not None else \
+                _cols_local(xp, as_image(x, channels[i], img_sizes[i]), fs, paddings[i],
+                            strides[i], modules, keep=False)
+            dws.append(local_weight_grad(xp, gp, cols, wm, groups[i]).reshape(w.shape))
+        else:
+            dws.append(None)
         if not need_dx[i]:
             dxs.append(None)
             continue

@@ -102,18 +102,37 @@ def backward(xp, gy, xs, ws, need_dx, geom, shared_biases, need_dw=True):
     m = geom.modules
     p = m * m
     dtype = gy.dtype
-    item = xp.dtype(dtype).itemsize
     g3 = gy.reshape(n, filters, p)
     db = g3.sum(axis=(0, 2)) if shared_biases else g3.sum(axis=0).reshape(filters, m, m)
-    k = max(w[0].size * g for w, g in zip(ws, geom.groups))
-    block = units_per_block(max(k, filters) * p * item, n)
-    gbuf = scratch(xp, "case_gt", (filters, block, p), dtype)
     wms = [w.reshape(filters, -1) for w in ws]
+    dws = _weight_gradients(xp, g3, xs, ws, wms, geom) if need_dw else [None] * len(ws)
+    dxs = []
+    gt_full = None
+    for i, x in enumerate(xs):
+        if not need_dx[i]:
+            dxs.append(None)
+            continue
+        if gt_full is None:
+            gt_full = scratch(xp, "gt_nchw", (filters, n, p), dtype)
+            gt_full[...] = g3.transpose(1, 0, 2)
+        dx = im2col.input_gradient(xp, gt_full.reshape(filters, n * p), wms[i], geom, i, n)
+        dxs.append(dx.reshape(x.shape))
+    return dxs, dws, db
+
+
+def _weight_gradients(xp, g3, xs, ws, wms, geom) -> list:
+    """Each input's weight gradient from the output gradient ``g3`` (N, F, P), a block
+    of cases at a time (their columns built per block)."""
+    n, filters, p = g3.shape
+    dtype = g3.dtype
+    k = max(w[0].size * g for w, g in zip(ws, geom.groups))
+    block = units_per_block(max(k, filters) * p * xp.dtype(dtype).itemsize, n)
+    gbuf = scratch(xp, "case_gt", (filters, block, p), dtype)
     dwts = [scratch(xp, f"dwt{i}", (wm.shape[1], filters), dtype) for i, wm in enumerate(wms)]
     tmp = scratch(xp, "dw_tmp", (k, filters), dtype)
     columns = [_CaseColumns(xp, as_image(x, geom.channels[i], geom.img[i]), geom, i, block,
                             "kbp") for i, x in enumerate(xs)]
-    for b0 in range(0, n if need_dw else 0, block):
+    for b0 in range(0, n, block):
         b1 = min(n, b0 + block)
         gt = gbuf[:, :b1 - b0]
         gt[...] = g3[b0:b1].transpose(1, 0, 2)
@@ -126,17 +145,4 @@ def backward(xp, gy, xs, ws, need_dx, geom, shared_biases, need_dw=True):
                 part = tmp[:dwt.shape[0]]
                 gemm_groups_dwt(xp, gmat, cols, part, geom.groups[i])
                 dwt += part
-    dxs = []
-    gt_full = None
-    for i, x in enumerate(xs):
-        if not need_dx[i]:
-            dxs.append(None)
-            continue
-        if gt_full is None:
-            gt_full = scratch(xp, "gt_nchw", (filters, n, p), dtype)
-            gt_full[...] = g3.transpose(1, 0, 2)
-        dx = im2col.input_gradient(xp, gt_full.reshape(filters, n * p), wms[i], geom, i, n)
-        dxs.append(dx.reshape(x.shape))
-    dws = [xp.ascontiguousarray(dwt.T).reshape(w.shape) if need_dw else None
-           for dwt, w in zip(dwts, ws)]
-    return dxs, dws, db
+    return [xp.ascontiguousarray(dwt.T).reshape(w.shape) for dwt, w in zip(dwts, ws)]

@@ -241,12 +241,14 @@ def local_backward(gy, xs, ws, cache, need_dx, *, filter_sizes, paddings, stride
     dxs, dws = [], []
     for i, (x, w) in enumerate(zip(xs, ws)):
         fs, pad, stride = filter_sizes[i], paddings[i], strides[i]
-        cols = cols_all[i]
-        if cols is None:
-            cols = im2col_local(x, channels[i], img_sizes[i], fs, pad, stride, modules)
         wm = contiguous(w).reshape(p, filters, -1)
-        dws.append(local_weight_grad(xp, gp, cols, wm, groups[i]).reshape(w.shape)
-                   if need_dw else None)
+        if need_dw:  # the columns serve the weight gradient only
+            cols = cols_all[i]
+            if cols is None:
+                cols = im2col_local(x, channels[i], img_sizes[i], fs, pad, stride, modules)
+            dws.append(local_weight_grad(xp, gp, cols, wm, groups[i]).reshape(w.shape))
+        else:
+            dws.append(None)
         if not need_dx[i]:
             dxs.append(None)
             continue
