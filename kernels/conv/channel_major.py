@@ -19,8 +19,8 @@ column gradient back with one strided add per filter offset.
 from __future__ import annotations
 
 from convnet.kernels.conv.geometry import (
-    as_image, as_strided, crop, pad_span, padded_chwn_buffer, pixel_block_size, pixel_blocks,
-    to_chwn, zero_border)
+    as_image, as_strided, crop_chwn, pad_span, padded_chwn_buffer, pixel_block_size,
+    pixel_blocks, to_chwn, zero_border)
 from convnet.kernels.scratch import scratch
 
 
@@ -226,4 +226,4 @@ def _conv_dx_scatter(xp, gt, wm, n, c, img, fs, pad, stride, groups, m):
                 ys, xs_ = y0 * stride + ky, x0 * stride + kx
                 acc[:, ys:ys + stride * (r - 1) + 1:stride,
                     xs_:xs_ + stride * (w - 1) + 1:stride] += d[:, ky, kx]
-    return crop(xp, acc.transpose(3, 0, 1, 2), (n, c, img, img), pad, total)
+    return crop_chwn(xp, acc, (n, c, img, img), pad, total)
