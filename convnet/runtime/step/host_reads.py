@@ -6,7 +6,9 @@ finished, such as a value it computed (``float(x)`` and ``bool(x)`` of a CuPy
 array copy it to the host and wait for the stream) or the end of its work
 (``synchronize``).  Each such wait leaves the GPU idle until the host has queued
 the next kernels, so a step keeps one per device: at its end the device's cost
-sums and finite flags come back in one transfer (:meth:`HostReads.fetch`), which
+sums and finite flags come back in one transfer (:meth:`HostReads.pack`, then
+:meth:`HostReads.unpack`, as :meth:`~convnet.runtime.step.device_results.StepResults.fetch`
+does), which
 is also the step's final synchronisation of that device.
 
 Every read of a device array by the executor goes through a :class:`HostReads`
@@ -43,12 +45,6 @@ class HostReads:
         """``array`` (of ``device``) on the host: one wait."""
         self._counted()
         return np.asarray(device.to_host(array))
-
-    def fetch(self, device, values: Sequence) -> list[float]:
-        """The device scalars ``values`` (0-d arrays or array scalars of ``device``) as
-        Python floats, after everything queued on the device has run: one wait, also
-        when ``values`` is empty (the device's end-of-step synchronisation)."""
-        return self.unpack(device, self.pack(device, values))
 
     @staticmethod
     def pack(device, values: Sequence) -> tuple:
