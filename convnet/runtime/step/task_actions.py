@@ -149,7 +149,6 @@ class TaskActions:
             input_grads = [None if g is None else g * scale for g in input_grads]
         if precision.mixed:
             input_grads = [precision.like(g, x) for g, x in zip(input_grads, stored)]
-            param_grads = precision.master_gradients(param_grads)
         for inp, wanted, grad in zip(ldef.inputs, placement.input_grads, input_grads):
             if not wanted:
                 continue
@@ -160,6 +159,8 @@ class TaskActions:
                 accumulate(buffers.gouts, (op.layer, inp, op.shard, op.device), grad)
         if not placement.learns:
             return  # frozen: no update will read its weight gradients
+        if precision.mixed:
+            param_grads = precision.master_gradients(param_grads)
         accum = self.store.grads[op.layer][op.replica]
         for k, g in param_grads.items():
             accumulate(accum, k, g)
