@@ -28,7 +28,7 @@ import numpy as np
 from convnet.app.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from convnet.app.saved_options import RESUMABLE
 from convnet.config import load_net
-from convnet.errors import ConfigError, DataError
+from convnet.errors import CheckpointError, ConfigError, DataError
 from convnet.outputs import refuse_existing, write_output
 
 LAYER_DEF, LAYER_PARAMS = "layers.cfg", "layer-params.cfg"
@@ -147,8 +147,12 @@ def write_imported(tgt_dir: Path, layers: list[ImportedLayer], input_shape, clas
     meta = {"options": options, "imported_from": source,
             "counters": {"step": 0, "epoch": 1, "batch_index": 0, "cumulative_time": 0.0,
                          "log_rows": 0}}
-    tgt_dir.mkdir(parents=True, exist_ok=True)
-    for path, text in zip(paths, texts):
-        write_output(path, text.encode("utf-8"))
-    save_checkpoint(paths[2], arrays, meta)
+    try:  # a file in the way, a folder that cannot be made, a full disk
+        tgt_dir.mkdir(parents=True, exist_ok=True)
+        for path, text in zip(paths, texts):
+            write_output(path, text.encode("utf-8"))
+        save_checkpoint(paths[2], arrays, meta)
+    except OSError as error:
+        raise CheckpointError(f"cannot write to --tgt-dir {tgt_dir}: "
+                              f"{error.strerror or error}") from None
     return paths

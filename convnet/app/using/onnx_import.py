@@ -82,10 +82,18 @@ class Translation(ImageOps, BatchNormOps):
 
     def _source(self, node, tensor: str) -> str:
         """The layer whose output ``tensor`` is."""
+        self._refuse_constant(node, tensor)
+        return self.tensor_layer[tensor]
+
+    def _shape(self, node, tensor: str) -> tuple[int, ...]:
+        """The per-case shape of the activation ``tensor``."""
+        self._refuse_constant(node, tensor)
+        return self.shape[tensor]
+
+    def _refuse_constant(self, node, tensor: str) -> None:
         if tensor in self.g.constants:
             raise self._refuse(node, f"reads the constant '{tensor}' where the engine needs "
                                      "an activation")
-        return self.tensor_layer[tensor]
 
     def _const(self, node, index: int, default=None) -> np.ndarray | None:
         if len(node.input) <= index or not node.input[index]:
@@ -107,7 +115,7 @@ class Translation(ImageOps, BatchNormOps):
         return layer
 
     def _image(self, node, tensor: str) -> tuple[int, int]:
-        shape = self.shape[tensor]
+        shape = self._shape(node, tensor)
         if len(shape) != 3 or shape[1] != shape[2]:
             raise self._refuse(node, f"reads a {'x'.join(map(str, shape))} activation; the "
                                      "engine's image layers read square C x S x S images")
@@ -158,7 +166,7 @@ class Translation(ImageOps, BatchNormOps):
         if x in self.g.constants:  # PyTorch names a shared initializer twice this way
             self.g.constants[node.output[0]] = self.g.constants[x]
             return
-        self._alias(node.output[0], self._source(node, x), self.shape[x])
+        self._alias(node.output[0], self._source(node, x), self._shape(node, x))
         if x in self.raw:
             self.raw.add(node.output[0])
 
@@ -166,21 +174,24 @@ class Translation(ImageOps, BatchNormOps):
         if self.g.attrs(node).get("axis", 1) != 1:
             raise self._refuse(node, "flattens from another axis than 1 (the features)")
         x = node.input[0]
-        self._alias(node.output[0], self._source(node, x), (math.prod(self.shape[x]),))
+        self._alias(node.output[0], self._source(node, x), (math.prod(self._shape(node, x)),))
 
     def _op_Reshape(self, node) -> None:
         x, target = node.input[0], self._const(node, 1)
-        features = math.prod(self.shape[x])
+        features = math.prod(self._shape(node, x))
         if target is None or len(target) != 2 or int(target[1]) not in (features, -1):
             raise self._refuse(node, "reshapes to something other than (N, features)")
         self._alias(node.output[0], self._source(node, x), (features,))
 
     def _fc(self, node, x: str, weights: np.ndarray, bias: np.ndarray) -> None:
-        features = math.prod(self.shape[x])
+        features = math.prod(self._shape(node, x))
         if weights.ndim != 2 or weights.shape[0] != features:
             raise self._refuse(node, f"multiplies {features} features by weights of shape "
                                      f"{weights.shape}")
         outputs = weights.shape[1]
+        if np.size(bias) not in (1, outputs):
+            raise self._refuse(node, f"adds a bias of shape {np.shape(bias)} to {outputs} "
+                                     "outputs")
         self._add(ImportedLayer(self._name(node), "fc", [self._source(node, x)], (outputs,),
                                 {"outputs": outputs, "initW": INIT_W},
                                 weights={"W0": weights.astype(np.float32),
@@ -209,11 +220,11 @@ class Translation(ImageOps, BatchNormOps):
         layer = self._pending(x, TAKES_NEURON)
         if layer is not None:
             layer.neuron = spec
-            self._alias(node.output[0], layer.name, self.shape[x])
+            self._alias(node.output[0], layer.name, self._shape(node, x))
             self.direct[layer.name] = node.output[0]
             return
         self._add(ImportedLayer(f"{self._name(node)}_{spec.split('[')[0]}", "neuron",
-                                [self._source(node, x)], self.shape[x], neuron=spec),
+                                [self._source(node, x)], self._shape(node, x), neuron=spec),
                   node.output[0])
 
     def _op_Clip(self, node) -> None:
@@ -246,11 +257,11 @@ class Translation(ImageOps, BatchNormOps):
             self.notes.append(f"'{node.name or node.output[0]}' adds a constant image to the "
                               "input (a mean): left out, as the data providers subtract "
                               "their own mean")
-            self._alias(node.output[0], "data", self.shape[x])
+            self._alias(node.output[0], "data", self._shape(node, x))
             self.raw.add(node.output[0])
             return
         layer = self._pending(x, ("conv", "fc"))
-        outputs = self.shape[x][0]
+        outputs = self._shape(node, x)[0]
         if layer is None or value.size not in (1, outputs) or \
                 any(d != 1 for d in value.shape[:-3 if layer.type == "conv" else -1]) or \
                 (layer.type == "conv" and value.size > 1
@@ -262,7 +273,7 @@ class Translation(ImageOps, BatchNormOps):
         layer.weights["b"] = layer.weights["b"] + value.astype(np.float32).reshape(-1)
         self._renamed(layer, self._name(node))
         self.direct[layer.name] = node.output[0]
-        self._alias(node.output[0], layer.name, self.shape[x])
+        self._alias(node.output[0], layer.name, self._shape(node, x))
 
     def _op_Mul(self, node) -> None:
         a, b = node.input[:2]
@@ -275,7 +286,7 @@ class Translation(ImageOps, BatchNormOps):
         scale = np.float32(value.reshape(()))
         layer.weights = {k: w * scale for k, w in layer.weights.items()}
         self.direct[layer.name] = node.output[0]
-        self._alias(node.output[0], layer.name, self.shape[x])
+        self._alias(node.output[0], layer.name, self._shape(node, x))
 
     def _renamed(self, layer: ImportedLayer, name: str) -> None:
         """Give ``layer`` the name of the node that completed it (the bias ``Add`` the
@@ -307,7 +318,7 @@ class Translation(ImageOps, BatchNormOps):
                                 weights=weights), node.output[0])
 
     def _eltsum(self, node, tensors: list[str]) -> None:
-        shapes = {self.shape[t] for t in tensors}
+        shapes = {self._shape(node, t) for t in tensors}
         if len(shapes) != 1:
             raise self._refuse(node, "adds activations of different shapes "
                                      f"({', '.join('x'.join(map(str, s)) for s in shapes)})")
@@ -319,10 +330,10 @@ class Translation(ImageOps, BatchNormOps):
         self._eltsum(node, list(node.input))
 
     def _op_Concat(self, node) -> None:
-        rank = 1 + len(self.shape[node.input[0]])
+        rank = 1 + len(self._shape(node, node.input[0]))
         if self.g.attrs(node).get("axis", 1) % rank != 1:
             raise self._refuse(node, "concatenates along another axis than the channels")
-        shapes = [self.shape[t] for t in node.input]
+        shapes = [self._shape(node, t) for t in node.input]
         if all(len(s) == 3 and s[1:] == shapes[0][1:] for s in shapes):
             shape = (sum(s[0] for s in shapes),) + shapes[0][1:]
         elif all(len(s) == 1 for s in shapes):
@@ -336,12 +347,12 @@ class Translation(ImageOps, BatchNormOps):
 
     def _op_Softmax(self, node) -> None:
         x = node.input[0]
-        if math.prod(self.shape[x]) != self.shape[x][0] or \
+        if math.prod(self._shape(node, x)) != self._shape(node, x)[0] or \
                 self.g.attrs(node).get("axis", 1) not in (1, -1):
             raise self._refuse(node, "is a softmax over something other than the features "
                                      "of each case")
         self._add(ImportedLayer(self._name(node), "softmax", [self._source(node, x)],
-                                (self.shape[x][0],)), node.output[0])
+                                (self._shape(node, x)[0],)), node.output[0])
 
     def _op_Slice(self, node) -> None:
         """Only a crop of the input itself (a centre crop before the net): the imported

@@ -191,8 +191,21 @@ def engine_outputs_of(layer_def, layer_params, arrays, images):
         executor.close()
 
 
+def _graph_model(nodes, constants: dict, out_shape, path) -> None:
+    """A model of ONNX ``nodes`` on an input ``x`` of 3x8x8 images (what PyTorch would not
+    export, written with onnx's helpers)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+        [numpy_helper.from_array(v, k) for k, v in constants.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
 @pytest.mark.parametrize("case", ["checkpoint", "corrupt", "unsupported", "batchnorm",
-                                  "dynamic", "missing", "exists"])
+                                  "dynamic", "missing", "exists", "constant", "bias",
+                                  "target-file"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
     model = tmp_path / "model.onnx"
     target = tmp_path / "net"
@@ -216,6 +229,17 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
                               dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})
     elif case == "missing":
         model = tmp_path / "nothing.onnx"
+    elif case == "constant":  # a constant where the engine needs an activation
+        _graph_model([onnx.helper.make_node("Concat", ["x", "K"], ["y"], axis=1)],
+                     {"K": np.zeros((1, 1, 8, 8), np.float32)}, [1, 4, 8, 8], model)
+    elif case == "bias":  # a Gemm bias that is not one value per output
+        _graph_model([onnx.helper.make_node("Flatten", ["x"], ["f"]),
+                      onnx.helper.make_node("Gemm", ["f", "W", "C"], ["y"])],
+                     {"W": np.zeros((192, 10), np.float32), "C": np.zeros((2, 10), np.float32)},
+                     [1, 10], model)
+    elif case == "target-file":
+        export(SmallResNet(), 16, model)
+        target.write_text("mine\n")
     else:
         export(SmallResNet(), 16, model)
         target.mkdir()
@@ -229,9 +253,15 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
                 "batchnorm": "(BatchNormalization): normalises each of the 144 flattened "
                              "features of the image of 'l_0' on its own",
                 "dynamic": "dynamic shape", "missing": "does not exist",
-                "exists": "exists and this run would replace it"}[case]
+                "exists": "exists and this run would replace it",
+                "constant": "(Concat): reads the constant 'K' where the engine needs an "
+                            "activation",
+                "bias": "(Gemm): adds a bias of shape (20,) to 10 outputs",
+                "target-file": f"cannot write to --tgt-dir {target}: File exists"}[case]
     assert expected in err
-    if case == "exists":
+    if case == "target-file":
+        assert target.read_text() == "mine\n"
+    elif case == "exists":
         assert sorted(p.name for p in target.iterdir()) == ["layers.cfg"]
         assert (target / "layers.cfg").read_text() == "mine\n"
     else:
