@@ -80,3 +80,19 @@ def test_other_providers_on_a_class_tree_point_to_the_image_provider(tmp_path):
     with pytest.raises(DataError, match="a folder of class folders, not 'cifar' batches: "
                                         "train from it with --data-provider image"):
         make_provider("cifar", options=DataOptions(data_path=str(tmp_path / "photos")))
+
+
+def test_an_unreadable_folder_is_left_to_the_provider_asked_for(tmp_path, monkeypatch):
+    """Whether ``--data-path`` is a class tree is asked of every provider's folder; one
+    that cannot be listed is not taken for a tree (the provider then says what is
+    wrong), rather than the question ending the run in a traceback."""
+    from convnet.data.photos import provider
+
+    (tmp_path / "cats").mkdir()
+    assert provider.is_class_tree(str(tmp_path))
+
+    def unreadable(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(provider.os, "scandir", unreadable)
+    assert not provider.is_class_tree(str(tmp_path))

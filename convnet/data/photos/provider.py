@@ -54,8 +54,11 @@ def is_class_tree(path: str | None) -> bool:
     (``data_batch_N``, make-data's sub-batch folders)."""
     if not path or not os.path.isdir(path) or os.path.exists(os.path.join(path, "batches.meta")):
         return False
-    with os.scandir(path) as entries:
-        folders = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")]
+    try:
+        with os.scandir(path) as entries:
+            folders = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")]
+    except OSError:  # unreadable: the provider asked for says so in its own words
+        return False
     return bool(folders) and not any(re.fullmatch(r"data_batch_\d+", f) for f in folders)
 
 
