@@ -192,3 +192,21 @@ def test_a_classifier_wider_than_the_classes_is_warned_about(capsys):
     assert len(lines) == 1
     assert lines[0].startswith("the classifier 'fc10' has 10 outputs but --num-classes says "
                                "4 classes; give 'fc10' outputs=4")
+
+
+def test_a_saved_layer_whose_name_here_has_no_weights_is_listed_as_not_in_this_net(
+        base, tmp_path, capsys):
+    """The saved ``fca`` (an fc layer) meets a pooling layer named ``fca``: its weights
+    have no place here, which the table says, as for a name the net does not have."""
+    layers = SINGLE_DEF.read_text().replace("fca", "fcx").replace("pool1", "fca")
+    (tmp_path / "renamed.cfg").write_text(layers)
+    (tmp_path / "params.cfg").write_text(SINGLE_PARAMS.read_text().replace("fca", "fcx"))
+    opts, tuned = _trainer("--no-progress", "--layer-def", tmp_path / "renamed.cfg",
+                           "--layer-params", tmp_path / "params.cfg", "--init-from", base)
+    try:
+        tuned.start_from(opts.init_from)
+    finally:
+        tuned.executor.close()
+    table = capsys.readouterr().out
+    assert re.search(r"new +fcx\n", table)
+    assert re.search(r"not in this net +fca\n", table), table

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from convnet.app.checkpoint import CheckpointReader
-from convnet.app.run.resume_state import OPTIMIZER_GROUPS, check_table, state_layout
-from convnet.config.layer_types.weight_shapes import is_connection_key
+from convnet.app.run.resume_state import (OPTIMIZER_GROUPS, check_tables, state_layout,
+                                          unused_layers)
 from convnet.config.model import NetConfig
 from convnet.errors import CheckpointError
 from convnet.plan.ops import Plan
@@ -87,13 +87,10 @@ def read_init_state(checkpoint: Path, net: NetConfig,
             match.loaded.append(name)
             arrays.update({key: reader.read(key, shape, np.float32)
                            for key, shape in keys.items()})
-        match.unused = sorted(saved_layers - set(net.layers))
+        match.unused = unused_layers(reader.keys, net, plan)
     if not match.loaded:
         raise CheckpointError(f"{checkpoint}: no layer of this net ({net.layer_def_file}) is "
                               "in the checkpoint with the same name and shapes, so "
                               "--init-from has nothing to start from")
-    for key, array in arrays.items():
-        group, name, array_key = key.split("/", 2)
-        if is_connection_key(array_key):
-            check_table(checkpoint, key, group, array, net[name].attrs, int(array_key[1:]))
+    check_tables(checkpoint, arrays, net)
     return arrays, match

@@ -70,11 +70,16 @@ def read_state(checkpoint: Path, net: NetConfig, plan: Plan) -> dict[str, np.nda
                                       f"shape {saved}, the net needs {tuple(shape)}"
                                       + INIT_FROM_HINT)
         state = {key: reader.read(key, shape, np.float32) for key, shape in layout.items()}
+    check_tables(checkpoint, state, net)
+    return state
+
+
+def check_tables(checkpoint: Path, state: dict[str, np.ndarray], net: NetConfig) -> None:
+    """:func:`check_table` of every connectivity table among the arrays ``state``."""
     for key, array in state.items():
         group, name, array_key = key.split("/", 2)
         if is_connection_key(array_key):
             check_table(checkpoint, key, group, array, net[name].attrs, int(array_key[1:]))
-    return state
 
 
 def saved_tables(checkpoint: Path, net: NetConfig, plan: Plan) -> dict[str, dict[int, np.ndarray]]:
