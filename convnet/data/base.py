@@ -318,11 +318,13 @@ class DataProvider:
         self._counts[batch_id] = len(images)
         return images, labels
 
-    def _mean_value(self) -> np.ndarray | np.float32:
+    def _mean_value(self) -> np.ndarray:
+        """The mean the images are centred on, kept: one array, whose identity is how a
+        device knows it holds it already (a 0-d array for ``--scalar-mean``)."""
         with self._lock:
             if self._mean is None:
                 if self.options.scalar_mean is not None:
-                    self._mean = np.float32(self.options.scalar_mean)
+                    self._mean = np.array(self.options.scalar_mean, np.float32)
                 else:
                     self._mean = np.asarray(self._pixel_mean(), dtype=np.float32)
             return self._mean

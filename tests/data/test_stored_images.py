@@ -130,8 +130,10 @@ def test_cifar_digits_and_dummy_batches_are_the_float_pipelines_bitwise(tmp_path
         for train in (True, False):
             got = p.get_batch(batch_id, train=train, epoch=3)[0]
             assert_same_bits(got, previous_pipeline(p, raw, batch_id, train, 3))
-        stored_dtype = p.load_batch(batch_id, True, 3)[0].pixels.dtype
-        assert stored_dtype == (np.uint8 if name == "cifar" else np.float32)
+        stored = p.load_batch(batch_id, True, 3)[0]
+        assert stored.pixels.dtype == (np.uint8 if name == "cifar" else np.float32)
+        # one mean array for every batch: a device uploads it once (it keeps it by identity)
+        assert p.load_batch(batch_id, False, 4)[0].mean is stored.mean
 
 
 # ---------------------------------------------------------------- the kernel
