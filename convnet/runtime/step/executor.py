@@ -122,7 +122,10 @@ class Executor(ExecutorSetup, TaskActions):
         instead of the cases they cover (a shard whose update is its part of a larger
         minibatch's: M / R, so that every case weighs 1/M however the shards fell)."""
         scaling = self.precision.loss_scale
-        backup = StepBackup(self.store, self.devices) if scaling is not None else None
+        if scaling is not None:
+            if self._backup is None:
+                self._backup = StepBackup(self.store, self.devices)
+            self._backup.take()
         if self.step_graph is not None and case_offset == 0 \
                 and self.step_graph.applies(batch, update_cases):
             result = self.step_graph.step(batch, progress)  # replayed (step_graph.py)
@@ -132,7 +135,7 @@ class Executor(ExecutorSetup, TaskActions):
                                    readers=self.train_readers())
         if scaling is not None:
             if result.skipped:
-                backup.restore()
+                self._backup.restore()
                 if scaling.scale / 2 < scaling.MIN:
                     raise DivergedError(f"the gradients overflow float16 even at loss scale "
                                         f"{scaling.scale:g} at step {self.step_count} "

@@ -94,6 +94,7 @@ class ExecutorSetup:
         self.slowdown = slowdown
         self.seed = seed
         self.step_count = 0
+        self._backup = None  # --precision fp16: the weights before each step (StepBackup)
         self.check_finite = check_finite
         self.layers = {name: build_layer(net[name]) for name, p in plan.layers.items()
                        if not net[name].is_data}

@@ -156,25 +156,41 @@ class Precision:
 
 class StepBackup:
     """The weights and momentum of a :class:`~convnet.runtime.step.weights.WeightStore`
-    before a loss-scaled step, to put back if its gradients overflow: one copy of every
-    local array (an array the replicas share, once).  Put back in place into whatever
-    array each replica holds then (``wball`` replaces arrays with new ones)."""
+    before a loss-scaled step (:meth:`take`), to put back if its gradients overflow:
+    one copy of every local array (an array the replicas share, once), into buffers
+    kept from step to step.  Taken anew each step from the arrays the replicas hold
+    then (``wball`` and a loaded checkpoint replace arrays with new ones), and put back
+    in place into whatever array each replica holds at :meth:`restore`."""
 
     def __init__(self, store, devices: list):
-        self._saved = []  # (device, the replica's dict, key, the copy)
-        copies: dict[int, object] = {}
-        for group in (store.weights, store.momentum):
-            for layer, replicas in group.items():
-                placement = store.plan.layers[layer].devices
+        self._store, self._devices = store, devices
+        self._buffers: dict[tuple, object] = {}  # (group, layer, replica, key) -> copy
+        self._saved: list = []  # (device, the replica's dict, key, the copy)
+
+    def take(self) -> None:
+        self._saved = []
+        copies: dict[int, object] = {}  # an array the replicas share: one copy
+        for group, arrays_of in enumerate((self._store.weights, self._store.momentum)):
+            for layer, replicas in arrays_of.items():
+                placement = self._store.plan.layers[layer].devices
                 for replica, arrays in enumerate(replicas):
                     if arrays is None:  # another process's replica
                         continue
-                    device = devices[placement[replica]]
+                    device = self._devices[placement[replica]]
                     for key, array in arrays.items():
                         if id(array) not in copies:
                             with device.scope():
-                                copies[id(array)] = array.copy()
+                                copies[id(array)] = self._copy((group, layer, replica, key),
+                                                               array)
                         self._saved.append((device, arrays, key, copies[id(array)]))
+
+    def _copy(self, slot: tuple, array):
+        kept = self._buffers.get(slot)
+        if kept is None or kept.shape != array.shape or kept.dtype != array.dtype:
+            kept = self._buffers[slot] = array.copy()
+        else:
+            kept[...] = array
+        return kept
 
     def restore(self) -> None:
         for device, arrays, key, copy in self._saved:

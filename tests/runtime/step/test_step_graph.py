@@ -38,6 +38,7 @@ class ReplayingCapture:
     def capture(self, walk):
         ex = self.executor
         backup = StepBackup(ex.store, ex.devices)
+        backup.take()
         out = walk()
         backup.restore()  # captured, not run
         self.walk, self.packed = walk, out[1][0]
