@@ -136,7 +136,7 @@ class Executor(ExecutorSetup, TaskActions):
         if scaling is not None:
             if result.skipped:
                 self._backup.restore()
-                if scaling.scale / 2 < scaling.MIN:
+                if scaling.exhausted:
                     raise DivergedError(f"the gradients overflow float16 even at loss scale "
                                         f"{scaling.scale:g} at step {self.step_count} "
                                         f"(--precision fp16); --precision bf16 has float32's "

@@ -62,6 +62,11 @@ class LossScale:
     MIN = 1.0
     MAX = 2.0 ** 24
 
+    @property
+    def exhausted(self) -> bool:
+        """Whether halving the scale once more would take it below :data:`MIN`."""
+        return self.scale / 2 < self.MIN
+
     def update(self, overflowed: bool) -> None:
         if overflowed:
             self.scale /= 2
