@@ -166,14 +166,31 @@ def inverse_std(var, epsilon: float):
     return 1.0 / xp.sqrt(var.astype(xp.float64) + epsilon)
 
 
+def affine_constants(mean, invstd, scale, shift):
+    """(a, beta) per channel in float64: the forward is ``x a + beta`` (here and in the
+    CUDA kernel, which must round alike)."""
+    a = scale.astype(invstd.dtype) * invstd
+    return a, shift.astype(a.dtype) - mean.astype(a.dtype) * a
+
+
+def input_grad_constants(mean, invstd, scale, sums, count: int, dtype):
+    """(a, slope, rounded mean, offset) per channel: the input gradient is
+    ``g a + (x - rounded) slope + offset``, the mean's rounding to ``dtype`` folded into
+    the offset (here and in the CUDA kernel, which must round alike)."""
+    c = mean.shape[0]
+    a = scale.astype(invstd.dtype) * invstd
+    slope = -a * invstd * sums[c:] / count
+    rounded = mean.astype(dtype)
+    return a, slope, rounded, -a * sums[:c] / count + (rounded - mean) * slope
+
+
 @kernel
 def batch_norm_forward(x, mean, invstd, scale, shift):
     """``(x - mean) * (scale invstd) + shift`` per channel of the (N, C, P) ``x``, as
     ``x a + beta`` with ``a`` and ``beta = shift - mean a`` made in float64 (as
     PyTorch's CPU kernel: two passes, and half the rounding of subtracting a rounded
     mean first)."""
-    a = scale.astype(invstd.dtype) * invstd
-    beta = shift.astype(a.dtype) - mean.astype(a.dtype) * a
+    a, beta = affine_constants(mean, invstd, scale, shift)
     xp = array_module(x)
     a, beta = _channel_row(a, x), _channel_row(beta, x)
     y = xp.empty_like(x)
@@ -204,11 +221,8 @@ def batch_norm_backward(g, x, mean, invstd, scale, sums, count: int):
     ``sums`` (:func:`batch_norm_grad_sums`) over all ``count`` values per channel that
     the statistics covered: ``g a + (x - mean) k + k0`` with per-channel float64
     constants (the mean's rounding folded into ``k0``)."""
-    c = mean.shape[0]
-    a = scale.astype(invstd.dtype) * invstd
-    slope = -a * invstd * sums[c:] / count
-    rounded = mean.astype(x.dtype)
-    offset = -a * sums[:c] / count + (rounded - mean) * slope
+    a, slope, rounded, offset = input_grad_constants(mean, invstd, scale, sums, count,
+                                                     x.dtype)
     xp = array_module(g)
     a, slope, offset = _channel_row(a, g), _channel_row(slope, x), _channel_row(offset, g)
     rounded = _channel_row(rounded, x)
@@ -226,4 +240,4 @@ def batch_norm_backward(g, x, mean, invstd, scale, sums, count: int):
 
 __all__ = ["batch_moments", "combine_moments", "combine_sums", "inverse_std",
            "batch_norm_forward", "batch_norm_grad_sums", "batch_norm_backward",
-           "moments_count"]
+           "moments_count", "affine_constants", "input_grad_constants"]

@@ -38,8 +38,7 @@ def batch_norm_forward(x, mean, invstd, scale, shift):
     ks = current()
     xp = ks.xp
     x = contiguous(x)
-    a = scale.astype(invstd.dtype) * invstd
-    beta = shift.astype(a.dtype) - mean.astype(a.dtype) * a
+    a, beta = kbn.affine_constants(mean, invstd, scale, shift)
     y = xp.empty(x.shape, x.dtype)
     ks.kernel("cvn_bn_affine")(x, a.astype(x.dtype), beta.astype(x.dtype), x.shape[1],
                                x.shape[2], y)
@@ -60,10 +59,8 @@ def batch_norm_backward(g, x, mean, invstd, scale, sums, count: int):
     xp = ks.xp
     g, x = contiguous(g), contiguous(x)
     c = mean.shape[0]
-    a = scale.astype(invstd.dtype) * invstd
-    slope = -a * invstd * sums[c:] / count
-    rounded = mean.astype(x.dtype)
-    offset = -a * sums[:c] / count + (rounded - mean) * slope
+    a, slope, rounded, offset = kbn.input_grad_constants(mean, invstd, scale, sums, count,
+                                                         x.dtype)
     dx = xp.empty(x.shape, g.dtype)
     ks.kernel("cvn_bn_input_grad")(g, x, a.astype(g.dtype), rounded, slope.astype(x.dtype),
                                    offset.astype(g.dtype), c, x.shape[2], dx)
