@@ -214,9 +214,9 @@ class DataProvider:
             return list(self._centred(raw, labels))
         labels = labels.astype(np.float32).reshape(-1, 1)
         offsets, flips, rng = self._windows(len(raw), batch_id, train, epoch)
-        pixels = raw if raw.dtype == np.uint8 else raw.astype(np.float32)
-        if self._inner:
-            pixels = augment.cut_windows(pixels, self._inner, offsets)
+        pixels = augment.cut_windows(raw, self._inner, offsets) if self._inner else raw
+        if pixels.dtype != np.uint8:  # a copy of the batch's own pixels, or of the windows
+            pixels = pixels.astype(np.float32, copy=pixels is raw)
         return [self._stored_images(pixels, offsets, flips, rng), labels]
 
     def _windows(self, n: int, batch_id: int, train: bool,
