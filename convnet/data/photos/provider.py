@@ -135,15 +135,18 @@ class PhotoFolderProvider(DataProvider):
         require_pillow("--data-provider image on a folder of class folders")
         refs, labels = self._batches[batch_id]
         out = np.empty((len(refs), self.size, self.size, 3), np.uint8)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(default_threads(), thread_name_prefix="photos")
-        problems = list(self._pool.map(lambda i: self._convert_one(refs[i], out[i]),
-                                       range(len(refs))))
+        with self._kept_lock:  # the training and the test loaders convert at once
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(default_threads(), thread_name_prefix="photos")
+            pool = self._pool
+        problems = list(pool.map(lambda i: self._convert_one(refs[i], out[i]),
+                                 range(len(refs))))
         bad = [(refs[i].name, why) for i, why in enumerate(problems) if why]
         if bad and not self.options.skip_bad_images:
             raise DataError(f"{bad[0][0]}: {bad[0][1]} (give --skip-bad-images to leave such "
                             "images out)")
-        self.skipped.update(bad)
+        with self._kept_lock:
+            self.skipped.update(bad)
         keep = np.array([not why for why in problems], bool)
         if not keep.any():
             raise DataError(f"{self._batch_source(batch_id)}: none of its {len(refs)} photos "
