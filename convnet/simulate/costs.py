@@ -103,6 +103,13 @@ class ComputeProfile:
     wake: float = 0.0  # seconds for a worker waiting for another's task to run again
     step_overhead: float = 0.0  # seconds of a step outside its tasks (batch checks, costs)
     rounds: int = 0  # rounds of the profile the medians are over
+    parallel_rounds: int = 0  # of those, rounds that also ran the net on every core
+    #: of those, rounds whose workers ran side by side (the contention and the wake-ups
+    #: are from them; with none, other work kept the workers taking turns on one core)
+    side_by_side_rounds: int = 0
+    #: earlier profiles of the net on this machine whose contention and wake-ups are in
+    #: the medians with this one's (convnet.app.prediction.side_by_side)
+    earlier_profiles: int = 0
     run_share: float = 1.0  # the median share of its runnable time a profiled thread ran
 
     @classmethod

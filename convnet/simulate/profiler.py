@@ -64,6 +64,16 @@ PROFILE_STEPS = 2
 CONTENTION_WARMUP = 3
 CONTENTION_STEPS = 4
 
+#: The cores the data-parallel block's workers must keep busy at once, on average, for
+#: it to have seen them side by side.  Where other processes hold the cores, the
+#: operating system runs a net's workers one after the other on one core, however many
+#: there are: the digits net's two workers kept 1.19-1.37 cores busy on the idle
+#: two-core machine and 0.94-0.97 beside two busy processes, and, while one ran, the
+#: other ran 1-2% of the time (57-75% idle), so that the contention such a block reads
+#: (1.00-1.13 against 1.25-1.46) is what taking turns costs, not what running side by
+#: side does.
+SIDE_BY_SIDE_CORES = 1.1
+
 
 class Profiler:
     """The rounds of one net's profile: each :meth:`round` times a block of training
@@ -88,26 +98,30 @@ class Profiler:
                             for task in executor.train_tasks() if task.layer == name)}
         self._alone: list[tuple[list, list]] = []  # per round: (half steps, whole steps)
         self._together: list[list] = []  # per round: counted data-parallel steps
+        self._side_by_side: list[bool] = []  # per round: did its workers run so
         self._shares: list[float] = []  # every block's share of its runnable time, run
 
     def round(self) -> None:
-        self._alone.append((self._block(self._executor, self._half, PROFILE_STEPS),
-                            self._block(self._executor, self._batch, PROFILE_STEPS)))
+        self._alone.append((self._block(self._executor, self._half, PROFILE_STEPS)[0],
+                            self._block(self._executor, self._batch, PROFILE_STEPS)[0]))
         if self._data_parallel is not None:
             warmup, counted = self._contention_steps
-            steps = self._block(self._data_parallel[0], self._batch, warmup + counted)
+            steps, busy = self._block(self._data_parallel[0], self._batch, warmup + counted)
             self._together.append(steps[warmup:])
+            self._side_by_side.append(busy is None or busy >= SIDE_BY_SIDE_CORES)
 
-    def _block(self, executor, batch: list, steps: int) -> list[tuple[float, list]]:
+    def _block(self, executor, batch: list, steps: int
+               ) -> tuple[list[tuple[float, list]], float | None]:
         """``steps`` timed steps of ``batch``, read at the machine's own speed: scaled by
         the share of its runnable time the thread running them ran (for parallel
         workers, their mean: one factor for the whole block keeps the order of the
-        workers' tasks, from which the wake-ups are read)."""
+        workers' tasks, from which the wake-ups are read); and the cores its threads
+        kept busy at once (None where that cannot be read)."""
         with executor_shares(executor) as block:
             runs = executor.timed_steps(batch, steps)
         share = statistics.mean(block.shares)
         self._shares.append(share)
-        return [at_share(run, share) for run in runs]
+        return [at_share(run, share) for run in runs], block.cores_busy
 
     def _fit(self, small: list, big: list) -> ComputeProfile:
         shards = self._plan.num_shards
@@ -118,29 +132,37 @@ class Profiler:
 
     def profile(self) -> ComputeProfile:
         """The profile over every round so far."""
-        return self._profile(self._alone, self._together)
+        return self._profile(self._alone, self._together, self._side_by_side)
 
     def round_profiles(self) -> list[ComputeProfile]:
         """One profile of each round alone: how far their predictions move is the
         profile's noise."""
-        return [self._profile([alone], [together] if together is not None else [])
-                for alone, together in zip(self._alone, self._together or
-                                           [None] * len(self._alone))]
+        if self._data_parallel is None:
+            return [self._profile([alone], [], []) for alone in self._alone]
+        return [self._profile([alone], [together], [side])
+                for alone, together, side in zip(self._alone, self._together,
+                                                  self._side_by_side)]
 
-    def _profile(self, alone: list[tuple[list, list]], together: list[list]
-                 ) -> ComputeProfile:
+    def _profile(self, alone: list[tuple[list, list]], together: list[list],
+                 side_by_side: list[bool]) -> ComputeProfile:
+        """The fit of ``alone``'s rounds, with the contention and the wake-ups of those
+        rounds of ``together`` whose workers ran ``side_by_side`` (none where none did:
+        a caller may have them from elsewhere, :attr:`ComputeProfile.side_by_side_rounds`
+        says)."""
         profile = replace(self._fit([s for small, _ in alone for s in small],
                                     [s for _, big in alone for s in big]),
-                          rounds=len(alone),
+                          rounds=len(alone), parallel_rounds=len(together),
                           run_share=statistics.median(self._shares) if self._shares else 1.0)
-        if self._data_parallel is None:
+        seen = [(sizes, steps) for sizes, steps, side in zip(alone, together, side_by_side)
+                if side]
+        if not seen:
             return profile
         executor, plan = self._data_parallel
         tasks = executor.train_tasks()
-        start_wake, wake = wake_seconds(tasks, together)
+        start_wake, wake = wake_seconds(tasks, [steps for _, steps in seen])
         paired = [(CostModel(self._fit(*sizes), DEVICE_KINDS["measured"]), steps)
-                  for sizes, steps in zip(alone, together)]
-        return replace(profile, start_wake=start_wake, wake=wake,
+                  for sizes, steps in seen]
+        return replace(profile, start_wake=start_wake, wake=wake, side_by_side_rounds=len(seen),
                        contention=measured_contention(plan, tasks, paired))
 
 

@@ -43,6 +43,8 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
         "profile_rounds": costs.profile.rounds,
         "profile_run_share": costs.profile.run_share,
         "contention_measured": bool(costs.profile.contention),
+        "side_by_side_rounds": costs.profile.side_by_side_rounds,
+        "earlier_side_by_side_profiles": costs.profile.earlier_profiles,
         "profiled_step_seconds": costs.profile.step_seconds,
         "step_seconds": sim.step_seconds,
         "images_per_second": sim.images_per_second,
@@ -54,6 +56,33 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
+
+
+def side_by_side_line(profile) -> str:
+    """What CPU workers sharing the host's cores cost each other, and where the figures
+    are from: this profile's data-parallel steps, earlier profiles of the net on this
+    machine (convnet.app.prediction.side_by_side), or neither."""
+    earlier = (f"{profile.earlier_profiles} earlier profile(s) of this net on this machine"
+               if profile.earlier_profiles else "")
+    apart = ("its workers never ran side by side in this profile (other work kept them "
+             "taking turns on one core)")
+    if profile.contention:
+        contention = statistics.median(profile.contention.values())
+        if not profile.side_by_side_rounds:
+            source = f"measured earlier: {apart}; the median of {earlier}"
+        else:
+            source = (f"measured: the net replicated on {profile.host.cores} cores in "
+                      f"{profile.side_by_side_rounds} of {profile.parallel_rounds} round(s)"
+                      + (f", the median with {earlier}" if earlier else ""))
+        return (f"workers slow each other by {contention:.2f}x (median over operations), "
+                f"a worker takes {_ms(profile.start_wake)} ms to start a step and "
+                f"{_ms(profile.wake)} ms to wake from a wait [{source}]")
+    if profile.parallel_rounds:
+        return (f"workers slow each other by 1.00x and wake at once [assumed: {apart}, and "
+                "no earlier profile of this net on this machine measured it; the step "
+                "may be predicted short]")
+    return ("workers slow each other by 1.00x and wake at once [assumed: not measured for "
+            "this net, which was profiled as placed or on one core]")
 
 
 def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
@@ -73,15 +102,7 @@ def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
         lines.append(f"device kind '{kind.name}': {kind.source}; compute {costs.speed:.3g}x "
                      "the profiled host's [assumed]")
     if costs.shares_cores:
-        if profile.contention:
-            contention = statistics.median(profile.contention.values())
-            lines.append(f"workers slow each other by {contention:.2f}x (median over "
-                         f"operations), a worker takes {_ms(profile.start_wake)} ms to start "
-                         f"a step and {_ms(profile.wake)} ms to wake from a wait "
-                         f"[measured: the net replicated on {profile.host.cores} cores]")
-        else:
-            lines.append("workers slow each other by 1.00x and wake at once [assumed: not "
-                         "measured for this net, which was profiled as placed or on one core]")
+        lines.append(side_by_side_line(profile))
     measured = link.source.startswith("measured")
     lines.append(f"transfers over {link.name}: {link.bandwidth / 1e9:.3g} GB/s, "
                  f"{link.latency * 1e6:g} us each ({link.source}) "

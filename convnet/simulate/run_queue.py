@@ -19,6 +19,7 @@ stay as measured.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 #: The least share a block is given: a thread that ran less than this of its runnable
@@ -60,17 +61,28 @@ def share(before: RunCounts | None, after: RunCounts | None) -> float:
 
 class Shares:
     """The shares of several threads over one block: ``with Shares(ids) as block: ...``,
-    then ``block.shares`` (one per thread id, in order)."""
+    then ``block.shares`` (one per thread id, in order) and ``block.cores_busy``: the
+    seconds the threads ran, together, over the block's wall time (how many cores they
+    kept busy at once on average; None where the counts cannot be read).  The counts
+    of a thread on a core lag behind until it next leaves it, so read them where the
+    threads sleep, between steps, not inside one."""
 
     def __init__(self, native_ids: list[int | None]):
         self._ids = list(native_ids)
         self._before: list[RunCounts | None] = []
+        self._started = 0.0
         self.shares: list[float] = [1.0] * len(self._ids)
+        self.cores_busy: float | None = None
 
     def __enter__(self) -> Shares:
         self._before = [read_counts(tid) for tid in self._ids]
+        self._started = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.shares = [share(before, read_counts(tid))
-                       for before, tid in zip(self._before, self._ids)]
+        wall = time.perf_counter() - self._started
+        after = [read_counts(tid) for tid in self._ids]
+        self.shares = [share(b, a) for b, a in zip(self._before, after)]
+        pairs = list(zip(self._before, after))
+        if wall > 0 and all(b is not None and a is not None for b, a in pairs):
+            self.cores_busy = sum(a.ran - b.ran for b, a in pairs) / wall

@@ -275,6 +275,8 @@ def test_time_other_processes_took_is_taken_out_of_every_block(monkeypatch):
             return [(seconds, [OpTiming(0, "forward", "fc10", 0.0, seconds)])] * steps
 
     class HalfShare:  # every block: the thread ran half its runnable time
+        cores_busy = None
+
         def __init__(self, ids):
             self.shares = [0.5] * len(ids)
 

@@ -28,6 +28,7 @@ from convnet.app.prediction.profile_size import (LARGE_NET_CONTENTION_STEPS,
                                                  PROFILE_BUDGET_SECONDS, Progress,
                                                  another_round, automatic_size, is_large)
 from convnet.plan.layer_cuts import net_work
+from convnet.app.prediction.side_by_side import SideBySideStore, combined, net_key
 from convnet.simulate.costs import CostModel
 from convnet.simulate.profiler import (CONTENTION_STEPS, CONTENTION_WARMUP, Profiler,
                                        dispatch_seconds)
@@ -82,7 +83,8 @@ class NetProfiler:
         self.progress = progress or Progress(str(opts.layer_def), quiet=True)
         batch = batch if batch is not None else first_minibatch(opts)
         net = all_synchronous(net)
-        self._executor, self._together = None, None
+        self._executor, self._together, self._store = None, None, None
+        self._kept = False
         self.rounds = 0
         try:
             size, large = self._profile_size(opts, net, len(batch[0]))
@@ -97,6 +99,8 @@ class NetProfiler:
             # contend.
             if self._cpu and host.cores > 1 and len(gpus) == 1:
                 self._together = data_parallel(opts, single, self.cases, host.cores)
+            if self._together is not None:
+                self._store = SideBySideStore(net_key(self._together[1], host.cores))
             dispatch = dispatch_seconds(self._executor.train_tasks(), self._executor.devices)
             self._profiler = Profiler(self._executor, batch, host, plan, dispatch,
                                       self._together,
@@ -142,13 +146,23 @@ class NetProfiler:
             last = time.perf_counter() - began
 
     def cost_model(self) -> CostModel:
-        """The model from every round so far."""
-        return CostModel(self._profiler.profile(), self._kind())
+        """The model from every round so far, its side-by-side figures with the earlier
+        profiles' of this net on this machine (:mod:`.side_by_side`); the first call
+        keeps this profile's there."""
+        profile = self._profiler.profile()
+        if self._store is None:
+            return CostModel(profile, self._kind())
+        if not self._kept:
+            self._store.keep(profile)
+            self._kept = True
+        return CostModel(combined(profile, self._store.earlier), self._kind())
 
     def round_models(self) -> list[CostModel]:
         """One model per round alone: how far their predictions move is the noise of
         the model's (``--auto-place`` calls candidates within it a tie)."""
-        return [CostModel(profile, self._kind()) for profile in self._profiler.round_profiles()]
+        earlier = self._store.earlier if self._store is not None else []
+        return [CostModel(combined(profile, earlier), self._kind())
+                for profile in self._profiler.round_profiles()]
 
     def _kind(self):
         if self._opts.simulate_devices:
