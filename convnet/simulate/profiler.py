@@ -30,9 +30,10 @@ a round's contention is taken against the times alone of the same round, so
 that a slow phase slows both sides of the ratio, and the median over the
 rounds counts.
 
-Other work on the machine is taken out of every block: its timings are scaled by the
-share of its runnable time each thread really ran (:mod:`convnet.simulate.run_queue`),
-so that a profile under load reads the machine's own speed.  Without that, two
+Other work on the machine is taken out of every block (:mod:`convnet.simulate.run_queue`):
+each task on one thread less the time it waited for a core, the parallel workers'
+timings scaled by the share of their runnable time they really ran, so that a profile
+under load reads the machine's own speed.  Without that, two
 predictions of the CIFAR-10 net half a minute apart, at a load of 3-4, read 401 and
 204 ms; docs/SIMULATE.md has the figures with it.
 
@@ -53,7 +54,7 @@ from convnet.runtime.step.tasks import Task, TaskAction
 from convnet.runtime.step.workers import DeviceWorkers
 from convnet.simulate.costs import ComputeProfile, CostModel
 from convnet.simulate.hardware import DEVICE_KINDS, HostFigures
-from convnet.simulate.run_queue import Shares
+from convnet.simulate.run_queue import Shares, waited_seconds
 
 #: Profiled steps per block, at each of the two sizes, after one warm-up step.
 PROFILE_STEPS = 2
@@ -112,15 +113,23 @@ class Profiler:
 
     def _block(self, executor, batch: list, steps: int
                ) -> tuple[list[tuple[float, list]], float | None]:
-        """``steps`` timed steps of ``batch``, read at the machine's own speed: scaled by
-        the share of its runnable time the thread running them ran (for parallel
-        workers, their mean: one factor for the whole block keeps the order of the
-        workers' tasks, from which the wake-ups are read); and the cores its threads
-        kept busy at once (None where that cannot be read)."""
-        with executor_shares(executor) as block:
-            runs = executor.timed_steps(batch, steps)
+        """``steps`` timed steps of ``batch``, read at the machine's own speed: run on one
+        thread, each task less the time it waited for a core; run by parallel workers,
+        scaled by the mean share of their runnable time they ran (one factor for the
+        whole block keeps the order of the workers' tasks, from which the wake-ups are
+        read); and the cores its threads kept busy at once (None where that cannot be
+        read)."""
+        one_thread = executor.workers is None
+        executor.core_waits = waited_seconds if one_thread else None
+        try:
+            with executor_shares(executor) as block:
+                runs = executor.timed_steps(batch, steps)
+        finally:
+            executor.core_waits = None
         share = statistics.mean(block.shares)
         self._shares.append(share)
+        if one_thread:
+            return [without_waits(run) for run in runs], block.cores_busy
         return [at_share(run, share) for run in runs], block.cores_busy
 
     def _fit(self, small: list, big: list) -> ComputeProfile:
@@ -182,6 +191,16 @@ def at_share(run: tuple[float, list[OpTiming]], share: float
     seconds, timings = run
     return seconds * share, [OpTiming(t.device, t.kind, t.layer, t.start * share,
                                       t.end * share) for t in timings]
+
+
+def without_waits(run: tuple[float, list[OpTiming]]) -> tuple[float, list[OpTiming]]:
+    """One timed step run on one thread (its seconds, its timings, each with the time
+    its task waited for a core) at the machine's own speed: every task, and the step,
+    less those waits."""
+    seconds, timings = run
+    tasks = {(t.start, t.end): t.waited for t in timings}  # a task on two devices: once
+    return (seconds - sum(tasks.values()),
+            [OpTiming(t.device, t.kind, t.layer, t.start, t.end - t.waited) for t in timings])
 
 
 def measured_contention(plan: Plan, tasks: list[Task],

@@ -260,19 +260,25 @@ def test_a_profile_is_fitted_over_every_round():
 
 
 def test_time_other_processes_took_is_taken_out_of_every_block(monkeypatch):
-    """A block whose thread ran only half the time it could (a busy machine) counts
-    half its measured seconds: the profile reads the machine's own speed."""
+    """A block on one thread counts each task less the time it waited for a core (a
+    busy machine), not scaled by the block's share (0.5 here, over its gaps and warm-up
+    too): the profile reads the machine's own speed, and says how much was taken."""
+    from convnet.simulate.run_queue import waited_seconds
+
     _, _, plan = _plan("digits-single.cfg", "0")
 
-    class Steady:  # one forward of 1e-5 s per case, as measured on the wall clock
+    class Steady:  # one forward of 1e-5 s per case on the wall clock, a quarter waited
         workers = None
+        core_waits = None
 
         def train_tasks(self):
             return []
 
         def timed_steps(self, batch, steps):
+            assert self.core_waits is waited_seconds  # the executor counts each task's
             seconds = len(batch[0]) * 1e-5
-            return [(seconds, [OpTiming(0, "forward", "fc10", 0.0, seconds)])] * steps
+            return [(seconds, [OpTiming(0, "forward", "fc10", 0.0, seconds,
+                                        waited=seconds / 4)])] * steps
 
     class HalfShare:  # every block: the thread ran half its runnable time
         cores_busy = None
@@ -287,12 +293,31 @@ def test_time_other_processes_took_is_taken_out_of_every_block(monkeypatch):
             pass
 
     monkeypatch.setattr("convnet.simulate.profiler.Shares", HalfShare)
-    profiler = Profiler(Steady(), [list(range(128))], HOST, plan)
+    executor = Steady()
+    profiler = Profiler(executor, [list(range(128))], HOST, plan)
     profiler.round()
     profile = profiler.profile()
-    assert profile.costs[("forward", "fc10")].at(128) == pytest.approx(0.5 * 128e-5)
+    assert profile.costs[("forward", "fc10")].at(128) == pytest.approx(0.75 * 128e-5)
     assert profile.run_share == 0.5
-    assert profile.step_seconds == [pytest.approx(0.5 * 128e-5)] * 2
+    assert profile.step_seconds == [pytest.approx(0.75 * 128e-5)] * 2
+    assert executor.core_waits is None  # counted in the profile's blocks only
+
+
+def test_the_executor_says_how_long_each_task_waited_for_a_core():
+    opts, net, plan = _plan("digits-single.cfg", "0")
+    executor = assembly.make_executor(opts, net, plan)
+    clock = iter(range(10 ** 6))
+    try:
+        executor.core_waits = lambda: next(clock) * 1e-3  # each task: read twice, 1 ms
+        (seconds, timings), = executor.timed_steps(first_minibatch(opts), 1)
+    finally:
+        executor.close()
+    assert timings and all(t.waited == pytest.approx(1e-3) for t in timings)
+    from convnet.simulate.profiler import without_waits
+    less, taken = without_waits((seconds, timings))
+    assert less == pytest.approx(seconds - 1e-3 * len(timings))
+    assert [t.end - t.start for t in taken] == \
+        [pytest.approx(t.end - t.start - 1e-3) for t in timings]
 
 
 def test_a_threads_share_is_what_it_ran_of_its_runnable_time():

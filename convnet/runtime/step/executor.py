@@ -268,6 +268,7 @@ class Executor(ExecutorSetup, TaskActions):
                               results=None if diagnosing else StepResults(len(self.devices)),
                               diagnosing=diagnosing)
         actions, slowdown, step = self._actions, self.slowdown, self.step_count
+        core_waits = self.core_waits if self.timings is not None else None
         t0 = time.perf_counter()
         timings = [] if self.timings is not None else None
         meter = self.memory
@@ -275,6 +276,7 @@ class Executor(ExecutorSetup, TaskActions):
 
         def run(task: Task, device: int | None) -> None:
             """Carry out ``task``; ``device`` is the calling worker's (None: all of the task's)."""
+            waited = core_waits() if core_waits is not None else 0.0
             began = time.perf_counter()
             try:
                 actions[task.action](task, buffers, device)
@@ -286,9 +288,12 @@ class Executor(ExecutorSetup, TaskActions):
                 slowdown.sleep_after([device] if device is not None else task.devices,
                                      step, began)
             if timings is not None:
+                ended = time.perf_counter()
+                if core_waits is not None:
+                    waited = core_waits() - waited
                 for d in ([device] if device is not None else task.devices):
                     timings.append(OpTiming(d, task.kind, task.layer, began - t0,
-                                            time.perf_counter() - t0))
+                                            ended - t0, waited))
             if frees is not None:
                 frees.task_done(task)
             if meter is not None:

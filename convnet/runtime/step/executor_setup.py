@@ -17,6 +17,7 @@ the executor holds, and what a step does with it.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 
 from convnet.config.model import NetConfig
 from convnet.errors import DeviceError
@@ -159,6 +160,10 @@ class ExecutorSetup:
         self.workers = (DeviceWorkers(devices, wait_after_error=self.cluster.size == 1)
                         if parallel else None)
         self.timings: list[OpTiming] | None = None
+        #: Where set, a function giving the seconds the calling thread has waited for a
+        #: core, runnable, so far: each timing then says how long its task waited so
+        #: (--simulate's profile takes that out: convnet.simulate.run_queue).
+        self.core_waits: Callable[[], float] | None = None
         self.memory = None  # a runtime.step.memory.MemoryMeter, sampled after every task when set
         # CONVNET_CUDA_GRAPH=1: training steps replayed as one captured CUDA graph
         self.step_graph = (StepGraph(self) if step_graph_requested()

@@ -37,6 +37,7 @@ class OpTiming:
     layer: str
     start: float
     end: float
+    waited: float = 0.0  # of it, runnable without a core (where the executor counts that)
 
 
 @dataclass
