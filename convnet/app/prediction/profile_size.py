@@ -38,8 +38,11 @@ LEAST_CASES_PER_DEVICE = 4
 #: Seconds of profile rounds: a round starts while it is expected to end within them.
 PROFILE_BUDGET_SECONDS = 20.0
 
-#: The most rounds a profile takes.
-MAX_ROUNDS = 5
+#: The most rounds a profile takes: a small net's steps are a few milliseconds of
+#: small operations, whose medians move with the machine's phases; with 5 rounds, two
+#: profiles of the digits net, one of them beside two busy processes, lay up to 1.22
+#: apart, with 15 (about 4 s) up to 1.16.
+MAX_ROUNDS = 15
 
 #: The data-parallel block of a round (steps not counted, counted) for a net whose
 #: whole minibatch is over the multiply-add budget: the ImageNet nets at 224x224
