@@ -1,10 +1,12 @@
 """Two devices in one process against one device in each of two MPI processes.
 
-    python bench/bench_mpi.py [--rounds 5] [--steps 8] [--mini 128] [--size 32]
+    python bench/bench_mpi.py [--net cifar10-11pct|resnet20] [--rounds 5] [--steps 8]
+                              [--mini 128] [--size 32]
 
-The net is the CIFAR-10 reference config made data-parallel over two
-logical devices, as in ``bench/bench_training.py`` (``gpu=0`` becomes
-``gpu=0,1``), on dummy images, minibatches of 128.  The same plan runs
+The net is the CIFAR-10 reference config (or ``--net resnet20``, ResNet-20 with
+batch normalisation) made data-parallel over two logical devices, as in
+``bench/bench_training.py`` (``gpu=0`` becomes ``gpu=0,1``), on dummy images,
+minibatches of 128.  The same plan runs
 
 * as ``1 process x 2 devices``: ``python bench_mpi.py --worker`` with
   ``--gpu 0,1`` (two worker threads, in-process copies);
@@ -62,7 +64,7 @@ def worker(args) -> None:
 
         comm.isend = counting_isend
     with tempfile.TemporaryDirectory() as folder:
-        net = load("cifar10-11pct", 2, args.size, Path(folder))
+        net = load(args.net, 2, args.size, Path(folder))
     plan = make_plan(net, gpus * comm.size, args.mini)
     executor = Executor(net, plan, cluster_devices(cluster, gpus, "cpu"), seed=0,
                         cluster=cluster)
@@ -98,6 +100,7 @@ def _run(command: list[str]) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--net", default="cifar10-11pct", choices=["cifar10-11pct", "resnet20"])
     ap.add_argument("--rounds", type=int, default=5, help="runs of each (default 5)")
     ap.add_argument("--steps", type=int, default=8, help="timed steps per run (default 8)")
     ap.add_argument("--mini", type=int, default=128)
@@ -107,14 +110,17 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args)
         return 0
-    me = [sys.executable, str(Path(__file__).resolve()), "--worker", "--steps", str(args.steps),
+    me = [sys.executable, str(Path(__file__).resolve()), "--worker", "--net", args.net,
+          "--steps", str(args.steps),
           "--mini", str(args.mini), "--size", str(args.size)]
     commands = {ONE_PROCESS: me, TWO_PROCESSES: [_mpiexec(), "-n", "2"] + me}
     results: dict[str, list[dict]] = {label: [] for label in commands}
     for _ in range(args.rounds):
         for label, command in commands.items():
             results[label].append(_run(command))
-    print(f"CIFAR-10 reference net, data-parallel over 2 logical CPU devices, minibatch "
+    from bench_training import NETS
+
+    print(f"{NETS[args.net][2]}, data-parallel over 2 logical CPU devices, minibatch "
           f"{args.mini}, {args.rounds} runs of {args.steps} steps each")
     print(f"{'':<24} {'img/s (median)':>15} {'spread (min-max)':>18}")
     medians = {}
