@@ -29,15 +29,28 @@ from convnet.config.model import LayerDef
 
 
 @dataclass(frozen=True)
+class ShardStatistics:
+    """What :meth:`Layer.shard_statistics` gives: ``values``, the flat array the plan
+    combines with the other replicas', and ``carry``, what the layer's own call can reuse
+    of the work that made them (it stays with the replica: bnorm's gradient through its
+    neuron, which the backward call would otherwise compute again)."""
+
+    values: Any
+    carry: Any = None
+
+
+@dataclass(frozen=True)
 class ReducedStatistics:
     """Statistics of a layer that normalises over all its replicas' cases (bnorm's
     ``stats=global``), combined from every replica's by the plan's ``BatchStats``
-    operation: ``combined`` over ``count`` values per channel, and ``own``, what this
-    replica's shard gave (its share of the weight gradients)."""
+    operation: ``combined`` over ``count`` values per channel, ``own``, what this
+    replica's shard gave (its share of the weight gradients), and ``carry``, what its
+    :class:`ShardStatistics` carried."""
 
     combined: Any
     count: int
     own: Any
+    carry: Any = None
 
 
 @dataclass(frozen=True)
@@ -106,8 +119,8 @@ class Layer:
     def shard_statistics(self, phase: str, inputs: list, params: dict, grad_output=None,
                          output=None, state=None):
         """A layer with global statistics (:attr:`LayerDef.statistics_size`): its shard's
-        statistics, a flat array, before its ``phase`` ('forward', from the inputs;
-        'backward', from the gradient and the forward's output and state)."""
+        statistics before its ``phase`` ('forward', from the inputs; 'backward', from the
+        gradient and the forward's output and state), a :class:`ShardStatistics`."""
         raise NotImplementedError(f"layer '{self.name}' has no batch statistics")
 
     def combine_statistics(self, phase: str, parts: list, counts: list[int]):

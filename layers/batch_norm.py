@@ -25,6 +25,7 @@ import numpy as np
 
 from convnet.kernels import batch_norm as kbn
 
+from .base import ShardStatistics
 from .core import ComputeLayer
 
 FORWARD, BACKWARD = "forward", "backward"
@@ -54,9 +55,11 @@ class BatchNormLayer(ComputeLayer):
                          state=None):
         x = self._view(inputs[0])
         if phase == FORWARD:
-            return kbn.batch_moments(x)
-        grad, (mean, invstd, _) = self.through_neuron(grad_output, output, state)
-        return kbn.batch_norm_grad_sums(self._view(grad), x, mean, invstd)
+            return ShardStatistics(kbn.batch_moments(x))
+        grad, own_state = self.through_neuron(grad_output, output, state)
+        mean, invstd, _ = own_state
+        return ShardStatistics(kbn.batch_norm_grad_sums(self._view(grad), x, mean, invstd),
+                               carry=(grad, own_state))
 
     def combine_statistics(self, phase, parts, counts):
         combine = kbn.combine_moments if phase == FORWARD else kbn.combine_sums
@@ -93,6 +96,16 @@ class BatchNormLayer(ComputeLayer):
             running = params[key]
             running *= self.decay
             running += ((1.0 - self.decay) * batch).astype(running.dtype, copy=False)
+
+    def backward(self, grad_output, inputs, output, params, state, ctx, need_input_grads):
+        """As any layer's, from the gradient through the neuron that the shard's
+        statistics carry where the plan combined them (computed once a step)."""
+        carried = ctx.statistics.carry if ctx.statistics is not None else None
+        if carried is None:
+            return super().backward(grad_output, inputs, output, params, state, ctx,
+                                    need_input_grads)
+        grad_z, own_state = carried
+        return self._backward(grad_z, inputs, params, own_state, ctx, need_input_grads)
 
     def _backward(self, grad, inputs, params, state, ctx, need):
         mean, invstd, count = state

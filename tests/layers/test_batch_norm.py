@@ -37,20 +37,22 @@ def test_gradients(shape, neuron_):
     assert set(errors) == {"W0", "b", "in0"}
 
 
-def _shards_of(layer, x, params, grad, bounds):
+def _shards_of(layer, x, params, grad, bounds, carry=True):
     """The forward outputs, input gradients and summed weight gradients of ``x`` cut at
-    ``bounds``, each shard with the statistics of all (as the BatchStats operation gives)."""
+    ``bounds``, each shard with the statistics of all (as the BatchStats operation gives;
+    with what its own statistics carried for the backward call, unless not ``carry``)."""
     xs, gs = [x[a:b] for a, b in bounds], [grad[a:b] for a, b in bounds]
     counts = [layer.statistics_count(b - a) for a, b in bounds]
-    own = [layer.shard_statistics("forward", [xi], params) for xi in xs]
+    own = [layer.shard_statistics("forward", [xi], params).values for xi in xs]
     moments = layer.combine_statistics("forward", own, counts)
     outs = [layer.forward([xi], params, Context(statistics=ReducedStatistics(
         moments, sum(counts), mine))) for xi, mine in zip(xs, own)]
     own = [layer.shard_statistics("backward", [xi], params, gi, y, state)
            for xi, gi, (y, state) in zip(xs, gs, outs)]
-    sums = layer.combine_statistics("backward", own, counts)
+    sums = layer.combine_statistics("backward", [s.values for s in own], counts)
     backs = [layer.backward(gi, [xi], y, params, state, Context(statistics=ReducedStatistics(
-        sums, sum(counts), mine)), [True]) for xi, gi, (y, state), mine in zip(xs, gs, outs, own)]
+        sums, sum(counts), mine.values, mine.carry if carry else None)), [True])
+        for xi, gi, (y, state), mine in zip(xs, gs, outs, own)]
     y = np.concatenate([y for y, _ in outs])
     dx = np.concatenate([dxs[0] for dxs, _ in backs])
     weights = {k: sum(grads[k] for _, grads in backs) for k in ("W0", "b")}
@@ -75,6 +77,28 @@ def test_shards_with_combined_statistics_are_the_whole_minibatch(neuron_):
     np.testing.assert_allclose(dx3, dx, rtol=1e-7, atol=1e-9 * np.abs(dx).max())
     for k in weights:
         np.testing.assert_allclose(weights3[k], weights[k], rtol=1e-9, atol=1e-9)
+
+
+def test_the_backward_call_reuses_the_gradient_its_statistics_took_through_the_neuron():
+    """With the replicas' statistics combined, the neuron's backward runs once a shard (in
+    its statistics), and the call that reuses it gives the bits of the call that does not."""
+    layer = build_layer(bnorm_def((3, 4, 4), "relu"))
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 3, 4, 4)).astype(np.float32)
+    params = _params(layer, rng)
+    grad = rng.standard_normal(x.shape).astype(np.float32)
+    calls = []
+    backward = layer.neuron.backward
+    layer.neuron.backward = lambda *a, **k: calls.append(1) or backward(*a, **k)
+    bounds = [(0, 4), (4, 6)]
+    reused = _shards_of(layer, x, params, grad, bounds)
+    assert len(calls) == 2  # one per shard
+    again = _shards_of(layer, x, params, grad, bounds, carry=False)
+    assert len(calls) == 2 + 4  # without the carry: twice per shard
+    for a, b in zip(reused[:2], again[:2]):
+        np.testing.assert_array_equal(a, b)
+    for k in reused[2]:
+        np.testing.assert_array_equal(reused[2][k], again[2][k])
 
 
 def test_kernels_in_blocks_of_cases_give_the_bits_of_one_block(monkeypatch):

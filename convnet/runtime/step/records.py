@@ -66,7 +66,9 @@ class StepBuffers:
     received: dict = field(default_factory=dict)  # slices from other processes (transfers.py)
     sends: list = field(default_factory=list)  # this step's pending sends to other processes
     contexts: dict = field(default_factory=dict)  # shard -> Context (immutable, shared)
-    # BatchStats: (op index, replica) -> that replica's own statistics, and
-    # (layer, phase, piece) -> the ReducedStatistics its forward or backward call reads
+    # BatchStats: (op index, replica) -> that replica's own statistics and what they
+    # carry for its call, and (layer, phase, piece) -> the ReducedStatistics its forward
+    # or backward call reads
     own_statistics: dict = field(default_factory=dict)
+    statistics_carry: dict = field(default_factory=dict)
     statistics: dict = field(default_factory=dict)

@@ -179,9 +179,14 @@ class TaskActions:
             stats = layer.shard_statistics("forward", inputs, weights)
         else:
             key = (op.layer, piece, on)
-            stats = layer.shard_statistics("backward", inputs, weights, buffers.grads[key],
+            grad = buffers.grads[key]
+            if self.precision.mixed:  # as the backward call reads it (the carry is its)
+                grad = self.precision.like(grad, buffers.acts[key])
+            stats = layer.shard_statistics("backward", inputs, weights, grad,
                                            buffers.acts[key], buffers.states[(op.layer, piece)])
-        buffers.own_statistics[(op.index, rank)] = stats
+        buffers.own_statistics[(op.index, rank)] = stats.values
+        if stats.carry is not None:
+            buffers.statistics_carry[(op.index, rank)] = stats.carry
 
     def _combine_statistics(self, task: Task, buffers: StepBuffers,
                             device: int | None) -> None:
@@ -202,7 +207,8 @@ class TaskActions:
         with target.scope():
             combined = layer.combine_statistics(op.phase, parts, counts)
         buffers.statistics[(op.layer, op.phase, op.pieces[rank])] = ReducedStatistics(
-            combined, sum(counts), parts[rank])
+            combined, sum(counts), parts[rank],
+            buffers.statistics_carry.pop((op.index, rank), None))
 
     def _grad_copy(self, task: Task, buffers: StepBuffers, device: int | None) -> None:
         op = task.op
