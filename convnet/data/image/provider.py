@@ -62,6 +62,9 @@ class ImageProvider(DataProvider):
                             "standard deviations and eigenvectors), which the file lacks")
         self._decoder = JpegDecoder(options.decode_threads)
         self._skipped_lock = threading.Lock()
+        #: batch -> its cases that cannot be decoded (with --skip-bad-images), found
+        #: the first time it was served: later epochs leave them out before decoding
+        self._undecodable: dict[int, list[tuple[int, str]]] = {}
         first = (self.train_batches or self.test_batches or [None])[0]
         if first is not None and self._stores_label_lists(first):
             self.data_dims[2] = (self.num_classes,)
@@ -78,11 +81,16 @@ class ImageProvider(DataProvider):
         of its mirror and colour noise (see the base class)."""
         batch, sets = self._read_files(batch_id)
         jpegs, size, inner = batch.jpegs, self.meta.size, self._inner or self.meta.size
+        known = self._undecodable.get(batch_id)
+        if known:  # found in an earlier epoch: left out before decoding
+            keep = self._keep(batch, known, batch_id)
+            jpegs, sets = [j for j, k in zip(jpegs, keep.tolist()) if k], sets.subset(keep)
         offsets, flips, rng = self._windows(len(jpegs), batch_id, train, epoch)
         pixels, bad = self._decoder.decode(jpegs, size, inner, offsets,
                                            empty((len(jpegs), inner, inner, 3), np.uint8))
-        if bad:  # the windows are drawn again for the cases that are left
+        if bad:  # the first time: the windows are drawn again for the cases that are left
             keep = self._keep(batch, bad, batch_id)
+            self._undecodable[batch_id] = bad
             jpegs, sets = [j for j, k in zip(jpegs, keep.tolist()) if k], sets.subset(keep)
             offsets, flips, rng = self._windows(len(jpegs), batch_id, train, epoch)
             pixels, _ = self._decoder.decode(jpegs, size, inner, offsets,

@@ -72,6 +72,26 @@ def test_skip_bad_images_leaves_them_out_and_counts_them(tmp_path):
     assert list(p.skipped) == [f"{where}, case 1"]
 
 
+def test_a_batch_with_a_bad_image_is_decoded_again_only_the_first_time(tmp_path, monkeypatch):
+    """The first time a batch is served its good images are decoded twice (the windows
+    are drawn for the cases left); later epochs leave the bad one out first, and serve
+    what a fresh provider would."""
+    set_with(tmp_path, b"\x00" * 300, case=3)
+    decoded = []
+    real = simplejpeg.decode_jpeg
+    monkeypatch.setattr(simplejpeg, "decode_jpeg",
+                        lambda data, *a, **k: decoded.append(1) or real(data, *a, **k))
+    p = provider(tmp_path, skip_bad_images=True, decode_threads=1)
+    p.get_batch(0, train=True, epoch=1)
+    first = len(decoded)
+    again = p.get_batch(0, train=True, epoch=2)
+    assert len(decoded) - first == 3  # the three good images, once
+    fresh = provider(tmp_path, skip_bad_images=True, decode_threads=1)
+    for mine, theirs in zip(again, fresh.get_batch(0, train=True, epoch=2)):
+        np.testing.assert_array_equal(mine, theirs)
+    assert len(p.skipped) == 1
+
+
 def test_a_batch_with_no_readable_image_is_an_error_even_when_skipping(tmp_path):
     write_meta(tmp_path, SIZE, 3)
     write_batch(tmp_path, 0, [b"junk", b"junk"], [0, 1], sub_batch=None)
