@@ -46,3 +46,20 @@ def checked_batch(images: np.ndarray, labels, source: str, num_classes: int) -> 
         raise DataError(f"{source}: label {bad[0]} is not a class index in "
                         f"0..{num_classes - 1} ({num_classes} classes)")
     return labels
+
+
+def cases_to_keep(total: int, bad: list[tuple[int, str, str]], skip: bool, source: str,
+                  what: str) -> np.ndarray:
+    """Which of a batch's ``total`` cases to keep when those of ``bad`` ((case, where it
+    is, what is wrong)) cannot be used: with ``skip`` (``--skip-bad-images``) all the
+    others, and an error if that leaves none (``source``, ``what``: "images can be
+    decoded"); without it the first bad one is an error naming it."""
+    case, where, problem = bad[0]
+    if not skip:
+        raise DataError(f"{where}: {problem} (give --skip-bad-images to leave such "
+                        "images out)")
+    keep = np.ones(total, bool)
+    keep[[c for c, _, _ in bad]] = False
+    if not keep.any():
+        raise DataError(f"{source}: none of its {total} {what} (first: {where}: {problem})")
+    return keep

@@ -29,6 +29,7 @@ import threading
 import numpy as np
 
 from convnet.data.base import DataProvider
+from convnet.data.batch_checks import cases_to_keep
 from convnet.data.options import DataOptions
 from convnet.data.cifar import check_folder
 from convnet.data.image.batch_files import (RawBatch, available_batches, batch_files,
@@ -150,18 +151,11 @@ class ImageProvider(DataProvider):
     def _keep(self, batch: RawBatch, bad: list[tuple[int, str]], batch_id: int) -> np.ndarray:
         """Which cases are left once the images that cannot be decoded are left out (with
         ``--skip-bad-images``; without it the first ends the run)."""
-        case, problem = bad[0]
-        if not self.options.skip_bad_images:
-            raise DataError(f"{batch.where(case)}: {problem} (give --skip-bad-images to "
-                            "leave such images out)")
+        located = [(c, batch.where(c), p) for c, p in bad]
+        keep = cases_to_keep(len(batch.jpegs), located, self.options.skip_bad_images,
+                             self._batch_source(batch_id), "images can be decoded")
         with self._skipped_lock:
-            self.skipped.update((batch.where(c), p) for c, p in bad)
-        keep = np.ones(len(batch.jpegs), bool)
-        keep[[c for c, _ in bad]] = False
-        if not keep.any():
-            raise DataError(f"{self._batch_source(batch_id)}: none of its "
-                            f"{len(batch.jpegs)} images can be decoded (first: "
-                            f"{batch.where(case)}: {problem})")
+            self.skipped.update((where, p) for _, where, p in located)
         return keep
 
     def _label_rng(self, batch_id: int, train: bool, epoch: int) -> np.random.Generator:

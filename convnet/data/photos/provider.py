@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from convnet.data.base import DataProvider
+from convnet.data.batch_checks import cases_to_keep
 from convnet.data.options import DataOptions
 from convnet.data.image.decode import decode_one, default_threads
 from convnet.data.photos.sources import SkippedSource, folder_dataset, read_image_bytes
@@ -141,16 +142,13 @@ class PhotoFolderProvider(DataProvider):
             pool = self._pool
         problems = list(pool.map(lambda i: self._convert_one(refs[i], out[i]),
                                  range(len(refs))))
-        bad = [(refs[i].name, why) for i, why in enumerate(problems) if why]
-        if bad and not self.options.skip_bad_images:
-            raise DataError(f"{bad[0][0]}: {bad[0][1]} (give --skip-bad-images to leave such "
-                            "images out)")
-        with self._kept_lock:
-            self.skipped.update(bad)
-        keep = np.array([not why for why in problems], bool)
-        if not keep.any():
-            raise DataError(f"{self._batch_source(batch_id)}: none of its {len(refs)} photos "
-                            f"can be read (first: {bad[0][0]}: {bad[0][1]})")
+        bad = [(i, refs[i].name, why) for i, why in enumerate(problems) if why]
+        keep = np.ones(len(refs), bool)
+        if bad:
+            keep = cases_to_keep(len(refs), bad, self.options.skip_bad_images,
+                                 self._batch_source(batch_id), "photos can be read")
+            with self._kept_lock:
+                self.skipped.update((name, why) for _, name, why in bad)
         return (np.ascontiguousarray(out[keep].transpose(0, 3, 1, 2)),
                 np.asarray(labels, np.float32)[keep])
 
