@@ -19,7 +19,10 @@ convolutions).  The same run gives the workers' *wake-ups*: the time from a
 step's start to each worker's first task (asleep on its queue), and from the
 end of the last task a worker waited for to the start of its own (asleep on
 an event); a sleeping worker needs the operating system to wake it and then
-the interpreter lock, which the other workers hold while they run Python.
+the interpreter lock, which the other workers hold while they run Python.  Both are
+read only from the rounds whose workers really ran side by side
+(:data:`SIDE_BY_SIDE_CORES`): beside other work the operating system runs them in
+turns on one core, and such a round sees neither.
 
 The three runs take turns in rounds, a short block of each per round, for the
 reason the measurements they are checked against do: a shared machine's speed
