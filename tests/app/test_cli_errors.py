@@ -47,6 +47,19 @@ def batches(tmp_path):
     return write_batch_folder(tmp_path / "batches", batches=3, cases=96)
 
 
+def test_a_python_without_the_package_installed_gets_one_line(tmp_path):
+    """``python convnet.py`` by a Python whose site-packages lack the installed package
+    (here: this one without its site directory) says how to set up, not a traceback."""
+    import subprocess
+    import sys
+
+    from tests.support.cli import CONVNET
+
+    done = subprocess.run([sys.executable, "-S", str(CONVNET)], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert_clean_error(done, 2, "cannot import", "make run", ".venv/bin/python convnet.py")
+
+
 def test_the_batch_folder_itself_trains(batches, tmp_path):
     ok(run_cli(*BATCHES, "--data-path", batches, "--save-path", tmp_path / "ok"))
 

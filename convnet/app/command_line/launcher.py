@@ -23,11 +23,23 @@ def main() -> int:
     from convnet.stop_signals import exit_cleanly_on_early_signals
 
     exit_cleanly_on_early_signals()
-    from convnet.app.command_line.main import main as run_command_line
-
+    try:
+        from convnet.app.command_line.main import main as run_command_line
+    except ModuleNotFoundError as error:
+        print(not_installed(error), file=sys.stderr)
+        return 2
     code = run_command_line()
     end_at_once_after_a_cuda_failure(code)
     return code
+
+
+def not_installed(error: ModuleNotFoundError) -> str:
+    """The one line for a Python that lacks the package's own modules or what it needs
+    (``python convnet.py`` by a Python other than the one it was installed in: the
+    ``kernels/`` folder is ``convnet.kernels`` only through the installed package)."""
+    return (f"error: this Python ({sys.executable}) cannot import {error.name!r}: the package "
+            "and what it needs are not installed in it; run 'make run' once (it installs "
+            "them into .venv/), then '.venv/bin/python convnet.py'")
 
 
 def end_at_once_after_a_cuda_failure(code: int) -> None:
