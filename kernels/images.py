@@ -103,8 +103,9 @@ def images_to_float(pixels, mean, offsets, flips, shifts, scale, channels_last: 
         windows = xp.lib.stride_tricks.sliding_window_view(mean, (height, width), axis=(1, 2))
         xp.subtract(images, windows[:, offsets[:, 0], offsets[:, 1]].transpose(1, 0, 2, 3),
                     out=out)
-    if n:
-        out = xp.where(flips[:, None, None, None], out[..., ::-1], out)
+    flipped = xp.flatnonzero(flips)  # mirrored in place: a whole-batch where reads both
+    if len(flipped):  # versions of every case and writes a third array
+        out[flipped] = out[flipped, ..., ::-1]
     if shifts is not None:
         out += shifts[:, :, None, None]
     if scale is not None:

@@ -153,6 +153,11 @@ def test_the_kernel_reads_either_layout_and_mirrors_the_mean_window_with_the_pix
     last = images_to_float(np.ascontiguousarray(pixels.transpose(0, 2, 3, 1)), mean, offsets,
                            flips, shifts, np.float32(0.5), True)
     np.testing.assert_array_equal(last, got)
+    every = images_to_float(pixels, mean, offsets, np.ones(4, bool), None, None, False)
+    np.testing.assert_array_equal(
+        every[0], (pixels[0].astype(np.float32) - mean[:, :5, :6])[..., ::-1])
+    assert images_to_float(pixels[:0], mean, offsets[:0], flips[:0], None, None,
+                           False).shape == (0, 3, 5, 6)
     whole = StoredImages(pixels, np.asarray(np.float32(2)), *centre_windows(4, 5, 5))
     np.testing.assert_array_equal(whole.to_float(), pixels - np.float32(2))
     assert whole[1:3].shape == (2, 3, 5, 6) and len(whole[1:3]) == 2
