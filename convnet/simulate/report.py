@@ -94,10 +94,11 @@ def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
     lines = [f"compute: each operation timed at {small:g} and {profile.shard_size:g} cases "
              f"per shard, medians over {profile.rounds} round(s) [measured]; a line "
              f"through the two sizes gives it at {plan.shard_size:g} cases [fitted]"]
-    if profile.run_share < 1.0:
+    if 1.0 - profile.run_share >= 0.005:  # what rounds to 1% or more
         lines.append(f"other work on the machine held a core for {1 - profile.run_share:.0%} "
-                     f"of the time the profile could run (median over its blocks); its "
-                     f"timings are scaled to the time it really ran [measured]")
+                     f"of the time the profile could run (median over its blocks); each "
+                     f"task is timed less its wait for a core, the parallel workers' "
+                     f"blocks scaled to the time they really ran [measured]")
     if kind.assumed:
         lines.append(f"device kind '{kind.name}': {kind.source}; compute {costs.speed:.3g}x "
                      "the profiled host's [assumed]")

@@ -41,7 +41,7 @@ PROFILE_BUDGET_SECONDS = 20.0
 #: The most rounds a profile takes: a small net's steps are a few milliseconds of
 #: small operations, whose medians move with the machine's phases; with 5 rounds, two
 #: profiles of the digits net, one of them beside two busy processes, lay up to 1.22
-#: apart, with 15 (about 4 s) up to 1.16.
+#: apart, with 15 (about 3 s) up to 1.16.
 MAX_ROUNDS = 15
 
 #: The data-parallel block of a round (steps not counted, counted) for a net whose
