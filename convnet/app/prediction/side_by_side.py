@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from convnet.outputs import write_output
+from convnet.version import __version__
 from convnet.plan.ops import Plan
 from convnet.simulate.costs import ComputeProfile
 
@@ -49,10 +50,11 @@ def store_path() -> Path:
 
 def net_key(plan: Plan, cores: int) -> str:
     """What the figures are of: the data-parallel ``plan`` profiled (every layer's type,
-    output shape and weights, the shard size) on ``cores`` workers."""
+    output shape and weights, the shard size) on ``cores`` workers, by this version of
+    the engine (another version's kernels may cost each other otherwise)."""
     layers = [(p.name, p.type, list(p.output_shape), p.param_count, p.learns)
               for p in plan.layers.values()]
-    text = json.dumps([layers, plan.shard_size, cores], sort_keys=True)
+    text = json.dumps([layers, plan.shard_size, cores, __version__], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
