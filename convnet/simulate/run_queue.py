@@ -46,14 +46,23 @@ class RunCounts:
     waited: float
 
 
+def _counts_path(native_id: int) -> str:
+    return f"/proc/self/task/{native_id}/schedstat"
+
+
+def _parsed(text) -> RunCounts:
+    """The counts in a schedstat file's text (nanoseconds run, waited, time slices)."""
+    ran, waited = text.split()[:2]
+    return RunCounts(int(ran) / 1e9, int(waited) / 1e9)
+
+
 def read_counts(native_id: int | None = None) -> RunCounts | None:
     """The counts of the thread ``native_id`` (default: the calling thread), or None
     where they cannot be read."""
     tid = threading.get_native_id() if native_id is None else native_id
     try:
-        with open(f"/proc/self/task/{tid}/schedstat") as f:
-            ran, waited = f.read().split()[:2]
-        return RunCounts(int(ran) / 1e9, int(waited) / 1e9)
+        with open(_counts_path(tid)) as f:
+            return _parsed(f.read())
     except (OSError, ValueError):
         return None
 
@@ -75,8 +84,7 @@ class _CountsFile:
 
     def __init__(self):
         self.fd = None
-        self.fd = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat",
-                          os.O_RDONLY)
+        self.fd = os.open(_counts_path(threading.get_native_id()), os.O_RDONLY)
 
     def __del__(self):
         if self.fd is not None:
@@ -100,7 +108,7 @@ def waited_seconds() -> float:
     if not counts:
         return 0.0
     try:
-        return int(os.pread(counts.fd, 64, 0).split()[1]) / 1e9
+        return _parsed(os.pread(counts.fd, 64, 0)).waited
     except (OSError, ValueError, IndexError):
         return 0.0
 

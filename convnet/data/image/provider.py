@@ -83,19 +83,15 @@ class ImageProvider(DataProvider):
         batch, sets = self._read_files(batch_id)
         jpegs, size, inner = batch.jpegs, self.meta.size, self._inner or self.meta.size
         known = self._undecodable.get(batch_id)
-        if known:  # found in an earlier epoch: left out before decoding
+        if known:  # left out before decoding, the windows drawn for the cases left
             keep = self._keep(batch, known, batch_id)
             jpegs, sets = [j for j, k in zip(jpegs, keep.tolist()) if k], sets.subset(keep)
         offsets, flips, rng = self._windows(len(jpegs), batch_id, train, epoch)
         pixels, bad = self._decoder.decode(jpegs, size, inner, offsets,
                                            empty((len(jpegs), inner, inner, 3), np.uint8))
-        if bad:  # the first time: the windows are drawn again for the cases that are left
-            keep = self._keep(batch, bad, batch_id)
+        if bad and not known:  # found now, the first time: served without them
             self._undecodable[batch_id] = bad
-            jpegs, sets = [j for j, k in zip(jpegs, keep.tolist()) if k], sets.subset(keep)
-            offsets, flips, rng = self._windows(len(jpegs), batch_id, train, epoch)
-            pixels, _ = self._decoder.decode(jpegs, size, inner, offsets,
-                                             empty((len(jpegs), inner, inner, 3), np.uint8))
+            return self.load_batch(batch_id, train, epoch, empty)
         self._counts[batch_id] = len(jpegs)
         labels = sets.pick(self._label_rng(batch_id, train, epoch)).reshape(-1, 1)
         return [self._stored_images(pixels, offsets, flips, rng, channels_last=True), labels] \
