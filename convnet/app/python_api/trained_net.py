@@ -18,6 +18,7 @@ from convnet.app.run.memory_fit import weight_sharing
 from convnet.app.using.onnx_export import saved_net_model, write_model
 from convnet.app.using.saved_net import SavedNet, open_saved_net
 from convnet.config.model import NetConfig
+from convnet.errors import DataError
 from convnet.optional import require_onnx
 from convnet.plan.ops import Plan
 from convnet.plan.report import plan_text
@@ -72,7 +73,7 @@ class TrainedNet:
         own pixel units (:attr:`image_shape`, 0..:attr:`pixel_max`), preprocessed as a
         test case is (the mean subtracted, the centre window cut, ``--multiview-test``'s
         views averaged)."""
-        images = np.asarray(images, dtype=np.float32)
+        images = self._image_array(images)
         step = self.options.mini
         with as_on_the_command_line():
             parts = [self._saved.probabilities(
@@ -80,6 +81,21 @@ class TrainedNet:
                      for i in range(0, len(images), step)]
         return (np.concatenate(parts) if parts
                 else np.empty((0, self._saved.num_classes), np.float32))
+
+    def _image_array(self, images) -> np.ndarray:
+        """``images`` as float32 pixels; anything numpy cannot make an array of numbers
+        of is refused here, saying what :meth:`predict` takes (a wrong shape is refused
+        by the provider, which names the one it needs)."""
+        try:
+            array = np.asarray(images, dtype=np.float32)
+        except (TypeError, ValueError):
+            array = None
+        if array is None or array.ndim == 0:
+            shape = ", ".join(map(str, ("N", *self.image_shape)))
+            pixels = "" if self.pixel_max is None else f" of pixels 0..{self.pixel_max:g}"
+            raise DataError(f"predict: images should be a numpy array ({shape}){pixels}, "
+                            f"not {type(images).__name__}")
+        return array
 
     def test_batch(self, batch_id: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(images, labels) of a batch of the run's data (the first test batch by

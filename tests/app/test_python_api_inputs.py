@@ -1,0 +1,24 @@
+"""What a notebook user gets wrong with the Python API (docs/API.md), each answered by one
+:class:`~convnet.errors.ConvnetError` that says what to give instead."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import convnet
+from convnet.errors import DataError, UsageError
+from tests.support.trained_runs import train_digits
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    with convnet.load(train_digits(tmp_path_factory.mktemp("api-inputs") / "run")) as opened:
+        yield opened
+
+
+@pytest.mark.parametrize("images", [None, "abc", [[1, 2], [3]], {"a": 1}])
+def test_predict_takes_an_array_of_images(net, images):
+    with pytest.raises(DataError, match=r"predict: images should be a numpy array "
+                                        r"\(N, 1, 8, 8\)"):
+        net.predict(images)
