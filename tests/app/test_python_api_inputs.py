@@ -17,6 +17,11 @@ def net(tmp_path_factory):
         yield opened
 
 
+def test_load_without_a_path_says_what_it_takes():
+    with pytest.raises(UsageError, match="convnet.load: give the path of a checkpoint"):
+        convnet.load(None)
+
+
 @pytest.mark.parametrize("images", [None, "abc", [[1, 2], [3]], {"a": 1}])
 def test_predict_takes_an_array_of_images(net, images):
     with pytest.raises(DataError, match=r"predict: images should be a numpy array "

@@ -18,7 +18,7 @@ from convnet.app.run.memory_fit import weight_sharing
 from convnet.app.using.onnx_export import saved_net_model, write_model
 from convnet.app.using.saved_net import SavedNet, open_saved_net
 from convnet.config.model import NetConfig
-from convnet.errors import DataError
+from convnet.errors import DataError, UsageError
 from convnet.optional import require_onnx
 from convnet.plan.ops import Plan
 from convnet.plan.report import plan_text
@@ -132,6 +132,9 @@ def load(path, **options) -> TrainedNet:
     """The net saved in ``path`` (a checkpoint, or the save folder holding one), opened
     as ``--load-file`` opens it; further options as for :func:`convnet.train` (e.g.
     ``gpu=[0]`` to predict on one device, ``data_path=...`` where the data moved)."""
+    if path is None:  # None leaves an option out: the net to open would be none
+        raise UsageError("convnet.load: give the path of a checkpoint or of the save "
+                         "folder holding one")
     with as_on_the_command_line():
         opts = options_of({"load_file": path, **options}, "convnet.load")
         return TrainedNet(open_saved_net(opts))
