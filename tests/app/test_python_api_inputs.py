@@ -27,3 +27,10 @@ def test_predict_takes_an_array_of_images(net, images):
     with pytest.raises(DataError, match=r"predict: images should be a numpy array "
                                         r"\(N, 1, 8, 8\)"):
         net.predict(images)
+
+
+def test_predict_refuses_pixels_of_another_scale(net):
+    images, _ = net.test_batch()  # 0..1, as the digits are stored
+    with pytest.raises(DataError, match=r"pixels run from 0 to 255, but this data's are "
+                                        r"0\.\.1"):
+        net.predict(np.round(images * 255).astype(np.uint8))
