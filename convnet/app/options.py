@@ -318,14 +318,17 @@ def check_using_options(opts: RunOptions) -> None:
             check_output_file(option, path, opts.overwrite)
 
 
-def check_output_file(option: str, path: Path, overwrite: bool) -> None:
+def check_output_file(option: str, path: Path, overwrite: bool, keep: str | None = None,
+                      replace: str = "add --overwrite") -> None:
     """A file ``option`` writes: a file name in a folder that exists, and one already
-    there only replaced with ``--overwrite``."""
+    there only replaced with ``--overwrite`` (``keep`` and ``replace``: how to keep or
+    replace it, when not the command line's options)."""
     if path.is_dir():
         raise UsageError(f"{option}: {path} is a folder; give a file name")
     if not path.parent.is_dir():
         raise UsageError(f"{option}: the folder {path.parent} does not exist")
-    refuse_existing(path, overwrite, keep=f"give another {option} FILE")
+    refuse_existing(path, overwrite, keep=keep or f"give another {option} FILE",
+                    replace=replace)
 
 
 def auto_place_output(opts: RunOptions) -> Path:

@@ -34,3 +34,13 @@ def test_predict_refuses_pixels_of_another_scale(net):
     with pytest.raises(DataError, match=r"pixels run from 0 to 255, but this data's are "
                                         r"0\.\.1"):
         net.predict(np.round(images * 255).astype(np.uint8))
+
+
+def test_export_onnx_onto_a_file_says_how_to_replace_it_from_python(net, tmp_path):
+    pytest.importorskip("onnx")
+    (tmp_path / "net.onnx").write_bytes(b"kept")
+    with pytest.raises(UsageError, match=r"net.onnx exists and this run would replace it: "
+                                         r"to keep it, give another path; to replace it, "
+                                         r"give overwrite=True"):
+        net.export_onnx(tmp_path / "net.onnx")
+    assert (tmp_path / "net.onnx").read_bytes() == b"kept"

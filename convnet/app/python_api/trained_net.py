@@ -109,7 +109,8 @@ class TrainedNet:
         ``overwrite``.  Its path."""
         path = Path(path)
         onnx = require_onnx("export_onnx")
-        check_output_file("export_onnx", path, overwrite)
+        check_output_file("export_onnx", path, overwrite, keep="give another path",
+                          replace="give overwrite=True")
         model, _, _ = saved_net_model(onnx, self._saved, path)
         write_model(model, path)
         return path
