@@ -17,9 +17,9 @@ import io
 import sys
 
 import numpy as np
-from tqdm import tqdm
 
 from convnet.app.options import RunOptions
+from convnet.app.run.log import progress_bar
 from convnet.app.using.images import decode_batch, image_files
 from convnet.app.using.saved_net import SavedNet, open_saved_net, require_image_input
 from convnet.app.using.shown_names import shown_name
@@ -77,8 +77,8 @@ def predict_files(saved: SavedNet, files, image_module, rows) -> None:
     if rows is not None:
         rows(csv_header(names))
     step = opts.mini
-    bar = tqdm(total=len(files), unit="image", file=sys.stderr,
-               disable=opts.no_progress or len(files) <= step, leave=False)
+    bar = progress_bar(len(files), 0, disable=opts.no_progress or len(files) <= step,
+                       unit="image")
 
     def skip(error) -> None:
         skipped.append(error)

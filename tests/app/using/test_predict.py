@@ -53,9 +53,10 @@ def read_csv(path):
 def test_the_csv_holds_the_nets_test_mode_probabilities(run, tmp_path, capsys):
     pixels = digit_pngs(tmp_path / "digits")
     out_csv = tmp_path / "preds.csv"
-    code, out, _ = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
-                       "--predict-out", out_csv, "--top", "3", "--mini", "2")  # 3 minibatches
+    code, out, err = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
+                              "--predict-out", out_csv, "--top", "3", "--mini", "2")  # 3 minibatches
     assert code == 0
+    assert "image/s" not in err and "%|" not in err  # no progress bar: not a terminal
     header, rows = read_csv(out_csv)
     assert header == ["file"] + [str(d) for d in range(10)]
     assert [r[0] for r in rows] == [str(tmp_path / "digits" / f"{i}.png") for i in range(5)]
