@@ -44,3 +44,10 @@ def test_export_onnx_onto_a_file_says_how_to_replace_it_from_python(net, tmp_pat
                                          r"give overwrite=True"):
         net.export_onnx(tmp_path / "net.onnx")
     assert (tmp_path / "net.onnx").read_bytes() == b"kept"
+
+
+def test_test_batch_takes_a_batch_number(net):
+    assert net.test_batch(np.int64(6))[0].shape == net.test_batch()[0].shape
+    with pytest.raises(UsageError, match=r"test_batch: batch_id is a batch number such as "
+                                         r"6, not '6'"):
+        net.test_batch("6")

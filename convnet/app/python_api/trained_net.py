@@ -8,6 +8,7 @@ pixels, and the exported model is ``--export-onnx``'s.
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 
 import numpy as np
@@ -101,7 +102,15 @@ class TrainedNet:
         """(images, labels) of a batch of the run's data (the first test batch by
         default), the images as :meth:`predict` takes them."""
         provider = self._saved.provider
-        return provider.raw_batch(provider.test_batches[0] if batch_id is None else batch_id)
+        first = provider.test_batches[0]
+        if batch_id is None:
+            return provider.raw_batch(first)
+        try:
+            number = operator.index(batch_id)
+        except TypeError:  # "6" would be looked up, and not found, as a name
+            raise UsageError(f"test_batch: batch_id is a batch number such as {first}, not "
+                             f"{batch_id!r}") from None
+        return provider.raw_batch(number)
 
     def export_onnx(self, path, overwrite: bool = False) -> Path:
         """Write the net's test-mode forward pass as an ONNX model, as ``--export-onnx``
