@@ -8,6 +8,7 @@ import pytest
 
 import convnet
 from convnet.errors import DataError, UsageError
+from tests.support.cli import SINGLE_DEF, SINGLE_PARAMS
 from tests.support.trained_runs import train_digits
 
 
@@ -51,3 +52,14 @@ def test_test_batch_takes_a_batch_number(net):
     with pytest.raises(UsageError, match=r"test_batch: batch_id is a batch number such as "
                                          r"6, not '6'"):
         net.test_batch("6")
+
+
+def test_a_result_saved_to_a_relative_path_loads_from_another_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = convnet.train(layer_def=SINGLE_DEF, layer_params=SINGLE_PARAMS, epochs=1,
+                           save_path="run", no_progress=True)
+    assert "saved to run)" in repr(result)
+    monkeypatch.chdir(tmp_path.parent)  # as os.chdir in a notebook
+    assert result.checkpoint == tmp_path / "run" / "checkpoint.npz"
+    with result.load() as net:
+        assert net.predict(net.test_batch()[0][:2]).shape == (2, 10)
