@@ -141,7 +141,8 @@ class TrainedNet:
 def load(path, **options) -> TrainedNet:
     """The net saved in ``path`` (a checkpoint, or the save folder holding one), opened
     as ``--load-file`` opens it; further options as for :func:`convnet.train` (e.g.
-    ``gpu=[0]`` to predict on one device, ``data_path=...`` where the data moved)."""
+    ``gpu=[0, 0]`` to run a net of two devices on device 0, ``data_path=...`` where the
+    data moved)."""
     if path is None:  # None leaves an option out: the net to open would be none
         raise UsageError("convnet.load: give the path of a checkpoint or of the save "
                          "folder holding one")
