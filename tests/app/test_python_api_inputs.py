@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import convnet
+from convnet.app.command_line.main import main
 from convnet.errors import DataError, UsageError
 from tests.support.cli import SINGLE_DEF, SINGLE_PARAMS
 from tests.support.trained_runs import train_digits
@@ -63,3 +64,10 @@ def test_a_result_saved_to_a_relative_path_loads_from_another_folder(tmp_path, m
     assert result.checkpoint == tmp_path / "run" / "checkpoint.npz"
     with result.load() as net:
         assert net.predict(net.test_batch()[0][:2]).shape == (2, 10)
+
+
+def test_plan_text_is_what_print_plan_prints(net, capsys):
+    assert main(["--load-file", str(net.options.resume.checkpoint), "--print-plan"]) == 0
+    printed = capsys.readouterr().out
+    assert "Precision: fp32" in printed and "host RAM needed" in printed
+    assert net.plan_text() + "\n" == printed

@@ -13,17 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
+from convnet.app.command_line.commands import plan_report, plan_report_text
 from convnet.app.options import RunOptions, check_output_file
 from convnet.app.python_api.calls import as_on_the_command_line, options_of
-from convnet.app.run.memory_fit import weight_sharing
 from convnet.app.using.onnx_export import saved_net_model, write_model
 from convnet.app.using.saved_net import SavedNet, open_saved_net
 from convnet.config.model import NetConfig
 from convnet.errors import DataError, UsageError
 from convnet.optional import require_onnx
 from convnet.plan.ops import Plan
-from convnet.plan.report import plan_text
-from convnet.runtime.devices.backends import choose_backend
 
 
 class TrainedNet:
@@ -63,11 +61,9 @@ class TrainedNet:
         return self._saved.label_names
 
     def plan_text(self) -> str:
-        """The plan as ``--print-plan`` prints it."""
-        saved = self._saved
-        shared = weight_sharing(self.plan, self.net, choose_backend(self.options.backend),
-                                self.options.sync, processes=1)
-        return plan_text(self.plan, saved.net, shared)
+        """The plan as ``--print-plan`` prints it (with its memory estimate, precision,
+        sync and Winograd notes)."""
+        return plan_report_text(plan_report(self.options, self.net, self.plan))
 
     def predict(self, images) -> np.ndarray:
         """Class probabilities, (N, classes), of ``images``: (N, C, H, W) in the data's
