@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import gc
+import threading
+
 import numpy as np
 import pytest
 
@@ -71,3 +74,15 @@ def test_plan_text_is_what_print_plan_prints(net, capsys):
     printed = capsys.readouterr().out
     assert "Precision: fp32" in printed and "host RAM needed" in printed
     assert net.plan_text() + "\n" == printed
+
+
+def test_a_net_dropped_without_close_stops_its_device_threads(net):
+    def device_threads() -> int:
+        return sum(t.name.startswith("device-") and t.is_alive() for t in threading.enumerate())
+
+    before = device_threads()
+    dropped = convnet.load(net.options.resume.checkpoint, gpu=[0, 0])  # two workers
+    assert device_threads() == before + 2
+    del dropped  # as a notebook cell run again rebinds its name
+    gc.collect()
+    assert device_threads() == before

@@ -9,6 +9,7 @@ pixels, and the exported model is ``--export-onnx``'s.
 from __future__ import annotations
 
 import operator
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +27,12 @@ from convnet.plan.ops import Plan
 
 class TrainedNet:
     """A trained net on the devices of its run (close it, or use it in a ``with`` block,
-    to stop their worker threads)."""
+    to stop their worker threads; a net dropped unclosed, as when a notebook cell runs
+    again, is closed when it is collected, so its threads and memory do not pile up)."""
 
     def __init__(self, saved: SavedNet):
         self._saved = saved
+        self._close = weakref.finalize(self, saved.close)  # runs once: close() or collected
 
     @property
     def options(self) -> RunOptions:
@@ -121,7 +124,7 @@ class TrainedNet:
         return path
 
     def close(self) -> None:
-        self._saved.close()
+        self._close()
 
     def __enter__(self) -> TrainedNet:
         return self
