@@ -197,10 +197,10 @@ class DataProvider:
         for them (mean subtracted, centre crop), or of ``get_test_views`` (``(V, N,
         ...)``) when ``num_views > 1``.  For predicting on images that are in no batch."""
         raw = np.asarray(raw)
-        if raw.shape[1:] != self.image_shape:
-            raise DataError(f"{self.where}: images to test should be "
+        if raw.shape[1:] != self.image_shape:  # the whole shape: N may be what is missing
+            raise DataError(f"{self.where}: images to test should be N x "
                             f"{format_shape(self.image_shape)}, found "
-                            f"{format_shape(raw.shape[1:])}")
+                            f"{format_shape(raw.shape)}")
         check_finite(raw, "the images to test")
         check_pixel_range(raw, self.pixel_max, "the images to test")
         labels = np.zeros(len(raw), np.float32)

@@ -86,3 +86,10 @@ def test_a_net_dropped_without_close_stops_its_device_threads(net):
     del dropped  # as a notebook cell run again rebinds its name
     gc.collect()
     assert device_threads() == before
+
+
+@pytest.mark.parametrize("shape", [(64,), (8, 8), (2, 8, 8, 1)])
+def test_predict_names_the_shape_it_got(net, shape):
+    found = "x".join(map(str, shape))
+    with pytest.raises(DataError, match=rf"images to test should be N x 1x8x8, found {found}$"):
+        net.predict(np.zeros(shape, np.float32))
