@@ -198,9 +198,11 @@ class DataProvider:
         ...)``) when ``num_views > 1``.  For predicting on images that are in no batch."""
         raw = np.asarray(raw)
         if raw.shape[1:] != self.image_shape:  # the whole shape: N may be what is missing
+            one = (" (one image: give it as a batch of one, images[None])"
+                   if raw.shape == self.image_shape else "")
             raise DataError(f"{self.where}: images to test should be N x "
                             f"{format_shape(self.image_shape)}, found "
-                            f"{format_shape(raw.shape)}")
+                            f"{format_shape(raw.shape)}{one}")
         check_finite(raw, "the images to test")
         check_pixel_range(raw, self.pixel_max, "the images to test")
         labels = np.zeros(len(raw), np.float32)

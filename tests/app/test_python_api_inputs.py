@@ -93,3 +93,6 @@ def test_predict_names_the_shape_it_got(net, shape):
     found = "x".join(map(str, shape))
     with pytest.raises(DataError, match=rf"images to test should be N x 1x8x8, found {found}$"):
         net.predict(np.zeros(shape, np.float32))
+    with pytest.raises(DataError, match=r"found 1x8x8 \(one image: give it as a batch of "
+                                        r"one, images\[None\]\)"):
+        net.predict(np.zeros((1, 8, 8), np.float32))
