@@ -93,6 +93,9 @@ def test_predict_names_the_shape_it_got(net, shape):
     found = "x".join(map(str, shape))
     with pytest.raises(DataError, match=rf"images to test should be N x 1x8x8, found {found}$"):
         net.predict(np.zeros(shape, np.float32))
+
+
+def test_predict_of_one_image_without_its_batch_axis_says_to_add_it(net):
     with pytest.raises(DataError, match=r"found 1x8x8 \(one image: give it as a batch of "
                                         r"one, images\[None\]\)"):
         net.predict(np.zeros((1, 8, 8), np.float32))
