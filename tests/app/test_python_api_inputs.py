@@ -99,3 +99,12 @@ def test_predict_of_one_image_without_its_batch_axis_says_to_add_it(net):
     with pytest.raises(DataError, match=r"found 1x8x8 \(one image: give it as a batch of "
                                         r"one, images\[None\]\)"):
         net.predict(np.zeros((1, 8, 8), np.float32))
+
+
+def test_export_onnx_takes_overwrite_as_true_or_false(net, tmp_path):
+    (tmp_path / "net.onnx").write_bytes(b"kept")
+    with pytest.raises(UsageError, match="export_onnx: overwrite is True or False, not 'no'"):
+        net.export_onnx(tmp_path / "net.onnx", overwrite="no")  # a truthy string
+    with pytest.raises(UsageError, match="export_onnx: give the path of the file to write"):
+        net.export_onnx(None)
+    assert (tmp_path / "net.onnx").read_bytes() == b"kept"

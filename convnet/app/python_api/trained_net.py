@@ -115,6 +115,10 @@ class TrainedNet:
         """Write the net's test-mode forward pass as an ONNX model, as ``--export-onnx``
         does (raw pixels in, probabilities out); an existing file only with
         ``overwrite``.  Its path."""
+        if path is None:
+            raise UsageError("export_onnx: give the path of the file to write")
+        if not isinstance(overwrite, (bool, np.bool_)):  # "no" is true: it would replace
+            raise UsageError(f"export_onnx: overwrite is True or False, not {overwrite!r}")
         path = Path(path)
         onnx = require_onnx("export_onnx")
         check_output_file("export_onnx", path, overwrite, keep="give another path",
