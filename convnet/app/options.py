@@ -22,7 +22,7 @@ from convnet.app.option_values import MAX_DEVICES
 from convnet.app.checkpoint import CheckpointReader, find_checkpoint
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
-from convnet.errors import UsageError
+from convnet.errors import DataError, UsageError
 from convnet.optional import require_tensorboard
 from convnet.outputs import refuse_existing
 from convnet.plan.schedules import DEFAULT_SCHEDULE
@@ -142,10 +142,12 @@ def resolve_options(args: argparse.Namespace,
         # Save next to the checkpoint loaded, not where it was first saved: a copied
         # run folder must not write into the folder it was copied from.
         values["save_path"] = resume.checkpoint.parent
+    saved_data_path = False  # the data folder is the checkpoint's, not one given here
     if resume is not None:
         for key, value in resume.saved_options.items():
             if values[key] is None:
                 values[key] = value
+                saved_data_path = saved_data_path or key == "data_path"
                 if key in ("layer_def", "layer_params"):
                     check_saved_config_file(resume.checkpoint, key, value)
     bundled = values["layer_def"] is None
@@ -176,6 +178,10 @@ def resolve_options(args: argparse.Namespace,
             if values["data_provider"] not in providers and values[key] is not None \
                     and resume.saved_options.get(key) == values[key]:
                 values[key] = None
+    if saved_data_path and values["data_path"] is not None \
+            and not values["data_path"].exists():  # moved since: a path the user never gave
+        raise DataError(f"{resume.checkpoint}: the run's --data-path {values['data_path']} "
+                        "does not exist; give --data-path where the data are now")
     opts = RunOptions(**values, resume=resume, gpu_note=gpu_note)
     check_options(opts)
     return opts

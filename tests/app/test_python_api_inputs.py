@@ -12,7 +12,7 @@ import pytest
 import convnet
 from convnet.app.command_line.main import main
 from convnet.errors import DataError, UsageError
-from tests.support.cli import SINGLE_DEF, SINGLE_PARAMS
+from tests.support.cli import SINGLE_DEF, SINGLE_PARAMS, write_batch_folder
 from tests.support.trained_runs import train_digits
 
 
@@ -108,3 +108,17 @@ def test_export_onnx_takes_overwrite_as_true_or_false(net, tmp_path):
     with pytest.raises(UsageError, match="export_onnx: give the path of the file to write"):
         net.export_onnx(None)
     assert (tmp_path / "net.onnx").read_bytes() == b"kept"
+
+
+def test_a_run_whose_data_moved_says_the_checkpoint_named_them(tmp_path):
+    batches = write_batch_folder(tmp_path / "batches", batches=2, cases=32)
+    convnet.train(layer_def=SINGLE_DEF, layer_params=SINGLE_PARAMS, epochs=1, mini=32,
+                  data_provider="convnet-batches", data_path=batches,
+                  save_path=tmp_path / "run", no_progress=True)
+    batches.rename(tmp_path / "moved")
+    with pytest.raises(DataError, match=r"run/checkpoint.npz: the run's --data-path .*batches "
+                                        r"does not exist; give --data-path where the data "
+                                        r"are now"):
+        convnet.load(tmp_path / "run")
+    with convnet.load(tmp_path / "run", data_path=tmp_path / "moved") as moved:
+        assert moved.image_shape == (1, 8, 8)
