@@ -108,14 +108,16 @@ def write_outputs(files: list[tuple[str | os.PathLike, Content]]) -> None:
 
 
 def refuse_existing(path: str | os.PathLike, overwrite: bool,
-                    keep: str = "remove or rename it") -> None:
+                    keep: str = "remove or rename it",
+                    replace: str = "add --overwrite") -> None:
     """The ``--overwrite`` rule: an output that exists (a link counts, even a
     dangling one) is replaced only with ``--overwrite``; ``keep`` says how else to
-    keep it, e.g. ``"give another --feature-path"``."""
+    keep it, e.g. ``"give another --feature-path"``, and ``replace`` how to replace it
+    where the caller is not the command line (``"give overwrite=True"``)."""
     if overwrite or not os.path.lexists(path):
         return
     raise UsageError(f"{os.fspath(path)} exists and this run would replace it: to keep it, "
-                     f"{keep}; to replace it, add --overwrite")
+                     f"{keep}; to replace it, {replace}")
 
 
 def file_name_part(name: str) -> str:

@@ -22,7 +22,7 @@ from convnet.app.option_values import MAX_DEVICES
 from convnet.app.checkpoint import CheckpointReader, find_checkpoint
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
-from convnet.errors import UsageError
+from convnet.errors import DataError, UsageError
 from convnet.optional import require_tensorboard
 from convnet.outputs import refuse_existing
 from convnet.plan.schedules import DEFAULT_SCHEDULE
@@ -142,10 +142,12 @@ def resolve_options(args: argparse.Namespace,
         # Save next to the checkpoint loaded, not where it was first saved: a copied
         # run folder must not write into the folder it was copied from.
         values["save_path"] = resume.checkpoint.parent
+    saved_data_path = False  # the data folder is the checkpoint's, not one given here
     if resume is not None:
         for key, value in resume.saved_options.items():
             if values[key] is None:
                 values[key] = value
+                saved_data_path = saved_data_path or key == "data_path"
                 if key in ("layer_def", "layer_params"):
                     check_saved_config_file(resume.checkpoint, key, value)
     bundled = values["layer_def"] is None
@@ -176,6 +178,10 @@ def resolve_options(args: argparse.Namespace,
             if values["data_provider"] not in providers and values[key] is not None \
                     and resume.saved_options.get(key) == values[key]:
                 values[key] = None
+    if saved_data_path and values["data_path"] is not None \
+            and not values["data_path"].exists():  # moved since: a path the user never gave
+        raise DataError(f"{resume.checkpoint}: the run's --data-path {values['data_path']} "
+                        "does not exist; give --data-path where the data are now")
     opts = RunOptions(**values, resume=resume, gpu_note=gpu_note)
     check_options(opts)
     return opts
@@ -318,14 +324,17 @@ def check_using_options(opts: RunOptions) -> None:
             check_output_file(option, path, opts.overwrite)
 
 
-def check_output_file(option: str, path: Path, overwrite: bool) -> None:
+def check_output_file(option: str, path: Path, overwrite: bool, keep: str | None = None,
+                      replace: str = "add --overwrite") -> None:
     """A file ``option`` writes: a file name in a folder that exists, and one already
-    there only replaced with ``--overwrite``."""
+    there only replaced with ``--overwrite`` (``keep`` and ``replace``: how to keep or
+    replace it, when not the command line's options)."""
     if path.is_dir():
         raise UsageError(f"{option}: {path} is a folder; give a file name")
     if not path.parent.is_dir():
         raise UsageError(f"{option}: the folder {path.parent} does not exist")
-    refuse_existing(path, overwrite, keep=f"give another {option} FILE")
+    refuse_existing(path, overwrite, keep=keep or f"give another {option} FILE",
+                    replace=replace)
 
 
 def auto_place_output(opts: RunOptions) -> Path:

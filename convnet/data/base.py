@@ -82,7 +82,7 @@ import threading
 import numpy as np
 
 from convnet.data import augment
-from convnet.data.batch_checks import check_finite, checked_batch
+from convnet.data.batch_checks import check_finite, check_pixel_range, checked_batch
 from convnet.data.options import DataOptions
 from convnet.data.ranges import format_range
 from convnet.errors import DataError
@@ -193,15 +193,18 @@ class DataProvider:
 
     def test_cases_from_pixels(self, raw: np.ndarray) -> np.ndarray:
         """Test-mode inputs for raw images ``(N, *image_shape)`` in this provider's pixel
-        units: what column 0 of ``get_batch(train=False)`` holds for them (mean
-        subtracted, centre crop), or of ``get_test_views`` (``(V, N, ...)``) when
-        ``num_views > 1``.  For predicting on images that are in no batch."""
+        units (others are refused): what column 0 of ``get_batch(train=False)`` holds
+        for them (mean subtracted, centre crop), or of ``get_test_views`` (``(V, N,
+        ...)``) when ``num_views > 1``.  For predicting on images that are in no batch."""
         raw = np.asarray(raw)
-        if raw.shape[1:] != self.image_shape:
-            raise DataError(f"{self.where}: images to test should be "
+        if raw.shape[1:] != self.image_shape:  # the whole shape: N may be what is missing
+            one = (" (one image: give it as a batch of one, images[None])"
+                   if raw.shape == self.image_shape else "")
+            raise DataError(f"{self.where}: images to test should be N x "
                             f"{format_shape(self.image_shape)}, found "
-                            f"{format_shape(raw.shape[1:])}")
+                            f"{format_shape(raw.shape)}{one}")
         check_finite(raw, "the images to test")
+        check_pixel_range(raw, self.pixel_max, "the images to test")
         labels = np.zeros(len(raw), np.float32)
         if self.num_views > 1:
             return self._serve_views(raw, labels)[0]

@@ -26,6 +26,22 @@ def check_finite(images: np.ndarray, source: str) -> None:
                         f"{int(np.argmin(finite))})")
 
 
+
+def check_pixel_range(images: np.ndarray, pixel_max: float | None, source: str) -> None:
+    """Refuse pixels from elsewhere (a photo's, a notebook's array) that are not in the
+    data's units, 0..``pixel_max``: 0..255 pixels given to a net of 0..1 digits, or
+    pixels already centred, would be classified without a word, and wrongly.  A margin
+    of one 8-bit step allows for rounding; ``pixel_max`` None (not pictures) checks
+    nothing."""
+    if pixel_max is None or images.size == 0:
+        return
+    low, high = float(images.min()), float(images.max())
+    margin = pixel_max / 255
+    if low < -margin or high > pixel_max + margin:
+        raise DataError(f"{source}: pixels run from {low:g} to {high:g}, but this data's "
+                        f"are 0..{pixel_max:g}: give them in its units")
+
+
 def checked_batch(images: np.ndarray, labels, source: str, num_classes: int) -> np.ndarray:
     """Check a batch of ``source`` (its file, for the errors) as a provider read it;
     returns its labels as one flat array."""

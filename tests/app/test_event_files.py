@@ -64,3 +64,22 @@ def test_tensorboard_needs_a_folder_and_a_run_that_fails_first_leaves_none(tmp_p
     with pytest.raises(TrainingError):
         job.run(_options("--tensorboard", tmp_path / "tb"))
     assert not (tmp_path / "tb").exists()
+
+
+def test_runs_started_in_the_same_second_keep_their_own_event_files(tmp_path, monkeypatch):
+    """tensorboardX names a file by the second and the host, and opens it with "wb": a
+    second run in the same second would truncate the first run's file."""
+    from types import SimpleNamespace
+
+    from tensorboardX import event_file_writer
+
+    from convnet.app.run.event_files import EventFiles
+
+    monkeypatch.setattr(event_file_writer, "time", SimpleNamespace(time=lambda: 1.8e9))
+    for run in range(2):
+        files = EventFiles(tmp_path)
+        files.add({"cost": 1.0, "test_cost": 2.0, "error": 0.5, "test_error": 0.25 + run,
+                   "learning_rate": 0.1, "inputs_per_sec": 100.0}, step=1)
+        files.close()
+    assert len(list(tmp_path.iterdir())) == 2
+    assert sorted(v for _, v in scalars(tmp_path)["error/test"]) == [0.25, 1.25]

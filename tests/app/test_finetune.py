@@ -155,6 +155,18 @@ def test_load_file_refusal_points_to_init_from(base, head_net, capsys):
     assert not (base.parent / "refused").exists()
 
 
+def test_load_file_on_other_data_points_to_init_from(base, head_net, capsys):
+    """New data with fewer training batches than the saved run's: the checkpoint's place
+    in its epoch lies beyond them, which is no damage but a run to start anew."""
+    layer_def, params = head_net
+    code, _, err = run_main(capsys, "--no-progress", "--load-file", base, "--layer-def",
+                            layer_def, "--layer-params", params, "--train-range", "1-2",
+                            "--epochs", "2")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "was saved with other data or another --train-range" in err
+    assert "give --init-from instead of --load-file" in err
+
+
 @pytest.mark.parametrize("case", ["both", "not-a-checkpoint", "nothing-fits", "with-predict"])
 def test_init_from_bad_input_is_one_line(base, tmp_path, capsys, case):
     args = ["--no-progress", "--layer-def", SINGLE_DEF, "--layer-params", SINGLE_PARAMS,

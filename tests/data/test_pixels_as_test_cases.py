@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from convnet.data import DataOptions, make_provider
+from convnet.errors import DataError
 from tests.support.cli import write_batch_folder
 
 
@@ -39,3 +40,17 @@ def test_pixel_units_are_the_providers():
     assert dummy.pixel_max is None
     raw, _ = digits._load(1)
     assert 0 <= raw.min() and raw.max() <= digits.pixel_max
+
+
+def test_pixels_beyond_the_providers_units_are_refused():
+    digits = make_provider("digits", options=DataOptions())
+    raw, _ = digits._load(6)
+    digits.test_cases_from_pixels(raw)  # 0..1: the data's own
+    with pytest.raises(DataError, match=r"the images to test: pixels run from 0 to 255, "
+                                        r"but this data's are 0\.\.1"):
+        digits.test_cases_from_pixels(np.round(raw * 255).astype(np.uint8))
+    with pytest.raises(DataError, match="pixels run from -0.5 to"):
+        digits.test_cases_from_pixels(raw - 0.5)  # already centred
+    dummy = make_provider("dummy", options=DataOptions(data_dims={0: (1, 8, 8), 1: (1,)},
+                                                       num_classes=3))
+    dummy.test_cases_from_pixels(np.full((2, 1, 8, 8), -7.0, np.float32))  # no pixels

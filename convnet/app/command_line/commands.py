@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 from convnet.app import launch, using
@@ -27,12 +27,13 @@ from convnet.app.rank_agreement import check_started_alike
 from convnet.app.prediction.simulation import measure_costs
 from convnet.config.layer_types.memory_rules import (CPU_KERNELS, CUDA_KERNELS,
                                                      winograd_conv_layers)
+from convnet.config.model import NetConfig
 from convnet.config.values.typed import local_sgd_period
 from convnet.errors import ConvnetError, DataError, DeviceError, UsageError
 from convnet.kernels.conv import choice as conv_choice
 from convnet.optional import require_matplotlib
 from convnet.plan.graph import write_plan_graph
-from convnet.plan.ops import AllReduce
+from convnet.plan.ops import AllReduce, Plan
 from convnet.plan.ranks import ranks_summary, ranks_text
 from convnet.plan.report import human_bytes
 from convnet.plan.report import plan_summary, plan_text
@@ -101,12 +102,29 @@ def command_for(opts: RunOptions) -> Callable[[RunOptions], int]:
     return job.run
 
 
-def print_plan(opts: RunOptions) -> int:
-    """--print-plan (text or JSON) with --simulate's prediction, and the --plan-graph picture.  A plan that does not
-    fit in the machine's memory is printed anyway, with a warning (training refuses it)."""
-    if opts.plan_graph is not None:
-        require_matplotlib("--plan-graph")
-    net, plan = assembly.build_net_and_plan(opts)
+@dataclass(frozen=True)
+class PlanReport:
+    """What ``--print-plan`` says of a planned net, gathered once for its text and its
+    JSON (and for :meth:`convnet.app.python_api.TrainedNet.plan_text`)."""
+
+    opts: RunOptions
+    net: NetConfig
+    plan: Plan
+    cluster: object  # launch.cluster_for's: the processes' devices
+    shared: frozenset[str]
+    data: object | None  # the data pipeline's memory, when the data can be opened
+    pools: list
+    winograd: list[str]
+    costs: object | None  # --simulate's measured costs
+    sim: object | None  # and its prediction
+    tables: dict
+    tables_source: str | None
+    kernels: object
+
+
+def plan_report(opts: RunOptions, net: NetConfig, plan: Plan) -> PlanReport:
+    """Everything ``--print-plan`` prints of ``plan``: memory, data, sync, Winograd
+    layers, ``randSparse`` tables and ``--simulate``'s prediction."""
     cluster = launch.cluster_for(opts.gpu)
     try:
         backend = choose_backend(opts.backend)
@@ -123,49 +141,72 @@ def print_plan(opts: RunOptions) -> int:
     sim = costs.predict(plan) if costs is not None else None
     tables, tables_source = run_tables(opts, net, plan)
     kernels = CUDA_KERNELS if backend == "cuda" else CPU_KERNELS  # what they allocate
-    if opts.print_plan == "json":
-        summary = plan_summary(plan, net, shared, kernels, opts.precision)
-        summary["sync"] = opts.sync
-        summary["precision"] = opts.precision
-        summary["layer_sync"] = layer_syncs(opts.sync, plan, net)
-        note = sync_text(opts.sync, plan, net, cluster.size)
-        if note is not None:
-            summary["sync_note"] = note
-        summary["memory"] = [pool.as_json() for pool in pools]
-        if data is not None:
-            summary["data_memory"] = {"training_bytes": data.training_bytes,
-                                      "testing_bytes": data.testing_bytes, **asdict(data)}
-        summary["winograd_layers"] = winograd
-        if sim is not None:
-            summary["simulation"] = simulation_summary(sim, costs, plan, net)
-        if tables:
-            summary["rand_sparse"] = {"source": tables_source,
-                                      "tables": tables_summary(tables, net)}
-        if cluster.size > 1:
-            summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
-        print(json.dumps(summary, indent=1))
-    elif cluster.size > 1:
-        print(plan_text(plan, net, shared, kernels, opts.precision) + "\n\n" +
-              ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
-    else:
-        print(plan_text(plan, net, shared, kernels, opts.precision))
-    if opts.print_plan != "json":
-        print("\n" + precision_text(opts.precision))
-    if opts.print_plan != "json" and data is not None:
-        print("\n" + data.text(human_bytes))
-    if opts.print_plan != "json" and pools:
-        print("\n" + "\n".join(pool.text() for pool in pools))
+    return PlanReport(opts, net, plan, cluster, shared, data, pools, winograd, costs, sim,
+                      tables, tables_source, kernels)
+
+
+def plan_report_text(report: PlanReport) -> str:
+    """``--print-plan``'s text: the plan, then each further section after a blank line."""
+    opts, net, plan, cluster = report.opts, report.net, report.plan, report.cluster
+    sections = [plan_text(plan, net, report.shared, report.kernels, opts.precision)]
+    if cluster.size > 1:
+        sections.append(ranks_text(plan, cluster.devices_per_rank, cluster.hosts))
+    sections.append(precision_text(opts.precision))
+    if report.data is not None:
+        sections.append(report.data.text(human_bytes))
+    if report.pools:
+        sections.append("\n".join(pool.text() for pool in report.pools))
     note = sync_text(opts.sync, plan, net, cluster.size)
-    if opts.print_plan != "json" and note is not None:
-        print("\n" + note)
-    if opts.print_plan != "json" and winograd:
-        print(f"\nConvolutions by Winograd's algorithm (CPU devices; --no-winograd computes "
-              f"them directly): {', '.join(winograd)}.")
-    if opts.print_plan != "json" and tables:
-        print("\n" + tables_text(tables, net, tables_source))
-    if sim is not None and opts.print_plan != "json":
-        print("\n" + simulation_text(sim, costs, plan, net))
-    for pool in pools:
+    if note is not None:
+        sections.append(note)
+    if report.winograd:
+        sections.append(f"Convolutions by Winograd's algorithm (CPU devices; --no-winograd "
+                        f"computes them directly): {', '.join(report.winograd)}.")
+    if report.tables:
+        sections.append(tables_text(report.tables, net, report.tables_source))
+    if report.sim is not None:
+        sections.append(simulation_text(report.sim, report.costs, plan, net))
+    return "\n\n".join(sections)
+
+
+def plan_report_json(report: PlanReport) -> dict:
+    """``--print-plan=json``'s object."""
+    opts, net, plan, cluster = report.opts, report.net, report.plan, report.cluster
+    summary = plan_summary(plan, net, report.shared, report.kernels, opts.precision)
+    summary["sync"] = opts.sync
+    summary["precision"] = opts.precision
+    summary["layer_sync"] = layer_syncs(opts.sync, plan, net)
+    note = sync_text(opts.sync, plan, net, cluster.size)
+    if note is not None:
+        summary["sync_note"] = note
+    summary["memory"] = [pool.as_json() for pool in report.pools]
+    if report.data is not None:
+        summary["data_memory"] = {"training_bytes": report.data.training_bytes,
+                                  "testing_bytes": report.data.testing_bytes,
+                                  **asdict(report.data)}
+    summary["winograd_layers"] = report.winograd
+    if report.sim is not None:
+        summary["simulation"] = simulation_summary(report.sim, report.costs, plan, net)
+    if report.tables:
+        summary["rand_sparse"] = {"source": report.tables_source,
+                                  "tables": tables_summary(report.tables, net)}
+    if cluster.size > 1:
+        summary["ranks"] = ranks_summary(plan, cluster.devices_per_rank, cluster.hosts)
+    return summary
+
+
+def print_plan(opts: RunOptions) -> int:
+    """--print-plan (text or JSON) with --simulate's prediction, and the --plan-graph picture.  A plan that does not
+    fit in the machine's memory is printed anyway, with a warning (training refuses it)."""
+    if opts.plan_graph is not None:
+        require_matplotlib("--plan-graph")
+    net, plan = assembly.build_net_and_plan(opts)
+    report = plan_report(opts, net, plan)
+    if opts.print_plan == "json":
+        print(json.dumps(plan_report_json(report), indent=1))
+    else:
+        print(plan_report_text(report))
+    for pool in report.pools:
         if not pool.fits:
             print(f"warning: {pool.shortfall_text()}: training would be refused",
                   file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from convnet.app.invocation import shown_path
 from convnet.app.python_api.calls import as_on_the_command_line, options_of
 from convnet.app.python_api.trained_net import TrainedNet, load
 from convnet.app.run import job
@@ -25,6 +26,7 @@ class TrainingResult:
 
     history: tuple[dict, ...]
     seconds: float  # wall time of the training, earlier runs of a resumed one included
+    # Absolute, so that they still name the run's files after a change of folder:
     save_path: Path | None
     checkpoint: Path | None  # the checkpoint this run saved, if any
 
@@ -48,7 +50,8 @@ class TrainingResult:
         return load(self.checkpoint, **options)
 
     def __repr__(self) -> str:
-        where = f", saved to {self.save_path}" if self.checkpoint is not None else ""
+        where = (f", saved to {shown_path(self.save_path)}" if self.checkpoint is not None
+                 else "")
         error = "-" if self.test_error is None else f"{self.test_error:.4f}"
         return (f"TrainingResult(test_error={error}, {len(self.history)} test(s), "
                 f"{self.seconds:.1f} s{where})")
@@ -65,5 +68,9 @@ def train(**options) -> TrainingResult:
         opts = options_of(options, "convnet.train")
         trainer = job.execute(opts)
     log = trainer.log
-    return TrainingResult(tuple(log.history), log.cumulative_time, opts.save_path,
-                          trainer.saved_checkpoint)
+    return TrainingResult(tuple(log.history), log.cumulative_time, _absolute(opts.save_path),
+                          _absolute(trainer.saved_checkpoint))
+
+
+def _absolute(path: Path | None) -> Path | None:
+    return None if path is None else Path(path).absolute()

@@ -67,10 +67,10 @@ class TrainWindow:
         return self.cases / self.seconds if self.seconds else 0.0
 
 
-def progress_bar(total: int, initial: int, disable: bool):
-    """A bar of ``total`` minibatches on stderr; off with ``disable`` or when stderr is not
-    a terminal."""
-    return tqdm(total=total, initial=initial, unit="minibatch", file=sys.stderr,
+def progress_bar(total: int, initial: int, disable: bool, unit: str = "minibatch"):
+    """A bar of ``total`` units (minibatches, images) on stderr; off with ``disable`` or
+    when stderr is not a terminal (a pipe or a file would get every redraw)."""
+    return tqdm(total=total, initial=initial, unit=unit, file=sys.stderr,
                 disable=disable or not _is_terminal(sys.stderr), dynamic_ncols=True,
                 leave=False)
 

@@ -143,7 +143,7 @@ def read_counters(checkpoint: Path, meta: dict,
         raise CheckpointError(f"{checkpoint}: its batch_index {counters.batch_index} is "
                               f"beyond the {batches_per_epoch} batches of an epoch of the "
                               "train range: the checkpoint is damaged, or was saved with "
-                              "another --train-range")
+                              "other data or another --train-range" + INIT_FROM_HINT)
     return counters
 
 

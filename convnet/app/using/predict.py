@@ -13,13 +13,14 @@ that are not UTF-8 are shown escaped in both (:mod:`~convnet.app.using.shown_nam
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import sys
 
 import numpy as np
-from tqdm import tqdm
 
 from convnet.app.options import RunOptions
+from convnet.app.run.log import progress_bar
 from convnet.app.using.images import decode_batch, image_files
 from convnet.app.using.saved_net import SavedNet, open_saved_net, require_image_input
 from convnet.app.using.shown_names import shown_name
@@ -58,27 +59,39 @@ def run_predict(opts: RunOptions) -> int:
         if opts.predict_out is None:
             predict_files(saved, files, image_module, rows=None)
             return 0
+        lines_cut = False  # the reader of the lines went away (``| head``)
+
+        def write_csv(out) -> None:
+            nonlocal lines_cut
+            lines_cut = predict_files(saved, files, image_module, rows=out.write)
+
         try:
-            write_output(opts.predict_out, lambda out: predict_files(
-                saved, files, image_module, rows=out.write))
+            write_output(opts.predict_out, write_csv)
         except OSError as error:
             raise DataError(f"cannot write {opts.predict_out}: {error.strerror}") from None
         print(f"wrote the probabilities of every class to {opts.predict_out}", file=sys.stderr)
+        if lines_cut:  # the command line ends as after any broken pipe (exit status 0)
+            raise BrokenPipeError(errno.EPIPE, "the reader of the lines went away")
         return 0
     finally:
         saved.close()
 
 
-def predict_files(saved: SavedNet, files, image_module, rows) -> None:
-    """Print each image's top classes (and hand CSV lines to ``rows`` when given)."""
+def predict_files(saved: SavedNet, files, image_module, rows) -> bool:
+    """Print each image's top classes (and hand CSV lines to ``rows`` when given).
+
+    With ``rows``, a reader of the lines that goes away (``| head -3``) does not cost
+    the CSV: the lines stop and every image is still predicted and written; returns
+    whether the lines were cut so."""
     opts = saved.opts
+    printing = True
     names = saved.label_names
     skipped = []
     if rows is not None:
         rows(csv_header(names))
     step = opts.mini
-    bar = tqdm(total=len(files), unit="image", file=sys.stderr,
-               disable=opts.no_progress or len(files) <= step, leave=False)
+    bar = progress_bar(len(files), 0, disable=opts.no_progress or len(files) <= step,
+                       unit="image")
 
     def skip(error) -> None:
         skipped.append(error)
@@ -92,7 +105,7 @@ def predict_files(saved: SavedNet, files, image_module, rows) -> None:
                 probs = saved.probabilities(saved.provider.test_cases_from_pixels(raw))
                 for path, p in zip(good, probs):
                     line = f"{shown_name(str(path))}  {top_classes_text(p, names, opts.top)}"
-                    bar.write(line, file=sys.stdout)
+                    printing = printing and _print_line(bar, line, keep_going=rows is not None)
                 if rows is not None:
                     rows(csv_rows(good, probs))
             bar.update(min(step, len(files) - start))
@@ -104,3 +117,16 @@ def predict_files(saved: SavedNet, files, image_module, rows) -> None:
               file=sys.stderr)
     if not done:
         raise DataError("no image could be read")
+    return not printing
+
+
+def _print_line(bar, line: str, keep_going: bool) -> bool:
+    """Print ``line`` on stdout (above the progress bar); False when its reader has gone
+    and ``keep_going`` (else the broken pipe is raised)."""
+    try:
+        bar.write(line, file=sys.stdout)
+        return True
+    except BrokenPipeError:
+        if not keep_going:
+            raise
+        return False

@@ -18,9 +18,12 @@ has all its dependencies finished and nothing earlier pending on its devices,
 so its workers run it as soon as they are free; no task blocks once started
 except at a barrier, which all its devices reach in that same way.
 
-If any task raises, the run is aborted: every waiting worker wakes up and
-stops, and :meth:`DeviceWorkers.run` re-raises the first error in the calling
-thread, so one worker's failure never hangs the others.  In a multi-process
+If any task raises, the run is aborted: every worker stops before its next task
+(a waiting one wakes up), and :meth:`DeviceWorkers.run` re-raises the first error in
+the calling thread, so one worker's failure never hangs the others.  A Ctrl-C in the
+calling thread aborts the step the same way, and the workers are back, idle, before
+it is raised, so the same workers run the next step (a notebook's interrupted
+prediction, then another).  In a multi-process
 run (``wait_after_error=False``) it re-raises at once, without waiting for
 workers that may be blocked in a receive from another process: the caller
 then ends every process of the run.
@@ -85,8 +88,8 @@ class DeviceWorkers:
         for d, inbox in enumerate(self._inboxes):
             inbox.put((per_device[d], present, fn, finish))
         errors = []
-        for _ in self.devices:
-            error = self._done.get()
+        for received in range(len(self.devices)):
+            error = self._report(len(self.devices) - received)
             if error is not None:
                 errors.append(error)
                 if not self.wait_after_error and not isinstance(error, _Aborted):
@@ -94,6 +97,21 @@ class DeviceWorkers:
         real = [e for e in errors if not isinstance(e, _Aborted)]
         if real:
             raise real[0]
+
+    def _report(self, outstanding: int):
+        """The next worker's end of the step (None, or its error).  A Ctrl-C or SIGTERM
+        while waiting for it abandons the step: the workers stop at their next task and
+        are waited for (not in a multi-process run, whose caller ends every process), so
+        that none is still in this step when the next one starts and takes its report
+        for the new step's."""
+        try:
+            return self._done.get()
+        except BaseException:
+            self._fail()
+            if self.wait_after_error:
+                for _ in range(outstanding):
+                    self._done.get()
+            raise
 
     @property
     def thread_ids(self) -> list[int | None]:
@@ -129,6 +147,8 @@ class DeviceWorkers:
             pending, present, fn, finish = job
             try:
                 while pending:
+                    if self._abort.is_set():  # another worker failed, or the step was stopped
+                        raise _Aborted()
                     self._wake[device].clear()
                     i = self._next(pending, present)
                     if i is None:

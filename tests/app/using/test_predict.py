@@ -5,7 +5,9 @@ nothing."""
 from __future__ import annotations
 
 import csv
+import io
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -53,9 +55,10 @@ def read_csv(path):
 def test_the_csv_holds_the_nets_test_mode_probabilities(run, tmp_path, capsys):
     pixels = digit_pngs(tmp_path / "digits")
     out_csv = tmp_path / "preds.csv"
-    code, out, _ = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
-                       "--predict-out", out_csv, "--top", "3", "--mini", "2")  # 3 minibatches
+    code, out, err = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
+                              "--predict-out", out_csv, "--top", "3", "--mini", "2")  # 3 minibatches
     assert code == 0
+    assert "image/s" not in err and "%|" not in err  # no progress bar: not a terminal
     header, rows = read_csv(out_csv)
     assert header == ["file"] + [str(d) for d in range(10)]
     assert [r[0] for r in rows] == [str(tmp_path / "digits" / f"{i}.png") for i in range(5)]
@@ -254,3 +257,23 @@ def test_an_output_that_cannot_be_written_is_one_line(run, tmp_path, capsys, out
     args = [str(tmp_path / "digits") if a == "DIGITS" else a for a in output]
     code, _, err = run_main(capsys, "--load-file", run, *args)
     assert_clean_error((code, err), 1, "cannot write", output[-1])
+
+
+class _ReaderGoneAfterOneLine(io.StringIO):
+    """stdout piped into ``head -1``: a write after the first line is a broken pipe."""
+
+    def write(self, text):
+        if "\n" in self.getvalue():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+def test_a_reader_of_the_lines_that_goes_away_leaves_the_csv_whole(run, tmp_path,
+                                                                   monkeypatch, capsys):
+    digit_pngs(tmp_path / "digits")
+    monkeypatch.setattr(sys, "stdout", _ReaderGoneAfterOneLine())
+    code = main(["--load-file", str(run), "--predict", str(tmp_path / "digits"),
+                 "--predict-out", str(tmp_path / "p.csv"), "--mini", "2"])
+    assert code == 0 and "error" not in capsys.readouterr().err
+    _, rows = read_csv(tmp_path / "p.csv")
+    assert [r[0] for r in rows] == [str(tmp_path / "digits" / f"{i}.png") for i in range(5)]
