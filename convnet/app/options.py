@@ -23,6 +23,7 @@ from convnet.app.checkpoint import CheckpointReader, find_checkpoint
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
 from convnet.errors import UsageError
+from convnet.filekind import cannot_write_folder
 from convnet.optional import require_tensorboard
 from convnet.outputs import refuse_existing
 from convnet.plan.schedules import DEFAULT_SCHEDULE
@@ -241,6 +242,10 @@ def check_options(opts: RunOptions) -> None:
         require_tensorboard("--tensorboard")
         if opts.tensorboard.exists() and not opts.tensorboard.is_dir():
             raise UsageError(f"--tensorboard: {opts.tensorboard} is not a folder")
+        reason = cannot_write_folder(opts.tensorboard)
+        if reason is not None:
+            raise UsageError(f"--tensorboard: cannot make event files in "
+                             f"{opts.tensorboard}: {reason}")
     if opts.multiview_test and not opts.inner_size:
         raise UsageError("--multiview-test tests on crops: give --inner-size too (e.g. the "
                          "image size for centre and mirror views)")

@@ -98,7 +98,7 @@ class Trainer:
         self.log = RunLog(save_dir, self.cost_layer, plan, quiet=opts.no_progress,
                           test_lines=test_lines)
         self.picture = LivePicture(self.log, opts.layer_def)  # log.png, redrawn at each test
-        self.events = EventFiles(opts.tensorboard if root else None)  # --tensorboard
+        self.events = EventFiles(opts.tensorboard if root else None, self.log.warn)
         if opts.profile:
             executor.timings = []  # the executor records op timings from now on
 
