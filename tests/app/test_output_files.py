@@ -17,7 +17,7 @@ from convnet.app.run.folder import LOCK_NAME, claim_run_folder
 from convnet.errors import CheckpointError, UsageError
 from convnet.optional import has_matplotlib
 from tests.support.cli import (DUMMY, SINGLE_DEF, SINGLE_PARAMS, assert_clean_error, ok,
-                               run_cli)
+                               run_cli, run_main)
 
 needs_matplotlib = pytest.mark.skipif(not has_matplotlib(), reason="draws a PNG")
 VICTIM_TEXT = "not the run's to write\n"
@@ -199,3 +199,21 @@ def test_auto_place_on_a_full_disk_leaves_neither_file_and_a_retry_works(
     assert main(argv) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["placed-params.cfg", "placed.cfg"]
     assert "\nupdatePeriod=1" in (tmp_path / "placed-params.cfg").read_text()
+
+
+def test_a_run_removes_the_temporary_files_a_killed_run_left_in_its_folder(tmp_path, capsys):
+    """A run killed mid-write leaves ``.NAME.PID.RANDOM.tmp`` beside the file it was
+    writing; the next run to hold the folder removes those of every file a run writes
+    there, and nothing else."""
+    run = tmp_path / "run"
+    code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--save-path", run)
+    assert code == 0, err
+    left = [run / f".{name}.4242.0badf00d.tmp" for name in ("checkpoint.npz", "log.csv",
+                                                             "log.png")]
+    for path in left:
+        path.write_bytes(b"half written")
+    (run / ".notes.tmp").write_text("the user's")
+    code, _, err = run_main(capsys, "--load-file", run, "--epochs", "2")
+    assert code == 0, err
+    assert not any(path.exists() for path in left)
+    assert (run / ".notes.tmp").read_text() == "the user's"

@@ -5,7 +5,8 @@ interleave their CSV rows, so a training run holds an exclusive ``flock`` on
 ``SAVE_PATH/.lock`` (which holds its pid) from before its first write until it
 ends; a second run is refused and told the holder's pid.  The lock goes with
 the process, so a killed run never leaves the folder locked; the lock file is
-removed when the run ends.
+removed when the run ends.  Holding the lock, a run removes the temporary files
+a run killed mid-write left beside its checkpoint, log and picture.
 
 Before anything is trained the folder is also checked for what would be lost
 or fail later: a ``checkpoint.npz`` that is not a regular file (found only at
@@ -34,6 +35,7 @@ from convnet.app.run.log import CSV_NAME
 from convnet.app.run.log_plot import PNG_NAME
 from convnet.errors import CheckpointError, UsageError
 from convnet.filekind import not_a_regular_file
+from convnet.outputs import remove_stale_temps
 
 LOCK_NAME = ".lock"
 #: What a run writes into its folder; found there, they are an earlier run's.
@@ -58,6 +60,8 @@ def claim_run_folder(folder: Path, loaded: Path | None = None,
     fd = _lock(folder)
     try:
         check_checkpoint_slot(folder, loaded, overwrite)
+        for name in RUN_FILES:  # what a run killed mid-write left; no other run writes here
+            remove_stale_temps(folder / name)
         yield folder
     finally:
         _unlock(folder, fd)
