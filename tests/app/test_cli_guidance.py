@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from tests.support import ROOT
-from tests.support.cli import DUMMY, EXAMPLES, assert_clean_error, checkpoint_arrays, ok, run_cli
+from tests.support.cli import (DUMMY, EXAMPLES, assert_clean_error, checkpoint_arrays, ok,
+                               run_cli, run_main)
 
 REFERENCE = EXAMPLES / "cuda-convnet2"
 PLAN_2GPU = ["--layer-def", REFERENCE / "layers-imagenet-2gpu-data.cfg",
@@ -22,6 +23,19 @@ SINGLE = ["--layer-def", EXAMPLES / "digits-single.cfg",
 def test_too_few_devices_suggests_the_gpu_lists_that_fit():
     assert_clean_error(run_cli(*PLAN_2GPU, "--gpu", "0"), 2, "past the --gpu list",
                        "give --gpu 0,1, or --gpu 0,0 for 2 logical devices on device 0")
+
+
+def test_a_device_index_past_what_a_run_can_have_suggests_no_gpu_list(tmp_path, capsys):
+    """gpu=99 names 100 logical devices, more than --gpu may list: no list is offered."""
+    layers = tmp_path / "layers.cfg"
+    layers.write_text((EXAMPLES / "digits-single.cfg").read_text()
+                      .replace("gpu=0", "gpu=99", 1))
+    code, _, err = run_main(capsys, "--layer-def", layers, "--layer-params", SINGLE[3],
+                            "--data-dims", "1x8x8", "--num-classes", "10", "--print-plan")
+    line = assert_clean_error((code, err), 2, "[conv1] key 'gpu'", "device index 99",
+                              "the config uses 100 logical devices, more than the 64 a run "
+                              "can have: give gpu= indices below 64")
+    assert "--gpu 0,1" not in line
 
 
 def test_class_count_mismatch_suggests_num_classes():
