@@ -250,6 +250,7 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError("--multiview-test tests on crops: give --inner-size too (e.g. the "
                          "image size for centre and mirror views)")
     if opts.plan_graph is not None:
+        refuse_an_input("--plan-graph", opts.plan_graph, opts)
         refuse_existing(opts.plan_graph, opts.overwrite, keep="give another --plan-graph PNG")
     if opts.simulate and not opts.print_plan:
         raise UsageError("--simulate predicts the step of the printed plan: give --print-plan "
@@ -320,7 +321,22 @@ def check_using_options(opts: RunOptions) -> None:
     for option, path in (("--predict-out", opts.predict_out), ("--out", opts.out),
                          ("--export-onnx", opts.export_onnx)):
         if path is not None:
+            refuse_an_input(option, path, opts)
             check_output_file(option, path, opts.overwrite)
+
+
+def refuse_an_input(option: str, path: Path, opts: RunOptions) -> None:
+    """A file ``option`` writes is never one the run reads (its config files or the
+    checkpoint it loads), ``--overwrite`` or not: that option replaces what earlier
+    runs wrote, and a mistyped name would otherwise destroy the net or its config."""
+    inputs = (("--layer-def", opts.layer_def), ("--layer-params", opts.layer_params),
+              ("--load-file checkpoint", opts.resume and opts.resume.checkpoint),
+              ("--init-from checkpoint", opts.init_from))
+    target = Path(path).resolve()
+    for name, source in inputs:
+        if source is not None and Path(source).resolve() == target:
+            raise UsageError(f"{option} {path} is the {name} this run reads: give another "
+                             "file")
 
 
 def check_output_file(option: str, path: Path, overwrite: bool) -> None:
@@ -357,4 +373,5 @@ def check_auto_place(opts: RunOptions) -> None:
         raise UsageError(f"--auto-place-out: {out} is a folder; give a file name")
     if not out.parent.is_dir():
         raise UsageError(f"--auto-place-out: the folder {out.parent} does not exist")
+    refuse_an_input("--auto-place-out", out, opts)
     refuse_existing(out, opts.overwrite, keep="give another --auto-place-out FILE")

@@ -217,3 +217,24 @@ def test_a_run_removes_the_temporary_files_a_killed_run_left_in_its_folder(tmp_p
     assert code == 0, err
     assert not any(path.exists() for path in left)
     assert (run / ".notes.tmp").read_text() == "the user's"
+
+
+def test_overwrite_never_replaces_a_file_the_run_reads(tmp_path, capsys):
+    """--overwrite replaces earlier outputs, not the run's own config or checkpoint."""
+    layers = tmp_path / "layers.cfg"
+    layers.write_text(SINGLE_DEF.read_text())
+    code, _, err = run_main(capsys, "--layer-def", layers, "--layer-params", SINGLE_PARAMS,
+                            "--data-dims", "1x8x8", "--num-classes", "10", "--print-plan",
+                            "--plan-graph", layers, "--overwrite")
+    assert_clean_error((code, err), 2, f"--plan-graph {layers} is the --layer-def this run "
+                                       "reads", "give another file")
+    assert layers.read_text() == SINGLE_DEF.read_text()
+    run = tmp_path / "run"
+    code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--save-path", run)
+    assert code == 0, err
+    saved = (run / "checkpoint.npz").read_bytes()
+    code, _, err = run_main(capsys, "--load-file", run, "--export-onnx",
+                            run / "checkpoint.npz", "--overwrite")
+    assert_clean_error((code, err), 2, "--export-onnx", "is the --load-file checkpoint this "
+                                       "run reads")
+    assert (run / "checkpoint.npz").read_bytes() == saved
