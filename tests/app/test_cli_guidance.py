@@ -149,3 +149,19 @@ def test_colour_noise_on_one_channel_data_says_what_it_does():
     assert len(said) == 1 and said[0].startswith("warning: "), run.stderr
     assert "one channel" in said[0] and "brightness" in said[0]
     assert "--color-noise" not in ok(run_cli(*DUMMY, "--epochs", "1")).stderr
+
+
+def test_batches_smaller_than_mini_get_a_mini_the_net_accepts(capsys):
+    """Two replicas: --mini must be even, so a batch of 5 cases suggests --mini 4, and
+    a batch of 1 case, which no minibatch of two shards can be cut from, is refused
+    naming the batch and what would do."""
+    data_parallel = ["--layer-def", EXAMPLES / "digits-data.cfg", "--layer-params",
+                     EXAMPLES / "digits-params.cfg", "--data-dims", "1x8x8", "--num-classes",
+                     "10", "--train-range", "1", "--test-range", "9", "--epochs", "1",
+                     "--no-progress"]
+    code, _, err = run_main(capsys, *data_parallel, "--dummy-cases", "5")
+    assert code == 0, err
+    assert "give --mini 4 or less or more cases per batch" in err
+    code, _, err = run_main(capsys, *data_parallel, "--dummy-cases", "1")
+    assert_clean_error((code, err), 1, "batch 1 holds 1 case(s), too few for the 2 shards "
+                                       "of a minibatch", "at least 2 cases")

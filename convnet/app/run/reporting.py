@@ -42,11 +42,12 @@ def print_opening(log: RunLog, opts: RunOptions, plan: Plan, provider, batch_cas
     warning = oversubscription_warning(backend, plan.num_devices)
     if warning:
         log.warn(warning)
-    if opts.mini > batch_cases:
+    fits = batch_cases - batch_cases % plan.num_shards  # --mini is a multiple of the shards
+    if opts.mini > batch_cases and fits:  # (a batch of fewer cases than shards is refused)
         more = " or more cases per batch (--dummy-cases)" if provider.name == "dummy" else ""
         log.warn(f"--mini {opts.mini} is larger than a data batch ({batch_cases} cases): a "
                  f"minibatch never spans two batches, so each step trains on {batch_cases} "
-                 f"cases; give --mini {batch_cases} or less{more}")
+                 f"cases; give --mini {fits} or less{more}")
     if opts.color_noise > 0 and provider.image_shape[0] == 1:
         log.warn(f"--color-noise {opts.color_noise:g} on data of one channel "
                  f"({'x'.join(map(str, provider.image_shape))} per case) has no colour to "

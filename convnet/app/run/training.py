@@ -188,7 +188,8 @@ class Trainer:
         if self.announce:
             print_opening(self.log, opts, self.plan, self.provider, batch_cases, self.save_dir,
                           self.epoch, self.batch_index)
-        self._per_batch = len(minibatch_bounds(batch_cases, opts.mini, self.plan.num_pieces))
+        self._per_batch = len(minibatch_bounds(batch_cases, opts.mini, self.plan.num_pieces,
+                                                batches[0]))
         test_freq = opts.test_freq or len(batches)
         self.log.restart_clock()
         try:
