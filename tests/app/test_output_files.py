@@ -238,3 +238,22 @@ def test_overwrite_never_replaces_a_file_the_run_reads(tmp_path, capsys):
     assert_clean_error((code, err), 2, "--export-onnx", "is the --load-file checkpoint this "
                                        "run reads")
     assert (run / "checkpoint.npz").read_bytes() == saved
+
+
+def test_a_run_that_fails_before_saving_anything_leaves_no_folder(tmp_path, capsys,
+                                                                  monkeypatch):
+    """A save folder the run made stays only if something was saved into it; one that
+    was there before stays whatever happens."""
+    from convnet.app.run import training
+
+    def diverges(self, *args, **kwargs):
+        raise training.TrainingError("NaN in the cost")
+
+    monkeypatch.setattr(training.Trainer, "_train_batch", diverges)
+    made, earlier = tmp_path / "new" / "run", tmp_path / "earlier"
+    earlier.mkdir()
+    for folder in (made, earlier):
+        code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--save-path", folder)
+        assert_clean_error((code, err), 1, "training diverged")
+    assert not made.exists() and (tmp_path / "new").is_dir()
+    assert earlier.is_dir() and not any(earlier.iterdir())
