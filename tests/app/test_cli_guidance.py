@@ -165,3 +165,22 @@ def test_batches_smaller_than_mini_get_a_mini_the_net_accepts(capsys):
     code, _, err = run_main(capsys, *data_parallel, "--dummy-cases", "1")
     assert_clean_error((code, err), 1, "batch 1 holds 1 case(s), too few for the 2 shards "
                                        "of a minibatch", "at least 2 cases")
+
+
+def test_a_checkpoint_kept_by_max_test_err_is_not_called_saved(tmp_path, capsys):
+    """Resumed with a --max-test-err no test meets, the run saves nothing: its summary
+    must not list the checkpoint as saved, and says where it still stands."""
+    run = tmp_path / "run"
+    code, _, err = run_main(capsys, *SINGLE, "--no-progress", "--epochs", "1",
+                            "--save-path", run)
+    assert code == 0, err
+    before = (run / "checkpoint.npz").read_bytes()
+    code, out, err = run_main(capsys, "--load-file", run, "--epochs", "2", "--no-progress",
+                              "--max-test-err", "0.01")
+    assert code == 0, err
+    assert (run / "checkpoint.npz").read_bytes() == before
+    saved = [line for line in out.splitlines() if line.startswith("saved: ")]
+    assert len(saved) == 1 and "checkpoint.npz" not in saved[0], out
+    kept = [line for line in out.splitlines() if line.startswith("checkpoint: ")]
+    assert len(kept) == 1 and kept[0].endswith(
+        "checkpoint.npz (end of epoch 1): no later test was within --max-test-err 1.00%"), out

@@ -82,13 +82,20 @@ def interrupt_status(checkpoint: Path, saved_at: tuple[int, int] | None, saved_n
 
 
 def print_closing_summary(log: RunLog, opts: RunOptions, save_dir: Path | None,
-                          saved_checkpoint: Path | None, picture: Path | None) -> None:
+                          saved_checkpoint: Path | None, picture: Path | None,
+                          kept_at: str | None = None) -> None:
     """The final and best test error, the time, the files written (the checkpoint if
-    saved, the log, and its picture if drawn) and how to go on."""
+    saved, the log, and its picture if drawn) and how to go on.  ``kept_at``: where the
+    checkpoint stands when it is not the final state (the tests after it were above
+    --max-test-err), which is then said instead of listing it as saved."""
     csv_path = log.csv_path
-    files = [saved_checkpoint] if saved_checkpoint is not None else []
+    files = [saved_checkpoint] if saved_checkpoint is not None and kept_at is None else []
     if csv_path is not None and csv_path.exists():
         files += [csv_path] + ([picture] if picture is not None else [])
+    kept = None
+    if saved_checkpoint is not None and kept_at is not None:
+        kept = (f"checkpoint: {shown_path(saved_checkpoint)} ({kept_at}): no later test was "
+                f"within --max-test-err {100 * opts.max_test_err:.2f}%")
     for line in closing_summary(log.cumulative_time, (log.tests or [None])[-1], log.best_test,
-                                files, save_dir, opts.epochs, launch.process_count()):
+                                files, save_dir, opts.epochs, launch.process_count(), kept):
         log.note(line)
