@@ -22,7 +22,7 @@ from convnet.app.option_values import MAX_DEVICES
 from convnet.app.checkpoint import CheckpointReader, find_checkpoint
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
-from convnet.errors import UsageError
+from convnet.errors import ConvnetError, UsageError
 from convnet.filekind import cannot_write_folder
 from convnet.optional import require_tensorboard
 from convnet.outputs import refuse_existing
@@ -244,8 +244,8 @@ def check_options(opts: RunOptions) -> None:
             raise UsageError(f"--tensorboard: {opts.tensorboard} is not a folder")
         reason = cannot_write_folder(opts.tensorboard)
         if reason is not None:
-            raise UsageError(f"--tensorboard: cannot make event files in "
-                             f"{opts.tensorboard}: {reason}")
+            raise ConvnetError(f"--tensorboard: cannot make event files in "
+                               f"{opts.tensorboard}: {reason}")
     if opts.multiview_test and not opts.inner_size:
         raise UsageError("--multiview-test tests on crops: give --inner-size too (e.g. the "
                          "image size for centre and mirror views)")

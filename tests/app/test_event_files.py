@@ -10,7 +10,7 @@ from convnet.app.command_line.parser import build_parser
 from convnet.app.options import resolve_options
 from convnet.app.run import job, training
 from convnet.app.run.log import read_log
-from convnet.errors import TrainingError, UsageError
+from convnet.errors import ConvnetError, TrainingError, UsageError
 from tests.support.cli import DUMMY
 
 tensorboardX = pytest.importorskip("tensorboardX")
@@ -68,7 +68,7 @@ def test_tensorboard_needs_a_folder_and_a_run_that_fails_first_leaves_none(tmp_p
 
 def test_a_folder_that_cannot_be_made_is_refused_before_any_training(tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(UsageError, match=r"--tensorboard: cannot make event files in "
+    with pytest.raises(ConvnetError, match=r"--tensorboard: cannot make event files in "
                                          r".*file/tb: .*file is not a folder"):
         _options("--tensorboard", tmp_path / "file" / "tb")
 
