@@ -257,3 +257,23 @@ def test_a_run_that_fails_before_saving_anything_leaves_no_folder(tmp_path, caps
         assert_clean_error((code, err), 1, "training diverged")
     assert not made.exists() and (tmp_path / "new").is_dir()
     assert earlier.is_dir() and not any(earlier.iterdir())
+
+
+def test_a_run_that_fails_first_leaves_no_features_folder(tmp_path, capsys, monkeypatch):
+    """--write-features' folder is checked before training but made only to write the
+    features, so a run that fails first leaves neither it nor its save folder."""
+    from convnet.app.run import training
+
+    def diverges(self, *args, **kwargs):
+        raise training.TrainingError("NaN in the cost")
+
+    monkeypatch.setattr(training.Trainer, "_train_batch", diverges)
+    run = tmp_path / "run"
+    code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--save-path", run,
+                            "--write-features", "fc10")
+    assert_clean_error((code, err), 1, "training diverged")
+    assert not run.exists()
+    (tmp_path / "file").write_text("")
+    code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--write-features", "fc10",
+                            "--feature-path", tmp_path / "file" / "feats")
+    assert_clean_error((code, err), 1, "cannot create feature folder", "is not a folder")
