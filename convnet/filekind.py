@@ -35,3 +35,23 @@ def not_a_regular_file(path: str | os.PathLike) -> str | None:
     if os.path.islink(path):
         return f"is a link to {os.readlink(path)}, {kind}, not a regular file"
     return f"is {kind}, not a regular file"
+
+
+def cannot_write_folder(path: str | os.PathLike) -> str | None:
+    """None when files can be made in the folder ``path``, or, where it does not exist
+    yet, in the folder it would be made in (its nearest ancestor that exists); else why
+    not, e.g. ``"runs/a is not a folder"``, ``"/mnt/ro is on a read-only file system"``.
+    For outputs made only after some training, so that they fail before it."""
+    path = os.path.abspath(os.fspath(path))
+    existing = path
+    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is not a folder"
+    if os.access(existing, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return f"{existing} is {'on a read-only file system' if read_only else 'not writable'}"

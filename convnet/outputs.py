@@ -36,6 +36,17 @@ def temp_prefix(name: str) -> str:
     return f".{name}."
 
 
+def remove_stale_temps(path: str | os.PathLike) -> None:
+    """Remove the temporary files a killed writer of ``path`` left beside it.  Only for
+    a writer that knows no other process writes ``path`` now (a run holding its save
+    folder's lock): another writer's temporary file would vanish under it."""
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    prefix = temp_prefix(name)
+    for entry in os.listdir(directory):
+        if entry.startswith(prefix) and entry.endswith(".tmp"):
+            _remove(os.path.join(directory, entry))
+
+
 def _write_temp(path: str, content: Content) -> str:
     """Write ``content`` whole into a new temporary file beside ``path``; its name."""
     directory, name = os.path.split(path)

@@ -51,7 +51,7 @@ import numpy as np
 
 from convnet.errors import CheckpointError
 from convnet.filekind import not_a_regular_file
-from convnet.outputs import temp_prefix, write_output
+from convnet.outputs import remove_stale_temps, write_output
 
 #: The checkpoint file inside a training run's save path.
 CHECKPOINT_NAME = "checkpoint.npz"
@@ -106,24 +106,14 @@ def _write_npz(file: BinaryIO, members: dict[str, np.ndarray]) -> None:
                 np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
 
 
-def _remove_stale_temps(directory: str, name: str) -> None:
-    prefix = temp_prefix(name)
-    for entry in os.listdir(directory):
-        if entry.startswith(prefix) and entry.endswith(".tmp"):
-            try:
-                os.remove(os.path.join(directory, entry))
-            except OSError:
-                pass  # gone already, or not ours to remove; the save goes on
-
-
 def save_checkpoint(path: str | os.PathLike, arrays: dict[str, np.ndarray], meta: dict) -> None:
     """Atomically write ``arrays`` and JSON-able ``meta`` to ``path`` (parents created)."""
     path = os.path.abspath(os.fspath(path))
-    directory, name = os.path.split(path)
+    directory = os.path.dirname(path)
     members = {HEADER_KEY: _header(arrays, meta), **arrays}
     try:
         os.makedirs(directory, exist_ok=True)
-        _remove_stale_temps(directory, name)
+        remove_stale_temps(path)
         write_output(path, lambda file: _write_npz(file, members))
     except OSError as error:
         raise CheckpointError(f"cannot write checkpoint {path}: "

@@ -22,7 +22,8 @@ from convnet.app.option_values import MAX_DEVICES
 from convnet.app.checkpoint import CheckpointReader, find_checkpoint
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
-from convnet.errors import DataError, UsageError
+from convnet.errors import ConvnetError, DataError, UsageError
+from convnet.filekind import cannot_write_folder
 from convnet.optional import require_tensorboard
 from convnet.outputs import refuse_existing
 from convnet.plan.schedules import DEFAULT_SCHEDULE
@@ -247,10 +248,15 @@ def check_options(opts: RunOptions) -> None:
         require_tensorboard("--tensorboard")
         if opts.tensorboard.exists() and not opts.tensorboard.is_dir():
             raise UsageError(f"--tensorboard: {opts.tensorboard} is not a folder")
+        reason = cannot_write_folder(opts.tensorboard)
+        if reason is not None:
+            raise ConvnetError(f"--tensorboard: cannot make event files in "
+                               f"{opts.tensorboard}: {reason}")
     if opts.multiview_test and not opts.inner_size:
         raise UsageError("--multiview-test tests on crops: give --inner-size too (e.g. the "
                          "image size for centre and mirror views)")
     if opts.plan_graph is not None:
+        refuse_an_input("--plan-graph", opts.plan_graph, opts)
         refuse_existing(opts.plan_graph, opts.overwrite, keep="give another --plan-graph PNG")
     if opts.simulate and not opts.print_plan:
         raise UsageError("--simulate predicts the step of the printed plan: give --print-plan "
@@ -321,7 +327,22 @@ def check_using_options(opts: RunOptions) -> None:
     for option, path in (("--predict-out", opts.predict_out), ("--out", opts.out),
                          ("--export-onnx", opts.export_onnx)):
         if path is not None:
+            refuse_an_input(option, path, opts)
             check_output_file(option, path, opts.overwrite)
+
+
+def refuse_an_input(option: str, path: Path, opts: RunOptions) -> None:
+    """A file ``option`` writes is never one the run reads (its config files or the
+    checkpoint it loads), ``--overwrite`` or not: that option replaces what earlier
+    runs wrote, and a mistyped name would otherwise destroy the net or its config."""
+    inputs = (("--layer-def", opts.layer_def), ("--layer-params", opts.layer_params),
+              ("--load-file checkpoint", opts.resume and opts.resume.checkpoint),
+              ("--init-from checkpoint", opts.init_from))
+    target = Path(path).resolve()
+    for name, source in inputs:
+        if source is not None and Path(source).resolve() == target:
+            raise UsageError(f"{option} {path} is the {name} this run reads: give another "
+                             "file")
 
 
 def check_output_file(option: str, path: Path, overwrite: bool, keep: str | None = None,
@@ -361,4 +382,5 @@ def check_auto_place(opts: RunOptions) -> None:
         raise UsageError(f"--auto-place-out: {out} is a folder; give a file name")
     if not out.parent.is_dir():
         raise UsageError(f"--auto-place-out: the folder {out.parent} does not exist")
+    refuse_an_input("--auto-place-out", out, opts)
     refuse_existing(out, opts.overwrite, keep="give another --auto-place-out FILE")

@@ -47,6 +47,8 @@ def checked_batch(images: np.ndarray, labels, source: str, num_classes: int) -> 
     returns its labels as one flat array."""
     if not (np.issubdtype(images.dtype, np.number) and np.isrealobj(images)):
         raise DataError(f"{source}: pixel data is {images.dtype}, not real numbers")
+    if len(images) == 0:  # else refused far away, as a minibatch of no case
+        raise DataError(f"{source}: the batch holds no images")
     check_finite(images, source)
     try:
         labels = np.asarray(labels).reshape(-1)

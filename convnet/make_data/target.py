@@ -18,6 +18,7 @@ import os
 from typing import NamedTuple
 
 from convnet.errors import DataError, UsageError
+from convnet.filekind import cannot_write_folder
 from convnet.outputs import write_output
 
 SETTINGS_FILE = "make-data.json"
@@ -43,8 +44,9 @@ def prepare_target(target: str, settings: dict, overwrite: bool) -> TargetState:
     except OSError as error:
         raise DataError(f"{target}: cannot create the target folder "
                         f"({error.strerror or error})") from None
-    if not os.access(target, os.W_OK | os.X_OK):
-        raise DataError(f"{target}: cannot write into the target folder (permission denied)")
+    reason = cannot_write_folder(target)
+    if reason is not None:
+        raise DataError(f"{target}: cannot write into the target folder ({reason})")
     earlier = _earlier_settings(target)
     resumed = earlier == settings
     if os.listdir(target) and not resumed and not overwrite:

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from tests.support import ROOT
-from tests.support.cli import DUMMY, EXAMPLES, assert_clean_error, checkpoint_arrays, ok, run_cli
+from tests.support.cli import (DUMMY, EXAMPLES, assert_clean_error, checkpoint_arrays, ok,
+                               run_cli, run_main)
 
 REFERENCE = EXAMPLES / "cuda-convnet2"
 PLAN_2GPU = ["--layer-def", REFERENCE / "layers-imagenet-2gpu-data.cfg",
@@ -22,6 +23,19 @@ SINGLE = ["--layer-def", EXAMPLES / "digits-single.cfg",
 def test_too_few_devices_suggests_the_gpu_lists_that_fit():
     assert_clean_error(run_cli(*PLAN_2GPU, "--gpu", "0"), 2, "past the --gpu list",
                        "give --gpu 0,1, or --gpu 0,0 for 2 logical devices on device 0")
+
+
+def test_a_device_index_past_what_a_run_can_have_suggests_no_gpu_list(tmp_path, capsys):
+    """gpu=99 names 100 logical devices, more than --gpu may list: no list is offered."""
+    layers = tmp_path / "layers.cfg"
+    layers.write_text((EXAMPLES / "digits-single.cfg").read_text()
+                      .replace("gpu=0", "gpu=99", 1))
+    code, _, err = run_main(capsys, "--layer-def", layers, "--layer-params", SINGLE[3],
+                            "--data-dims", "1x8x8", "--num-classes", "10", "--print-plan")
+    line = assert_clean_error((code, err), 2, "[conv1] key 'gpu'", "device index 99",
+                              "the config uses 100 logical devices, more than the 64 a run "
+                              "can have: give gpu= indices below 64")
+    assert "--gpu 0,1" not in line
 
 
 def test_class_count_mismatch_suggests_num_classes():
@@ -135,3 +149,38 @@ def test_colour_noise_on_one_channel_data_says_what_it_does():
     assert len(said) == 1 and said[0].startswith("warning: "), run.stderr
     assert "one channel" in said[0] and "brightness" in said[0]
     assert "--color-noise" not in ok(run_cli(*DUMMY, "--epochs", "1")).stderr
+
+
+def test_batches_smaller_than_mini_get_a_mini_the_net_accepts(capsys):
+    """Two replicas: --mini must be even, so a batch of 5 cases suggests --mini 4, and
+    a batch of 1 case, which no minibatch of two shards can be cut from, is refused
+    naming the batch and what would do."""
+    data_parallel = ["--layer-def", EXAMPLES / "digits-data.cfg", "--layer-params",
+                     EXAMPLES / "digits-params.cfg", "--data-dims", "1x8x8", "--num-classes",
+                     "10", "--train-range", "1", "--test-range", "9", "--epochs", "1",
+                     "--no-progress"]
+    code, _, err = run_main(capsys, *data_parallel, "--dummy-cases", "5")
+    assert code == 0, err
+    assert "give --mini 4 or less or more cases per batch" in err
+    code, _, err = run_main(capsys, *data_parallel, "--dummy-cases", "1")
+    assert_clean_error((code, err), 1, "batch 1 holds 1 case(s), too few for the 2 shards "
+                                       "of a minibatch", "at least 2 cases")
+
+
+def test_a_checkpoint_kept_by_max_test_err_is_not_called_saved(tmp_path, capsys):
+    """Resumed with a --max-test-err no test meets, the run saves nothing: its summary
+    must not list the checkpoint as saved, and says where it still stands."""
+    run = tmp_path / "run"
+    code, _, err = run_main(capsys, *SINGLE, "--no-progress", "--epochs", "1",
+                            "--save-path", run)
+    assert code == 0, err
+    before = (run / "checkpoint.npz").read_bytes()
+    code, out, err = run_main(capsys, "--load-file", run, "--epochs", "2", "--no-progress",
+                              "--max-test-err", "0.01")
+    assert code == 0, err
+    assert (run / "checkpoint.npz").read_bytes() == before
+    saved = [line for line in out.splitlines() if line.startswith("saved: ")]
+    assert len(saved) == 1 and "checkpoint.npz" not in saved[0], out
+    kept = [line for line in out.splitlines() if line.startswith("checkpoint: ")]
+    assert len(kept) == 1 and kept[0].endswith(
+        "checkpoint.npz (end of epoch 1): no later test was within --max-test-err 1.00%"), out

@@ -10,7 +10,7 @@ from convnet.app.command_line.parser import build_parser
 from convnet.app.options import resolve_options
 from convnet.app.run import job, training
 from convnet.app.run.log import read_log
-from convnet.errors import TrainingError, UsageError
+from convnet.errors import ConvnetError, TrainingError, UsageError
 from tests.support.cli import DUMMY
 
 tensorboardX = pytest.importorskip("tensorboardX")
@@ -64,6 +64,38 @@ def test_tensorboard_needs_a_folder_and_a_run_that_fails_first_leaves_none(tmp_p
     with pytest.raises(TrainingError):
         job.run(_options("--tensorboard", tmp_path / "tb"))
     assert not (tmp_path / "tb").exists()
+
+
+def test_a_folder_that_cannot_be_made_is_refused_before_any_training(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConvnetError, match=r"--tensorboard: cannot make event files in "
+                                         r".*file/tb: .*file is not a folder"):
+        _options("--tensorboard", tmp_path / "file" / "tb")
+
+
+def test_a_full_disk_stops_the_event_files_with_one_warning_and_the_run_saves(
+        tmp_path, monkeypatch, capsys):
+    """The event files are a view of the log: when they cannot be written (a full disk)
+    the run says so once and goes on, its checkpoint saved as ever."""
+    import errno
+
+    from tensorboardX import record_writer
+
+    written = []
+
+    def full_disk(self, data):
+        if written:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(data)
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", full_disk)
+    job.run(_options("--epochs", "2", "--test-freq", "1", "--save-path", tmp_path / "run",
+                     "--tensorboard", tmp_path / "tb"))
+    err = capsys.readouterr().err
+    assert err.count("warning: --tensorboard: cannot write into") == 1
+    assert "No space left on device; no more event files this run" in err
+    assert len(read_log(tmp_path / "run" / "log.csv")) == 4
+    assert (tmp_path / "run" / "checkpoint.npz").is_file()
 
 
 def test_runs_started_in_the_same_second_keep_their_own_event_files(tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ from convnet.app.run.folder import LOCK_NAME, claim_run_folder
 from convnet.errors import CheckpointError, UsageError
 from convnet.optional import has_matplotlib
 from tests.support.cli import (DUMMY, SINGLE_DEF, SINGLE_PARAMS, assert_clean_error, ok,
-                               run_cli)
+                               run_cli, run_main)
 
 needs_matplotlib = pytest.mark.skipif(not has_matplotlib(), reason="draws a PNG")
 VICTIM_TEXT = "not the run's to write\n"
@@ -199,3 +199,81 @@ def test_auto_place_on_a_full_disk_leaves_neither_file_and_a_retry_works(
     assert main(argv) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["placed-params.cfg", "placed.cfg"]
     assert "\nupdatePeriod=1" in (tmp_path / "placed-params.cfg").read_text()
+
+
+def test_a_run_removes_the_temporary_files_a_killed_run_left_in_its_folder(tmp_path, capsys):
+    """A run killed mid-write leaves ``.NAME.PID.RANDOM.tmp`` beside the file it was
+    writing; the next run to hold the folder removes those of every file a run writes
+    there, and nothing else."""
+    run = tmp_path / "run"
+    code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--save-path", run)
+    assert code == 0, err
+    left = [run / f".{name}.4242.0badf00d.tmp" for name in ("checkpoint.npz", "log.csv",
+                                                             "log.png")]
+    for path in left:
+        path.write_bytes(b"half written")
+    (run / ".notes.tmp").write_text("the user's")
+    code, _, err = run_main(capsys, "--load-file", run, "--epochs", "2")
+    assert code == 0, err
+    assert not any(path.exists() for path in left)
+    assert (run / ".notes.tmp").read_text() == "the user's"
+
+
+def test_overwrite_never_replaces_a_file_the_run_reads(tmp_path, capsys):
+    """--overwrite replaces earlier outputs, not the run's own config or checkpoint."""
+    layers = tmp_path / "layers.cfg"
+    layers.write_text(SINGLE_DEF.read_text())
+    code, _, err = run_main(capsys, "--layer-def", layers, "--layer-params", SINGLE_PARAMS,
+                            "--data-dims", "1x8x8", "--num-classes", "10", "--print-plan",
+                            "--plan-graph", layers, "--overwrite")
+    assert_clean_error((code, err), 2, f"--plan-graph {layers} is the --layer-def this run "
+                                       "reads", "give another file")
+    assert layers.read_text() == SINGLE_DEF.read_text()
+    run = tmp_path / "run"
+    code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--save-path", run)
+    assert code == 0, err
+    saved = (run / "checkpoint.npz").read_bytes()
+    code, _, err = run_main(capsys, "--load-file", run, "--export-onnx",
+                            run / "checkpoint.npz", "--overwrite")
+    assert_clean_error((code, err), 2, "--export-onnx", "is the --load-file checkpoint this "
+                                       "run reads")
+    assert (run / "checkpoint.npz").read_bytes() == saved
+
+
+def test_a_run_that_fails_before_saving_anything_leaves_no_folder(tmp_path, capsys,
+                                                                  monkeypatch):
+    """A save folder the run made stays only if something was saved into it; one that
+    was there before stays whatever happens."""
+    from convnet.app.run import training
+
+    def diverges(self, *args, **kwargs):
+        raise training.TrainingError("NaN in the cost")
+
+    monkeypatch.setattr(training.Trainer, "_train_batch", diverges)
+    made, earlier = tmp_path / "new" / "run", tmp_path / "earlier"
+    earlier.mkdir()
+    for folder in (made, earlier):
+        code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--save-path", folder)
+        assert_clean_error((code, err), 1, "training diverged")
+    assert not made.exists() and (tmp_path / "new").is_dir()
+    assert earlier.is_dir() and not any(earlier.iterdir())
+
+
+def test_a_run_that_fails_first_leaves_no_features_folder(tmp_path, capsys, monkeypatch):
+    """--write-features' folder is checked before training but made only to write the
+    features, so a run that fails first leaves neither it nor its save folder."""
+    from convnet.app.run import training
+
+    def diverges(self, *args, **kwargs):
+        raise training.TrainingError("NaN in the cost")
+
+    monkeypatch.setattr(training.Trainer, "_train_batch", diverges)
+    run = tmp_path / "run"
+    code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--save-path", run,
+                            "--write-features", "fc10")
+    assert_clean_error((code, err), 1, "training diverged")
+    assert not run.exists()
+    (tmp_path / "file").write_text("")
+    code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--write-features", "fc10",
+                            "--feature-path", tmp_path / "file" / "feats")
+    assert_clean_error((code, err), 1, "cannot create feature folder", "is not a folder")

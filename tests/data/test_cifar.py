@@ -193,8 +193,10 @@ def _replace(folder, name, content):
      "labels are <U1, not class indices"),
     (pickle.dumps({"data": [[1, 2, 3]], "labels": [0]}), "found list"),
     (pickle.dumps({"data": np.zeros((2, 3072), np.uint8)}), "missing key"),
+    (pickle.dumps({"data": np.zeros((0, 3072), np.uint8), "labels": []}),
+     "holds no images"),
 ], ids=["truncated", "rows", "count", "label-high", "label-negative", "label-text",
-        "not-array", "no-labels"])
+        "not-array", "no-labels", "empty"])
 def test_bad_batch_file(tmp_path, content, message):
     make_cifar(tmp_path)
     _replace(tmp_path, "test_batch", content)

@@ -145,3 +145,19 @@ def test_a_small_batch_size_alone_makes_one_sub_batch_a_batch(tmp_path):
     assert (options.batch_size, options.sub_batch_size) == (12, 12)
     assert options_from(["--src-dir", str(tmp_path), "--tgt-dir", str(tmp_path / "out")]
                         ).sub_batch_size == 1024
+
+
+def test_a_target_on_a_read_only_file_system_says_so(tmp_path, capsys, monkeypatch):
+    """The reason given is the real one: a read-only mount, not a permission."""
+    mixed_tree(tmp_path / "src")
+    (tmp_path / "out").mkdir()
+    real_statvfs = os.statvfs
+
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "statvfs", lambda path: ReadOnly() if str(path).endswith("out")
+                        else real_statvfs(path))
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
+              "cannot write into the target folder", "is on a read-only file system")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import warnings
 
 from convnet.app import launch
-from convnet.app.option_values import async_staleness
+from convnet.app.option_values import MAX_DEVICES, async_staleness
 from convnet.app.options import RunOptions
 from convnet.app.run.memory_fit import check_memory, weight_sharing
 from convnet.config import infer_shapes, parse_net
@@ -193,7 +193,11 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
     except ConfigError as error:
         saved = opts.resume.saved_options.get("gpu") if opts.resume is not None else None
         needed = devices_needed(net)
-        if needed > len(opts.gpu):
+        if needed > MAX_DEVICES:  # no --gpu list can be that long
+            error.message = (f"{error.message}; the config uses {needed} logical devices, "
+                             f"more than the {MAX_DEVICES} a run can have: give gpu= "
+                             f"indices below {MAX_DEVICES}")
+        elif needed > len(opts.gpu):
             spread = ",".join(map(str, range(needed)))
             shared = ",".join([str(opts.gpu[0])] * needed)
             error.message = (f"{error.message}; the config uses {needed} logical devices: give "

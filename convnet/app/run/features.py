@@ -19,6 +19,7 @@ from convnet.app.options import RunOptions
 from convnet.app.run.log import RunLog
 from convnet.config.model import NetConfig
 from convnet.errors import ConfigError, DataError
+from convnet.filekind import cannot_write_folder
 from convnet.outputs import file_name_part, refuse_existing, write_output
 from convnet.plan.ops import Plan
 
@@ -40,9 +41,11 @@ def feature_files(opts: RunOptions, test_batches) -> list[tuple[int, Path]]:
 def check_feature_layer(opts: RunOptions, net: NetConfig, plan: Plan, test_batches,
                         make_folder: bool) -> None:
     """Refuse a ``--write-features`` layer the net lacks or does not compute; with
-    ``make_folder`` (the process that writes) make the folder now and refuse features
-    files already there unless ``--overwrite`` (not after the training: a folder that
-    cannot be made or a file that may not be replaced fails early)."""
+    ``make_folder`` (the process that writes) check now that the folder can be made
+    and refuse features files already there unless ``--overwrite`` (not after the
+    training: a folder that cannot be made or a file that may not be replaced fails
+    early).  The folder is made only to write the features, so a run that fails
+    before leaves none."""
     layer = opts.write_features
     if layer is None:
         return
@@ -57,11 +60,9 @@ def check_feature_layer(opts: RunOptions, net: NetConfig, plan: Plan, test_batch
                           f"reads it)", file=net.layer_def_file)
     if not make_folder:
         return
-    try:
-        feature_folder(opts).mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise DataError(f"cannot create feature folder {feature_folder(opts)}: "
-                        f"{error.strerror}") from None
+    reason = cannot_write_folder(feature_folder(opts))
+    if reason is not None:
+        raise DataError(f"cannot create feature folder {feature_folder(opts)}: {reason}")
     for _, target in feature_files(opts, test_batches):
         refuse_existing(target, opts.overwrite, keep="give another --feature-path")
 
@@ -87,6 +88,7 @@ def write_features(opts: RunOptions, provider, layer_outputs: Callable[[list, st
             continue
         labels = batch[1].reshape(-1)
         try:
+            folder.mkdir(parents=True, exist_ok=True)
             write_output(target, lambda file: np.savez(file, data=feats, labels=labels))
         except OSError as error:
             raise DataError(f"cannot write features to {target}: {error.strerror}") from None

@@ -5,7 +5,8 @@ interleave their CSV rows, so a training run holds an exclusive ``flock`` on
 ``SAVE_PATH/.lock`` (which holds its pid) from before its first write until it
 ends; a second run is refused and told the holder's pid.  The lock goes with
 the process, so a killed run never leaves the folder locked; the lock file is
-removed when the run ends.
+removed when the run ends.  Holding the lock, a run removes the temporary files
+a run killed mid-write left beside its checkpoint, log and picture.
 
 Before anything is trained the folder is also checked for what would be lost
 or fail later: a ``checkpoint.npz`` that is not a regular file (found only at
@@ -17,7 +18,9 @@ resuming that very checkpoint) may replace.  The lock file is opened with
 The folder is made only when the run can start (a run refused for its data or
 its net leaves nothing behind), which may be long after the data began to load;
 :func:`check_run_folder` finds those refusals first, creating nothing, and
-:func:`claim_run_folder` makes them again under the lock.
+:func:`claim_run_folder` makes them again under the lock.  A folder the run made is
+removed again when the run ends with nothing saved in it (it failed before its
+first test).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from convnet.app.run.log import CSV_NAME
 from convnet.app.run.log_plot import PNG_NAME
 from convnet.errors import CheckpointError, UsageError
 from convnet.filekind import not_a_regular_file
+from convnet.outputs import remove_stale_temps
 
 LOCK_NAME = ".lock"
 #: What a run writes into its folder; found there, they are an earlier run's.
@@ -50,17 +54,33 @@ def claim_run_folder(folder: Path, loaded: Path | None = None,
     """
     folder = Path(folder)
     _check_is_folder(folder)
+    made = not folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise CheckpointError(f"cannot write to the save path {folder}: "
                               f"{error.strerror or error}") from None
-    fd = _lock(folder)
     try:
-        check_checkpoint_slot(folder, loaded, overwrite)
-        yield folder
+        fd = _lock(folder)
+        try:
+            check_checkpoint_slot(folder, loaded, overwrite)
+            for name in RUN_FILES:  # what a killed run left mid-write; no other run writes
+                remove_stale_temps(folder / name)
+            yield folder
+        finally:
+            _unlock(folder, fd)
     finally:
-        _unlock(folder, fd)
+        if made:
+            _remove_if_empty(folder)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    """The folder this run made, when it ended with nothing saved in it (it failed or
+    stopped before its first test), so that it leaves nothing behind."""
+    try:
+        folder.rmdir()  # only ever removes an empty folder
+    except OSError:
+        pass  # something was saved, or it is gone already
 
 
 def check_run_folder(folder: Path, loaded: Path | None = None, overwrite: bool = False) -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 from convnet.errors import DataError
 
 
-def minibatch_bounds(n: int, mini: int, shards: int) -> list[tuple[int, int]]:
-    """(start, stop) of each minibatch of a batch of ``n`` cases: ``mini`` cases each; a
-    tail too short to give every piece (``shards``: every shard's micro-batches) a case
-    joins the minibatch before it."""
+def minibatch_bounds(n: int, mini: int, shards: int,
+                     batch: int | None = None) -> list[tuple[int, int]]:
+    """(start, stop) of each minibatch of a batch of ``n`` cases (data batch ``batch``,
+    where known, for the error): ``mini`` cases each; a tail too short to give every
+    piece (``shards``: every shard's micro-batches) a case joins the minibatch before it."""
     if n < shards:
-        raise DataError(f"a batch of {n} case(s) is too small for {shards} shards")
+        which = f"data batch {batch}" if batch is not None else "a data batch"
+        raise DataError(f"{which} holds {n} case(s), too few for the {shards} shards of a "
+                        f"minibatch (a case each): give batches of at least {shards} cases")
     starts = list(range(0, n, mini))
     if len(starts) > 1 and n - starts[-1] < shards:
         starts.pop()

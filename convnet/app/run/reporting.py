@@ -42,11 +42,12 @@ def print_opening(log: RunLog, opts: RunOptions, plan: Plan, provider, batch_cas
     warning = oversubscription_warning(backend, plan.num_devices)
     if warning:
         log.warn(warning)
-    if opts.mini > batch_cases:
+    fits = batch_cases - batch_cases % plan.num_shards  # --mini is a multiple of the shards
+    if opts.mini > batch_cases and fits:  # (a batch of fewer cases than shards is refused)
         more = " or more cases per batch (--dummy-cases)" if provider.name == "dummy" else ""
         log.warn(f"--mini {opts.mini} is larger than a data batch ({batch_cases} cases): a "
                  f"minibatch never spans two batches, so each step trains on {batch_cases} "
-                 f"cases; give --mini {batch_cases} or less{more}")
+                 f"cases; give --mini {fits} or less{more}")
     if opts.color_noise > 0 and provider.image_shape[0] == 1:
         log.warn(f"--color-noise {opts.color_noise:g} on data of one channel "
                  f"({'x'.join(map(str, provider.image_shape))} per case) has no colour to "
@@ -81,13 +82,20 @@ def interrupt_status(checkpoint: Path, saved_at: tuple[int, int] | None, saved_n
 
 
 def print_closing_summary(log: RunLog, opts: RunOptions, save_dir: Path | None,
-                          saved_checkpoint: Path | None, picture: Path | None) -> None:
+                          saved_checkpoint: Path | None, picture: Path | None,
+                          kept_at: str | None = None) -> None:
     """The final and best test error, the time, the files written (the checkpoint if
-    saved, the log, and its picture if drawn) and how to go on."""
+    saved, the log, and its picture if drawn) and how to go on.  ``kept_at``: where the
+    checkpoint stands when it is not the final state (the tests after it were above
+    --max-test-err), which is then said instead of listing it as saved."""
     csv_path = log.csv_path
-    files = [saved_checkpoint] if saved_checkpoint is not None else []
+    files = [saved_checkpoint] if saved_checkpoint is not None and kept_at is None else []
     if csv_path is not None and csv_path.exists():
         files += [csv_path] + ([picture] if picture is not None else [])
+    kept = None
+    if saved_checkpoint is not None and kept_at is not None:
+        kept = (f"checkpoint: {shown_path(saved_checkpoint)} ({kept_at}): no later test was "
+                f"within --max-test-err {100 * opts.max_test_err:.2f}%")
     for line in closing_summary(log.cumulative_time, (log.tests or [None])[-1], log.best_test,
-                                files, save_dir, opts.epochs, launch.process_count()):
+                                files, save_dir, opts.epochs, launch.process_count(), kept):
         log.note(line)

@@ -104,7 +104,10 @@ def where_text(epoch: int, batch_index: int, batches_per_epoch: int) -> str:
 
 def closing_summary(seconds: float, final: tuple[int, int, float] | None,
                     best: tuple[int, int, float] | None, saved: list[Path],
-                    save_dir: Path | None, epochs: int, processes: int = 1) -> list[str]:
+                    save_dir: Path | None, epochs: int, processes: int = 1,
+                    kept: str | None = None) -> list[str]:
+    """The closing lines; ``kept``: the line saying where a checkpoint this run did not
+    replace stands, before the command that trains further."""
     lines = []
     if final is not None:
         text = f"finished in {seconds:.1f} s: final test error {100 * final[2]:.2f}%"
@@ -113,6 +116,8 @@ def closing_summary(seconds: float, final: tuple[int, int, float] | None,
         lines.append(text)
     if saved:
         lines.append("saved: " + ", ".join(shown_path(p) for p in saved))
+    if kept is not None:
+        lines.append(kept)
     if save_dir is not None and saved:
         lines.append(f"to train further: {resume_command(save_dir, epochs * 2, processes)}")
     return lines

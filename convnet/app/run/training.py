@@ -47,6 +47,7 @@ from convnet.app.run.init_state import read_init_state
 from convnet.app.run.resume_state import (loss_scale_meta, read_counters, read_state,
                                           restore_loss_scale, unused_layers)
 from convnet.app.run.signals import deferred_interrupt, interrupt_requested, raise_if_stopped
+from convnet.app.run.summary import where_text
 from convnet.config.model import NetConfig
 from convnet.data import BatchPrefetcher
 from convnet.errors import (CheckpointError, ConvnetError, DataError, NonFiniteDataError,
@@ -98,7 +99,7 @@ class Trainer:
         self.log = RunLog(save_dir, self.cost_layer, plan, quiet=opts.no_progress,
                           test_lines=test_lines)
         self.picture = LivePicture(self.log, opts.layer_def)  # log.png, redrawn at each test
-        self.events = EventFiles(opts.tensorboard if root else None)  # --tensorboard
+        self.events = EventFiles(opts.tensorboard if root else None, self.log.warn)
         if opts.profile:
             executor.timings = []  # the executor records op timings from now on
 
@@ -188,7 +189,8 @@ class Trainer:
         if self.announce:
             print_opening(self.log, opts, self.plan, self.provider, batch_cases, self.save_dir,
                           self.epoch, self.batch_index)
-        self._per_batch = len(minibatch_bounds(batch_cases, opts.mini, self.plan.num_pieces))
+        self._per_batch = len(minibatch_bounds(batch_cases, opts.mini, self.plan.num_pieces,
+                                                batches[0]))
         test_freq = opts.test_freq or len(batches)
         self.log.restart_clock()
         try:
@@ -212,8 +214,10 @@ class Trainer:
         picture = self.picture.finish()
         if self.announce:
             print_data_notes(self.log, self.provider, self.data_wait, self.train_seconds)
+            behind = self._saved_at is not None and self._saved_step != self.executor.step_count
+            kept_at = where_text(*self._saved_at, len(batches)) if behind else None
             print_closing_summary(self.log, opts, self.save_dir, self.saved_checkpoint,
-                                  picture)
+                                  picture, kept_at)
         return 0
 
     def _train_epochs(self, batches: list[int], total_batches: int, test_freq: int, bar) -> None:
