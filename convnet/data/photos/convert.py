@@ -88,6 +88,8 @@ def decoded_bytes(mode: str, width: int, height: int) -> int:
 def _open(data: bytes, size: int) -> Image.Image:
     """The decoded image, at a reduced JPEG scale where that keeps 2x ``size``; one
     larger than :func:`max_decoded_bytes` is refused before it is decoded."""
+    if not data:
+        raise UnreadableImage("an empty file (0 bytes)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -112,6 +114,10 @@ def _open(data: bytes, size: int) -> Image.Image:
 
 
 def _reason(error: Exception) -> str:
+    """``error`` in one line for the log; a file Pillow cannot identify in plain words
+    (its own message names the in-memory buffer's address, different at every run)."""
+    if isinstance(error, Image.UnidentifiedImageError):
+        return "not an image format Pillow reads"
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
