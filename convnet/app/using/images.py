@@ -3,8 +3,10 @@
 Decoding goes through Pillow (installed with matplotlib; the ``plot`` extra;
 :func:`convnet.optional.require_pillow`), the
 one decoder the engine uses for image files.  An image becomes a raw case the way
-a stored data set was made: converted to grey or RGB as the provider's channel
-count says, its short side resized to the stored size S (bicubic, antialiased),
+a stored data set was made: read as make-data reads a photo
+(:func:`convnet.data.photos.convert.upright_image`: upright by its EXIF orientation,
+transparency on white, 16-bit grey scaled by its range), converted to grey or RGB as
+the provider's channel count says, its short side resized to the stored size S (bicubic, antialiased),
 the centre S x S square kept, and its 0..255 values scaled to the provider's pixel
 units (``pixel_max``: 255 for CIFAR-style batches, 1 for digits).  The provider
 then does what it does to any test case (mean, centre crop or views).
@@ -49,19 +51,18 @@ def image_files(paths) -> list[tuple[Path, bool]]:
 def decode(path: Path, channels: int, size: int, pixel_max: float, image_module) -> np.ndarray:
     """One image file as raw pixels (channels, size, size) float32 in provider units;
     a DataError naming the file if it cannot be read as an image."""
+    # imported here: it needs Pillow, which image_module says is there
+    from convnet.data.photos.convert import UnreadableImage, upright_image
     try:
-        with image_module.open(path) as picture:
-            picture = picture.convert("L" if channels == 1 else "RGB")
-            width, height = picture.size
-            scale = size / min(width, height)
-            new = (max(size, round(width * scale)), max(size, round(height * scale)))
-            picture = picture.resize(new, image_module.Resampling.BICUBIC)
-            left, top = (new[0] - size) // 2, (new[1] - size) // 2
-            picture = picture.crop((left, top, left + size, top + size))
-            pixels = np.asarray(picture, dtype=np.float32)
-    except (OSError, ValueError, image_module.DecompressionBombError) as error:
-        reason = str(error).split("\n")[0] or type(error).__name__
-        raise DataError(f"{path}: cannot read it as an image ({reason})") from None
+        picture = upright_image(path, size).convert("L" if channels == 1 else "RGB")
+    except UnreadableImage as error:
+        raise DataError(f"{path}: cannot read it as an image ({error})") from None
+    width, height = picture.size
+    scale = size / min(width, height)
+    new = (max(size, round(width * scale)), max(size, round(height * scale)))
+    picture = picture.resize(new, image_module.Resampling.BICUBIC)
+    left, top = (new[0] - size) // 2, (new[1] - size) // 2
+    pixels = np.asarray(picture.crop((left, top, left + size, top + size)), dtype=np.float32)
     pixels = pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
     return pixels * np.float32(pixel_max / 255.0)
 

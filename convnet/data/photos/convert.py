@@ -27,6 +27,7 @@ wider than 8 bits is made.
 from __future__ import annotations
 
 import io
+import os
 import warnings
 
 import numpy as np
@@ -48,7 +49,7 @@ class UnreadableImage(Exception):
 def square_jpeg(data: bytes, size: int, keep_borders: bool = False,
                 quality: int = DEFAULT_QUALITY) -> bytes:
     """``data`` (any image file Pillow reads) as a JPEG of short side ``size``."""
-    image = _colours(_open(data, size), _rgb_or_grey)
+    image = upright_image(data, size)
     width, height = image.size
     scale = size / min(width, height)
     new_size = (max(size, round(width * scale)), max(size, round(height * scale)))
@@ -69,6 +70,15 @@ def square_jpeg(data: bytes, size: int, keep_borders: bool = False,
     return out.getvalue()
 
 
+def upright_image(source: bytes | str | os.PathLike, size: int) -> Image.Image:
+    """An image file (its bytes, or its path) as 8-bit RGB or greyscale (``L``), upright
+    and with transparency on white: the picture its owner sees, from which every
+    reader of users' pictures starts (make-data, the photo folders, ``--predict``), so
+    that a net sees the same pixels in training and in use.  JPEGs are decoded at a
+    reduced scale where that keeps twice ``size``."""
+    return _colours(_open(source, size), _rgb_or_grey)
+
+
 def max_decoded_bytes() -> int:
     """The most bytes an image may take decoded: Pillow's pixel limit at 3 bytes a pixel."""
     return 3 * Image.MAX_IMAGE_PIXELS
@@ -85,15 +95,15 @@ def decoded_bytes(mode: str, width: int, height: int) -> int:
     return width * height * per_pixel
 
 
-def _open(data: bytes, size: int) -> Image.Image:
+def _open(source: bytes | str | os.PathLike, size: int) -> Image.Image:
     """The decoded image, at a reduced JPEG scale where that keeps 2x ``size``; one
     larger than :func:`max_decoded_bytes` is refused before it is decoded."""
-    if not data:
-        raise UnreadableImage("an empty file (0 bytes)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+            if (len(source) if isinstance(source, bytes) else os.path.getsize(source)) == 0:
+                raise UnreadableImage("an empty file (0 bytes)")
+            image = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
             needed = decoded_bytes(image.mode, *image.size)
             if needed > max_decoded_bytes():
                 raise UnreadableImage(
