@@ -174,10 +174,11 @@ def test_a_file_name_that_is_not_utf8_is_escaped_in_the_csv_and_on_the_terminal(
     assert out.splitlines()[1].startswith(f"{shown}  ")
 
 
-def test_class_names_that_are_not_utf8_are_escaped(run, tmp_path, capsys, monkeypatch):
+def test_class_names_that_are_not_utf8_are_escaped(tmp_path, capsys, monkeypatch):
     """A class folder named ``bad\\xffname`` gives make-data's ``batches.meta`` that label
     name (a lone surrogate for the byte); the CSV's header and the terminal show it
-    escaped (here on the digits, whose class 2 is given that name)."""
+    escaped (here on the digits, whose class 2 is given that name for the training
+    run and its use)."""
     real_init = DigitsProvider.__init__
 
     def renamed(self, options):
@@ -185,6 +186,8 @@ def test_class_names_that_are_not_utf8_are_escaped(run, tmp_path, capsys, monkey
         self.label_names[2] = os.fsdecode(b"bad\xffname")
 
     monkeypatch.setattr(DigitsProvider, "__init__", renamed)
+    run = train_digits(tmp_path / "run")
+    capsys.readouterr()
     digit_pngs(tmp_path / "digits", count=2)
     code, out, _ = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
                             "--predict-out", tmp_path / "p.csv", "--top", "10")
