@@ -18,27 +18,24 @@ from pathlib import Path
 
 import numpy as np
 
+from convnet.data.photos.sources import IMAGE_EXTENSIONS
 from convnet.errors import DataError
 from convnet.filekind import not_a_regular_file
 
-#: File name endings taken from a folder (case-insensitive); a file named on the
-#: command line is read whatever its name.
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
-                  ".pgm")
-
-
 def image_files(paths) -> list[tuple[Path, bool]]:
     """(file, found in a folder) of the files named, a folder standing for its image
-    files (sorted by name, not descending into sub-folders).  A missing path or a
-    folder without images is an error: the user named something that is not there."""
+    files as make-data takes them from a class folder (named like an image, hidden
+    ones left out; sorted by name, not descending into sub-folders).  A missing path
+    or a folder without images is an error: the user named something that is not
+    there."""
     files: list[tuple[Path, bool]] = []
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(p for p in path.iterdir()
-                           if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            found = sorted(p for p in path.iterdir() if not p.name.startswith(".")
+                           and p.name.lower().endswith(IMAGE_EXTENSIONS) and not p.is_dir())
             if not found:
                 raise DataError(f"{path}: the folder holds no image files "
-                                f"({', '.join(IMAGE_SUFFIXES)})")
+                                f"({', '.join(IMAGE_EXTENSIONS)})")
             files.extend((p, True) for p in found)
         else:
             problem = not_a_regular_file(path)
@@ -50,7 +47,11 @@ def image_files(paths) -> list[tuple[Path, bool]]:
 
 def decode(path: Path, channels: int, size: int, pixel_max: float, image_module) -> np.ndarray:
     """One image file as raw pixels (channels, size, size) float32 in provider units;
-    a DataError naming the file if it cannot be read as an image."""
+    a DataError naming the file if it cannot be read as an image (a FIFO, which
+    would block, or a link loop found in a folder among them)."""
+    problem = not_a_regular_file(path)
+    if problem is not None:
+        raise DataError(f"{path} {problem}")
     # imported here: it needs Pillow, which image_module says is there
     from convnet.data.photos.convert import UnreadableImage, upright_image
     try:

@@ -123,6 +123,21 @@ def test_an_empty_file_in_a_folder_is_named_as_empty(run, tmp_path, capsys):
     assert code == 0 and "empty.png: cannot read it as an image (an empty file (0 bytes))" in err
 
 
+def test_a_folder_is_read_as_make_data_reads_a_class_folder(run, tmp_path, capsys):
+    """Hidden files (the ``._0.png`` a Mac leaves beside ``0.png``) are left out as
+    make-data leaves them out; an image-named link loop or FIFO is skipped with a
+    warning, not dropped without a word (nor opened: a FIFO would block)."""
+    digit_pngs(tmp_path / "digits", count=1)
+    (tmp_path / "digits" / "._0.png").write_bytes(b"\0\5\26\7 resource fork")
+    (tmp_path / "digits" / "loop.png").symlink_to("loop.png")
+    os.mkfifo(tmp_path / "digits" / "fifo.pnm")
+    code, out, err = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits")
+    assert code == 0 and len(out.splitlines()) == 1 and "._0.png" not in err
+    assert "loop.png cannot be read (Too many levels of symbolic links)" in err
+    assert "fifo.pnm is a FIFO (named pipe), not a regular file" in err
+    assert "skipped 2" in err
+
+
 def test_one_image_on_a_net_of_two_shards_is_predicted(tmp_path, capsys):
     """The bundled hybrid net cuts a minibatch into two shards; one image is still one
     case (the engine's minibatch gets a copy of it, whose result is dropped)."""
