@@ -39,9 +39,22 @@ def test_an_empty_class_folder(tmp_path, capsys):
               "empty", "no image files")
 
 
+def test_a_single_class_is_refused_naming_the_folders_inside_it(tmp_path, capsys):
+    """``photos/dataset/cat``, ``photos/dataset/dog`` read from ``photos``: one class,
+    'dataset', whose every image has label 0 (a net would learn nothing from it)."""
+    for name in ("cat", "dog"):
+        (tmp_path / "src" / "dataset" / name).mkdir(parents=True)
+        (tmp_path / "src" / "dataset" / name / "x.jpg").write_bytes(image_bytes(20, 20, 1))
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
+              "one class folder, 'dataset'", "two or more",
+              f"its folders cat, dog may be the classes: read {tmp_path / 'src' / 'dataset'}")
+    assert not (tmp_path / "out").exists()
+
+
 def test_no_readable_image_at_all(tmp_path, capsys):
-    (tmp_path / "src" / "a").mkdir(parents=True)
-    (tmp_path / "src" / "a" / "x.jpg").write_bytes(b"garbage")
+    for name in ("a", "b"):
+        (tmp_path / "src" / name).mkdir(parents=True)
+        (tmp_path / "src" / name / "x.jpg").write_bytes(b"garbage")
     _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
               "no training image could be read", "make-data.log")
 

@@ -258,6 +258,8 @@ def folder_dataset(src: str, test_dir: str | None, test_fraction: float, seed: i
     if test_dir is not None and test_fraction > 0:
         raise UsageError("--val-dir and --val-fraction both choose the test images: give one")
     names, per_class, ignored = scan_class_tree(src)
+    if len(names) == 1:
+        raise DataError(_one_class(src, names[0], per_class[0]))
     train, train_labels, test, test_labels = [], [], [], []
     rng = np.random.default_rng([seed, 2])
     for label, images in enumerate(per_class):
@@ -278,6 +280,18 @@ def folder_dataset(src: str, test_dir: str | None, test_fraction: float, seed: i
     refs, labels = train + test, train_labels + [-1 - label for label in test_labels]
     return DataSet(train, train_labels, test, test_labels, names, ignored,
                    fingerprint(inside, refs, labels, names))
+
+
+def _one_class(src: str, name: str, images: list[ImageRef]) -> str:
+    """Why a tree of one class is refused: every label would be 0, so a net learns
+    nothing; most often the classes are one level down (``photos/dataset/cat``)."""
+    folder = os.path.join(src, name)
+    inner = sorted({os.path.relpath(ref.path, folder).split(os.sep)[0] for ref in images
+                    if os.sep in os.path.relpath(ref.path, folder)})
+    hint = (f"; its folders {_some(inner)} may be the classes: read {folder}"
+            if len(inner) > 1 else "")
+    return (f"{src} holds one class folder, '{name}': a classifier needs two or more, one "
+            f"folder of images for each class{hint}")
 
 
 def _held_out(count: int, fraction: float, rng: np.random.Generator) -> set[int]:
