@@ -54,3 +54,16 @@ def test_a_net_used_on_other_classes_is_refused(saved, tmp_path, capsys):
     Image.new("L", (8, 8)).save(tmp_path / "one.png")
     code, _, err = run_main(capsys, "--load-file", run, "--predict", tmp_path / "one.png")
     assert_clean_error((code, err), 1, "class 9 was 'c9', now 'c10'")
+
+
+def test_an_older_checkpoint_without_names_is_not_checked_and_damage_is_one_line(tmp_path):
+    from types import SimpleNamespace
+
+    from convnet.app.run.resume_state import check_classes
+    from convnet.errors import CheckpointError
+
+    data = SimpleNamespace(label_names=["a", "b"])
+    check_classes(tmp_path / "c.npz", {}, data)  # saved before the names were kept
+    check_classes(tmp_path / "c.npz", {"label_names": ["a", "b"]}, data)
+    with pytest.raises(CheckpointError, match="damaged checkpoint: its class names"):
+        check_classes(tmp_path / "c.npz", {"label_names": "ab"}, data)
