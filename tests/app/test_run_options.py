@@ -89,3 +89,10 @@ def test_image_size_is_refused_where_no_photo_folder_reads_it(tmp_path):
     (photos / "cat").mkdir(parents=True)
     assert resolve("--data-provider", "image", "--data-path", str(photos),
                    "--image-size", "16").image_size == 16
+
+
+def test_image_size_has_make_data_s_largest_size():
+    """--image-size S does what make-data's --size S does, up to the same 4096."""
+    with pytest.raises(UsageError, match="--image-size: at most 4096 pixels"):
+        build_parser().parse_args(["--image-size", "4097"])
+    assert build_parser().parse_args(["--image-size", "4096"]).image_size == 4096
