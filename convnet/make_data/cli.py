@@ -12,8 +12,7 @@ import os
 import signal
 import sys
 
-from convnet.data.options import MAX_IMAGE_SIDE
-from convnet.data.photos.convert import DEFAULT_QUALITY
+from convnet.data.options import DEFAULT_QUALITY, MAX_IMAGE_SIDE
 from convnet.data.ranges import format_range
 from convnet.errors import ConvnetError, UsageError
 from convnet.make_data.layout import DEFAULT_BATCH_SIZE, DEFAULT_SUB_BATCH_SIZE

@@ -174,3 +174,17 @@ def test_a_target_on_a_read_only_file_system_says_so(tmp_path, capsys, monkeypat
                         else real_statvfs(path))
     _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
               "cannot write into the target folder", "is on a read-only file system")
+
+
+def test_without_pillow_make_data_says_which_extra_to_install(tmp_path):
+    """Pillow comes with the make-data extra: its absence is one line, not a traceback
+    from an import."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['PIL'] = None; "
+            "from convnet.make_data.launcher import main; sys.exit(main())")
+    proc = subprocess.run([sys.executable, "-c", code, "--src-dir", str(tmp_path),
+                           "--tgt-dir", str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=60)
+    _one_line(proc.returncode, proc.stderr, 1, "needs Pillow", "'make-data' extra")

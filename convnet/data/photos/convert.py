@@ -33,10 +33,9 @@ import warnings
 import numpy as np
 from PIL import Image, ImageMode, ImageOps
 
+from convnet.data.options import DEFAULT_QUALITY
 
-#: The original's JPEG quality (``JPEG_QUALITY`` in its ``pyext.h``): what make-data
-#: stores, and what the photo-folder provider decodes again (the same pixels).
-DEFAULT_QUALITY = 95
+
 #: Deep greyscale is scaled to 8 bits in bands of about this many pixels.
 BAND_PIXELS = 2 ** 20
 DEEP_GREY_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")
