@@ -51,6 +51,18 @@ def test_a_single_class_is_refused_naming_the_folders_inside_it(tmp_path, capsys
     assert not (tmp_path / "out").exists()
 
 
+def test_class_folders_that_are_the_parts_of_a_data_set_are_refused(tmp_path, capsys):
+    """``photos/{train,val,test}/cat/...`` read from ``photos``: classes 'test', 'train'
+    and 'val', each image labelled by the part it is in."""
+    for part in ("train", "val", "test"):
+        for name in ("cat", "dog"):
+            (tmp_path / "src" / part / name).mkdir(parents=True)
+            (tmp_path / "src" / part / name / "x.jpg").write_bytes(image_bytes(20, 20, 1))
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
+              "its folders test, train, val hold class folders (cat, dog)",
+              "the parts of a data set, not classes")
+
+
 def test_no_readable_image_at_all(tmp_path, capsys):
     for name in ("a", "b"):
         (tmp_path / "src" / name).mkdir(parents=True)
