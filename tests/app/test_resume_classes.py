@@ -62,8 +62,10 @@ def test_an_older_checkpoint_without_names_is_not_checked_and_damage_is_one_line
     from convnet.app.run.resume_state import check_classes
     from convnet.errors import CheckpointError
 
-    data = SimpleNamespace(label_names=["a", "b"])
+    data = SimpleNamespace(label_names=["a", "b"], name="image")
     check_classes(tmp_path / "c.npz", {}, data)  # saved before the names were kept
+    dummy = {"label_names": ["class0", "class1"], "options": {"data_provider": "dummy"}}
+    check_classes(tmp_path / "c.npz", dummy, data)  # made-up classes
     check_classes(tmp_path / "c.npz", {"label_names": ["a", "b"]}, data)
     with pytest.raises(CheckpointError, match="damaged checkpoint: its class names"):
         check_classes(tmp_path / "c.npz", {"label_names": "ab"}, data)

@@ -179,9 +179,12 @@ def check_classes(checkpoint: Path, meta: dict, provider) -> None:
     """Refuse a saved net on data whose classes are not those it was trained on: a
     class folder added, removed or renamed since shifts the labels under the net, which
     would then train on (or name its predictions by) the wrong classes without a sign.
-    A checkpoint that predates the record is not checked."""
+    A checkpoint that predates the record is not checked, nor one of or on ``dummy``
+    data, whose classes are made-up numbers (a dummy-trained net may be tested on the
+    digits, say, to try the machinery)."""
     saved = meta.get("label_names")
-    if saved is None:
+    options = meta.get("options") if isinstance(meta.get("options"), dict) else {}
+    if saved is None or "dummy" in (options.get("data_provider"), provider.name):
         return
     if not isinstance(saved, list) or not all(isinstance(name, str) for name in saved):
         raise CheckpointError(f"{checkpoint}: damaged checkpoint: its class names are "
