@@ -13,6 +13,7 @@ import argparse
 import difflib
 import math
 
+from convnet.data.options import MAX_IMAGE_SIDE
 from convnet.errors import ConvnetError, DataError
 
 PROVIDER_NAMES = ("digits", "cifar", "convnet-batches", "image", "dummy")
@@ -69,6 +70,15 @@ def _int_at_least(text: str, low: int) -> int:
 
 def positive_int(text: str) -> int:
     return _int_at_least(text, 1)
+
+
+def image_side(text: str) -> int:
+    """--image-size: make-data's --size, up to the same largest side."""
+    value = positive_int(text)
+    if value > MAX_IMAGE_SIDE:
+        raise argparse.ArgumentTypeError(f"at most {MAX_IMAGE_SIDE} pixels (make-data's "
+                                         f"largest --size), got {value}")
+    return value
 
 
 def non_negative_int(text: str) -> int:

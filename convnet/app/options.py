@@ -22,6 +22,7 @@ from convnet.app.option_values import MAX_DEVICES
 from convnet.app.checkpoint import CheckpointReader, find_checkpoint
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
+from convnet.data.photos.provider import image_size_unread
 from convnet.errors import ConvnetError, DataError, UsageError
 from convnet.filekind import cannot_write_folder
 from convnet.optional import require_tensorboard
@@ -179,6 +180,9 @@ def resolve_options(args: argparse.Namespace,
             if values["data_provider"] not in providers and values[key] is not None \
                     and resume.saved_options.get(key) == values[key]:
                 values[key] = None
+    unread = args.image_size and image_size_unread(values["data_provider"], values["data_path"])
+    if unread:
+        raise UsageError(f"--image-size sizes the photos of class folders: {unread}")
     if saved_data_path and values["data_path"] is not None \
             and not values["data_path"].exists():  # moved since: a path the user never gave
         raise DataError(f"{resume.checkpoint}: the run's --data-path {values['data_path']} "

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from convnet.app.checkpoint import CheckpointReader, find_checkpoint, short_repr
 from convnet.app.option_values import (BACKEND_NAMES, MAX_DEVICES, batch_range, color_noise,
-                                       data_dims, gpu_list, non_negative_int, positive_int,
+                                       data_dims, gpu_list, image_side, non_negative_int,
+                                       positive_int,
                                        provider_name, scalar_mean, sync_mode)
 from convnet.errors import CheckpointError
 from convnet.filekind import not_a_regular_file
@@ -103,7 +104,7 @@ _DECODE_SAVED = {
     "train_range": _saved_text(batch_range),
     "test_range": _saved_text(batch_range),
     "inner_size": _saved_int(non_negative_int),
-    "image_size": _saved_int(positive_int),
+    "image_size": _saved_int(image_side),
     "color_noise": _saved_number(color_noise),
     "scalar_mean": _saved_number(scalar_mean),
     "epochs": _saved_int(positive_int),

@@ -50,7 +50,8 @@ has:
 Pixel values keep each source's own units before mean subtraction (0..255 for
 CIFAR and cuda-convnet batches, as in cuda-convnet2, whose configs' ``initW``
 values assume that scale; 0..1 for digits), and ``scalar_mean`` is in the same
-units.
+units: one outside 0..``pixel_max`` is refused (``--scalar-mean 128`` from a CIFAR
+recipe would shift every 0..1 digit by 128).
 
 Augmentation follows cuda-convnet2's CIFAR provider:
 
@@ -379,3 +380,9 @@ class DataProvider:
                             f"{format_shape(self.image_shape)} per case")
         if options.seed < 0:
             raise DataError(f"the data seed must be >= 0, got {options.seed}")
+        mean = options.scalar_mean
+        if mean is not None and self.pixel_max is not None and not 0 <= mean <= self.pixel_max:
+            raise DataError(f"{self.where}: --scalar-mean {mean:g} is outside "
+                            f"0..{self.pixel_max:g}, the range of the '{self.name}' pixels it "
+                            "is subtracted from: give it in the data's units (0..1 for "
+                            "digits, 0..255 for CIFAR and image batches)")

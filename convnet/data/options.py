@@ -5,6 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The largest side photos are brought to (make-data's --size, --image-size): an image
+#: of 4096 x 4096 is 48 MiB decoded, already far beyond what a convnet of this engine
+#: trains on, and a typo must not make every image huge.
+MAX_IMAGE_SIDE = 4096
+#: The original's JPEG quality (``JPEG_QUALITY`` in its ``pyext.h``): what make-data
+#: stores, and what the photo-folder provider decodes again (the same pixels).  Here,
+#: not beside the conversion, so that make-data's options are read without Pillow.
+DEFAULT_QUALITY = 95
+
 
 @dataclass
 class DataOptions:

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from convnet.data.photos.convert import DEFAULT_QUALITY
+from convnet.data.options import DEFAULT_QUALITY, MAX_IMAGE_SIDE
 from convnet.data.ranges import format_range
 from convnet.errors import ConvnetError, UsageError
 from convnet.make_data.layout import DEFAULT_BATCH_SIZE, DEFAULT_SUB_BATCH_SIZE
@@ -37,15 +37,10 @@ def _positive(text: str) -> int:
     return value
 
 
-#: The largest --size: an image of 4096 x 4096 is 48 MiB decoded, already far beyond
-#: what a convnet of this engine trains on, and a typo must not make every image huge.
-MAX_SIZE = 4096
-
-
 def _size(text: str) -> int:
     value = _positive(text)
-    if value > MAX_SIZE:
-        raise argparse.ArgumentTypeError(f"at most {MAX_SIZE} pixels, got {value}")
+    if value > MAX_IMAGE_SIDE:
+        raise argparse.ArgumentTypeError(f"at most {MAX_IMAGE_SIDE} pixels, got {value}")
     return value
 
 

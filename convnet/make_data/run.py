@@ -18,7 +18,7 @@ from typing import Iterator, NamedTuple
 
 from tqdm import tqdm
 
-from convnet.data.photos.convert import DEFAULT_QUALITY
+from convnet.data.options import DEFAULT_QUALITY
 from convnet.data.photos.sources import DataSet, folder_dataset
 from convnet.errors import DataError, UsageError
 from convnet.make_data.ilsvrc import ilsvrc_dataset, is_ilsvrc_folder

@@ -184,3 +184,14 @@ def test_a_checkpoint_kept_by_max_test_err_is_not_called_saved(tmp_path, capsys)
     kept = [line for line in out.splitlines() if line.startswith("checkpoint: ")]
     assert len(kept) == 1 and kept[0].endswith(
         "checkpoint.npz (end of epoch 1): no later test was within --max-test-err 1.00%"), out
+
+
+def test_test_batches_that_are_also_trained_on_are_said_so(capsys):
+    """cuda-convnet's last step trains on every batch (1-6, testing on 6): allowed, but the
+    test error is then not measured on held-out images, and the banner says so."""
+    code, out, _ = run_main(capsys, "--no-progress", "--epochs", "1", "--train-range", "5-6",
+                            "--test-range", "4-6")
+    assert code == 0
+    assert "test 4-6 (5-6 also trained on: not held out);" in out
+    code, out, _ = run_main(capsys, "--no-progress", "--epochs", "1")
+    assert "also trained on" not in out

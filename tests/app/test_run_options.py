@@ -73,3 +73,26 @@ def test_a_saved_value_is_held_to_the_command_line_rules(tmp_path):
     save_checkpoint(tmp_path / CHECKPOINT_NAME, {}, {"options": {**saved, "mini": 0}})
     with pytest.raises(CheckpointError, match="saved option 'mini' has the bad value 0"):
         resolve("--load-file", str(tmp_path))
+
+
+def test_image_size_is_refused_where_no_photo_folder_reads_it(tmp_path):
+    """--image-size sizes the photos of a class-folder tree; given for other data (or for
+    make-data's batches, stored at make-data's --size) it would be ignored without a word."""
+    with pytest.raises(UsageError, match="--image-size .* the 'digits' data has its own"):
+        resolve("--image-size", "16")
+    batches = tmp_path / "batches"
+    (batches / "data_batch_0").mkdir(parents=True)
+    (batches / "batches.meta").write_bytes(b"")
+    with pytest.raises(UsageError, match="make-data's --size"):
+        resolve("--data-provider", "image", "--data-path", str(batches), "--image-size", "16")
+    photos = tmp_path / "photos"
+    (photos / "cat").mkdir(parents=True)
+    assert resolve("--data-provider", "image", "--data-path", str(photos),
+                   "--image-size", "16").image_size == 16
+
+
+def test_image_size_has_make_data_s_largest_size():
+    """--image-size S does what make-data's --size S does, up to the same 4096."""
+    with pytest.raises(UsageError, match="--image-size: at most 4096 pixels"):
+        build_parser().parse_args(["--image-size", "4097"])
+    assert build_parser().parse_args(["--image-size", "4096"]).image_size == 4096

@@ -74,3 +74,13 @@ def test_digits_provider_does_not_import_scikit_learn():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("mean", [128.0, -0.5])
+def test_a_scalar_mean_outside_the_pixel_range_is_refused(mean):
+    """--scalar-mean 128 copied from a CIFAR recipe onto the 0..1 digits would shift every
+    pixel by 128: a mean of the pixels lies within their range, in the data's units."""
+    from convnet.errors import DataError
+
+    with pytest.raises(DataError, match=f"--scalar-mean {mean:g} is outside 0..1"):
+        make_provider("digits", options=DataOptions(scalar_mean=mean))

@@ -84,6 +84,16 @@ def test_an_unreadable_file_raises_with_a_reason(data):
     assert str(error.value)
 
 
+@pytest.mark.parametrize("data, reason", [(b"", "an empty file (0 bytes)"),
+                                          (b"not an image at all", "not an image format")])
+def test_an_empty_or_unknown_file_says_so_in_words_the_same_each_run(data, reason):
+    """Not Pillow's "cannot identify image file <_io.BytesIO object at 0x7f...>": the
+    log names the file, the reason must be plain and not change between runs."""
+    with pytest.raises(UnreadableImage) as error:
+        square_jpeg(data, 16)
+    assert str(error.value).startswith(reason) and "0x" not in str(error.value)
+
+
 def test_an_image_declaring_absurd_dimensions_is_refused(monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
     with pytest.raises(UnreadableImage, match="DecompressionBomb"):

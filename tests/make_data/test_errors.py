@@ -39,9 +39,34 @@ def test_an_empty_class_folder(tmp_path, capsys):
               "empty", "no image files")
 
 
+def test_a_single_class_is_refused_naming_the_folders_inside_it(tmp_path, capsys):
+    """``photos/dataset/cat``, ``photos/dataset/dog`` read from ``photos``: one class,
+    'dataset', whose every image has label 0 (a net would learn nothing from it)."""
+    for name in ("cat", "dog"):
+        (tmp_path / "src" / "dataset" / name).mkdir(parents=True)
+        (tmp_path / "src" / "dataset" / name / "x.jpg").write_bytes(image_bytes(20, 20, 1))
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
+              "one class folder, 'dataset'", "two or more",
+              f"its folders cat, dog may be the classes: read {tmp_path / 'src' / 'dataset'}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_class_folders_that_are_the_parts_of_a_data_set_are_refused(tmp_path, capsys):
+    """``photos/{train,val,test}/cat/...`` read from ``photos``: classes 'test', 'train'
+    and 'val', each image labelled by the part it is in."""
+    for part in ("train", "val", "test"):
+        for name in ("cat", "dog"):
+            (tmp_path / "src" / part / name).mkdir(parents=True)
+            (tmp_path / "src" / part / name / "x.jpg").write_bytes(image_bytes(20, 20, 1))
+    _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
+              "its folders test, train, val hold class folders (cat, dog)",
+              "the parts of a data set, not classes")
+
+
 def test_no_readable_image_at_all(tmp_path, capsys):
-    (tmp_path / "src" / "a").mkdir(parents=True)
-    (tmp_path / "src" / "a" / "x.jpg").write_bytes(b"garbage")
+    for name in ("a", "b"):
+        (tmp_path / "src" / name).mkdir(parents=True)
+        (tmp_path / "src" / name / "x.jpg").write_bytes(b"garbage")
     _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
               "no training image could be read", "make-data.log")
 
@@ -161,3 +186,17 @@ def test_a_target_on_a_read_only_file_system_says_so(tmp_path, capsys, monkeypat
                         else real_statvfs(path))
     _one_line(*make_data(tmp_path / "src", tmp_path / "out", capsys=capsys), 1,
               "cannot write into the target folder", "is on a read-only file system")
+
+
+def test_without_pillow_make_data_says_which_extra_to_install(tmp_path):
+    """Pillow comes with the make-data extra: its absence is one line, not a traceback
+    from an import."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['PIL'] = None; "
+            "from convnet.make_data.launcher import main; sys.exit(main())")
+    proc = subprocess.run([sys.executable, "-c", code, "--src-dir", str(tmp_path),
+                           "--tgt-dir", str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=60)
+    _one_line(proc.returncode, proc.stderr, 1, "needs Pillow", "'make-data' extra")

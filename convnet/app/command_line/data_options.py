@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from convnet.app.option_values import (batch_range, color_noise, data_dims, flag,
+from convnet.app.option_values import (batch_range, color_noise, data_dims, flag, image_side,
                                        non_negative_int, positive_int, provider_name,
                                        scalar_mean)
 
@@ -43,7 +43,7 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
     data.add_argument("--inner-size", type=non_negative_int, default=None, metavar="N",
                       help="train on random N x N crops, mirrored at random, and test on "
                            "centre crops; 0 means whole images [resumable] (default: 0)")
-    data.add_argument("--image-size", type=positive_int, default=None, metavar="S",
+    data.add_argument("--image-size", type=image_side, default=None, metavar="S",
                       help="with --data-provider image on a folder of class folders "
                            "(photos/cat/*.jpg, ...): bring every photo to S x S (short side "
                            "to S, centre square), as python -m convnet.make_data --size S "

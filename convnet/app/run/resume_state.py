@@ -7,7 +7,8 @@ believe in rows that never were.  So the weights are read for exactly the
 layout the net needs (``weights/<layer>/<key>`` and ``momentum/<layer>/<key>``,
 float32, the shapes of :meth:`convnet.config.model.LayerDef.param_shapes`) and
 nothing else is decompressed; the counters (and ``--precision fp16``'s loss
-scale) must be numbers of the right kind in a sane range.  (The saved options are checked by
+scale) must be numbers of the right kind in a sane range, and the data's class names
+must be those the net was trained on.  (The saved options are checked by
 :func:`convnet.app.saved_options.read_resume`.)
 """
 
@@ -23,7 +24,7 @@ from convnet.app.checkpoint import CheckpointReader
 from convnet.config.layer_types.weight_shapes import is_connection_key
 from convnet.config.model import NetConfig
 from convnet.data.ranges import MAX_BATCHES
-from convnet.errors import CheckpointError
+from convnet.errors import CheckpointError, DataError
 from convnet.layers.connectivity import table_error
 from convnet.plan.ops import Plan
 from convnet.runtime.step.precision import LossScale
@@ -166,6 +167,43 @@ def _read_counters(checkpoint: Path, meta: dict) -> Counters:
     except (KeyError, ValueError, TypeError):
         raise CheckpointError(f"{checkpoint}: damaged checkpoint: its step, epoch and log "
                               "counters are missing or out of range") from None
+
+
+def classes_meta(provider) -> dict:
+    """What a checkpoint keeps of the data: its class names in label order, what the
+    net's outputs mean."""
+    return {"label_names": [str(name) for name in provider.label_names]}
+
+
+def check_classes(checkpoint: Path, meta: dict, provider) -> None:
+    """Refuse a saved net on data whose classes are not those it was trained on: a
+    class folder added, removed or renamed since shifts the labels under the net, which
+    would then train on (or name its predictions by) the wrong classes without a sign.
+    A checkpoint that predates the record is not checked, nor one of or on ``dummy``
+    data, whose classes are made-up numbers (a dummy-trained net may be tested on the
+    digits, say, to try the machinery)."""
+    saved = meta.get("label_names")
+    options = meta.get("options") if isinstance(meta.get("options"), dict) else {}
+    if saved is None or "dummy" in (options.get("data_provider"), provider.name):
+        return
+    if not isinstance(saved, list) or not all(isinstance(name, str) for name in saved):
+        raise CheckpointError(f"{checkpoint}: damaged checkpoint: its class names are "
+                              "not a list of names")
+    now = [str(name) for name in provider.label_names]
+    if saved == now:
+        return
+    first = next(k for k in range(max(len(saved), len(now))) if saved[k:k + 1] != now[k:k + 1])
+    change = f"class {first} was {_quoted(saved, first)}, now {_quoted(now, first)}"
+    if len(saved) != len(now):
+        change += f"; {len(saved)} classes then, {len(now)} now"
+    raise DataError(f"{checkpoint}: the data's classes are not those the net was trained "
+                    f"on ({change}): its labels would mean other classes; give --data-path "
+                    "the data it was trained on, or start a new run from its weights with "
+                    "--init-from")
+
+
+def _quoted(names: list[str], index: int) -> str:
+    return repr(names[index]) if index < len(names) else "none"
 
 
 def loss_scale_meta(executor) -> dict:

@@ -79,11 +79,18 @@ def start_banner(layer_def: Path, plan: Plan, backend: str, provider, batch_case
              f"{minibatch_line(plan, batch_cases)}",
              device_line(backend, plan, ranks) + (f" ({device_note})" if device_note else ""),
              f"data: {provider.name}, train batches {format_range(provider.train_batches)} "
-             f"({batch_cases} cases in the first), test {format_range(provider.test_batches)};"
-             f" {epochs} epoch(s)"]
+             f"({batch_cases} cases in the first), test {format_range(provider.test_batches)}"
+             f"{_trained_on_too(provider)}; {epochs} epoch(s)"]
     if save_dir is not None:
         lines.append(f"saving to {shown_path(save_dir)}/ ({', '.join(files)})")
     return lines
+
+
+def _trained_on_too(provider) -> str:
+    """The test batches that are also trained on (cuda-convnet's last step trains on
+    every batch), whose test error is then not a held-out error; "" when none are."""
+    both = sorted(set(provider.train_batches) & set(provider.test_batches))
+    return f" ({format_range(both)} also trained on: not held out)" if both else ""
 
 
 def data_wait_line(data_wait: float, train_seconds: float) -> str:

@@ -44,8 +44,9 @@ from convnet.app.run.live_picture import LivePicture
 from convnet.app.run.reporting import (interrupt_status, print_closing_summary,
                                        print_data_notes, print_opening)
 from convnet.app.run.init_state import read_init_state
-from convnet.app.run.resume_state import (loss_scale_meta, read_counters, read_state,
-                                          restore_loss_scale, unused_layers)
+from convnet.app.run.resume_state import (check_classes, classes_meta, loss_scale_meta,
+                                          read_counters, read_state, restore_loss_scale,
+                                          unused_layers)
 from convnet.app.run.signals import deferred_interrupt, interrupt_requested, raise_if_stopped
 from convnet.app.run.summary import where_text
 from convnet.config.model import NetConfig
@@ -115,6 +116,7 @@ class Trainer:
         except DataError as error:
             raise CheckpointError(f"{where}: does not fit this net "
                                   f"({self.opts.layer_def}): {error}") from None
+        check_classes(where, resume.meta, self.provider)  # a net that fits, on other data?
         unused = unused_layers(resume.keys, self.net, self.plan)
         if unused:
             self.log.warn(f"{where} holds weights of layers this net does not have, ignored: "
@@ -158,7 +160,8 @@ class Trainer:
                 # Every random draw (weights, dropout masks, augmentation) is a pure
                 # function of these, so they are the whole random-number state.
                 "rng": {"seed": self.opts.seed, "dropout_step": step,
-                        "data_epoch": self.epoch}, **loss_scale_meta(self.executor)}
+                        "data_epoch": self.epoch},
+                **classes_meta(self.provider), **loss_scale_meta(self.executor)}
         save_checkpoint(self.checkpoint, self.executor.state_arrays(), meta)
         self._saved_step = step
         self._saved_at = (self.epoch, self.batch_index)

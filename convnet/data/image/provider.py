@@ -115,6 +115,13 @@ class ImageProvider(DataProvider):
     def _batch_source(self, batch_id: int) -> str:
         return os.path.join(self.folder, f"data_batch_{batch_id}")
 
+    def _why_missing(self, batch_id: int) -> str:
+        """A batch may be a folder of sub-batches: an empty one (an interrupted copy)
+        is said to be that, not "a folder, not a regular file"."""
+        if os.path.isdir(self._batch_source(batch_id)):
+            return f"is a folder without sub-batch files (data_batch_{batch_id}.0, ...)"
+        return super()._why_missing(batch_id)
+
     def _pixel_mean(self) -> np.ndarray:
         return self.meta.data_mean
 

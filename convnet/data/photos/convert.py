@@ -27,15 +27,15 @@ wider than 8 bits is made.
 from __future__ import annotations
 
 import io
+import os
 import warnings
 
 import numpy as np
 from PIL import Image, ImageMode, ImageOps
 
+from convnet.data.options import DEFAULT_QUALITY
 
-#: The original's JPEG quality (``JPEG_QUALITY`` in its ``pyext.h``): what make-data
-#: stores, and what the photo-folder provider decodes again (the same pixels).
-DEFAULT_QUALITY = 95
+
 #: Deep greyscale is scaled to 8 bits in bands of about this many pixels.
 BAND_PIXELS = 2 ** 20
 DEEP_GREY_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")
@@ -48,7 +48,7 @@ class UnreadableImage(Exception):
 def square_jpeg(data: bytes, size: int, keep_borders: bool = False,
                 quality: int = DEFAULT_QUALITY) -> bytes:
     """``data`` (any image file Pillow reads) as a JPEG of short side ``size``."""
-    image = _colours(_open(data, size), _rgb_or_grey)
+    image = upright_image(data, size)
     width, height = image.size
     scale = size / min(width, height)
     new_size = (max(size, round(width * scale)), max(size, round(height * scale)))
@@ -69,6 +69,15 @@ def square_jpeg(data: bytes, size: int, keep_borders: bool = False,
     return out.getvalue()
 
 
+def upright_image(source: bytes | str | os.PathLike, size: int) -> Image.Image:
+    """An image file (its bytes, or its path) as 8-bit RGB or greyscale (``L``), upright
+    and with transparency on white: the picture its owner sees, from which every
+    reader of users' pictures starts (make-data, the photo folders, ``--predict``), so
+    that a net sees the same pixels in training and in use.  JPEGs are decoded at a
+    reduced scale where that keeps twice ``size``."""
+    return _colours(_open(source, size), _rgb_or_grey)
+
+
 def max_decoded_bytes() -> int:
     """The most bytes an image may take decoded: Pillow's pixel limit at 3 bytes a pixel."""
     return 3 * Image.MAX_IMAGE_PIXELS
@@ -85,13 +94,15 @@ def decoded_bytes(mode: str, width: int, height: int) -> int:
     return width * height * per_pixel
 
 
-def _open(data: bytes, size: int) -> Image.Image:
+def _open(source: bytes | str | os.PathLike, size: int) -> Image.Image:
     """The decoded image, at a reduced JPEG scale where that keeps 2x ``size``; one
     larger than :func:`max_decoded_bytes` is refused before it is decoded."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+            if (len(source) if isinstance(source, bytes) else os.path.getsize(source)) == 0:
+                raise UnreadableImage("an empty file (0 bytes)")
+            image = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
             needed = decoded_bytes(image.mode, *image.size)
             if needed > max_decoded_bytes():
                 raise UnreadableImage(
@@ -112,6 +123,10 @@ def _open(data: bytes, size: int) -> Image.Image:
 
 
 def _reason(error: Exception) -> str:
+    """``error`` in one line for the log; a file Pillow cannot identify in plain words
+    (its own message names the in-memory buffer's address, different at every run)."""
+    if isinstance(error, Image.UnidentifiedImageError):
+        return "not an image format Pillow reads"
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 

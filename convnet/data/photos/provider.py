@@ -63,6 +63,16 @@ def is_class_tree(path: str | None) -> bool:
     return bool(folders) and not any(re.fullmatch(r"data_batch_\d+", f) for f in folders)
 
 
+def image_size_unread(provider: str, path: str | None) -> str | None:
+    """Why ``--image-size`` would be ignored by this data (it sizes the photos of a
+    class-folder tree only), or None where it is read."""
+    if provider != "image":
+        return f"the '{provider}' data has its own"
+    if path and os.path.isfile(os.path.join(path, "batches.meta")):
+        return f"{path} holds batches, whose images have the size make-data's --size gave"
+    return None
+
+
 def _split_folders(folder: str) -> tuple[str, str | None]:
     """(training tree, test tree or None): ``train`` and ``val``/``test`` when the folder
     holds exactly those, else the folder itself."""

@@ -32,6 +32,10 @@ from convnet.errors import DataError, UsageError
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".webp", ".tif",
                     ".tiff", ".ppm", ".pgm", ".pbm", ".pnm")
 
+#: Folder names of the parts of a data set; class folders all named so, each holding
+#: folders of images, are a tree read one level too high.
+SPLIT_NAMES = ("train", "training", "val", "valid", "validation", "test", "testing")
+
 #: The largest source file read (256 MiB, what an image at Pillow's 89-megapixel
 #: decompression-bomb limit takes decoded); a larger one is skipped unread.
 MAX_FILE_BYTES = 256 * 2 ** 20
@@ -258,6 +262,17 @@ def folder_dataset(src: str, test_dir: str | None, test_fraction: float, seed: i
     if test_dir is not None and test_fraction > 0:
         raise UsageError("--val-dir and --val-fraction both choose the test images: give one")
     names, per_class, ignored = scan_class_tree(src)
+    if len(names) == 1:
+        raise DataError(_one_class(src, names[0], per_class[0]))
+    if all(name.lower() in SPLIT_NAMES for name in names):
+        inner = [_inner_folders(os.path.join(src, n), refs) for n, refs in zip(names, per_class)]
+        if all(inner):
+            raise DataError(
+                f"{src}: its folders {', '.join(names)} hold class folders "
+                f"({_some(sorted(set().union(*inner)))}): they are the parts of a data set, "
+                f"not classes; give the training part's folder (make-data: --src-dir with "
+                f"--val-dir for the test part; --data-path: a folder holding only train and "
+                f"val or test)")
     train, train_labels, test, test_labels = [], [], [], []
     rng = np.random.default_rng([seed, 2])
     for label, images in enumerate(per_class):
@@ -278,6 +293,26 @@ def folder_dataset(src: str, test_dir: str | None, test_fraction: float, seed: i
     refs, labels = train + test, train_labels + [-1 - label for label in test_labels]
     return DataSet(train, train_labels, test, test_labels, names, ignored,
                    fingerprint(inside, refs, labels, names))
+
+
+def _one_class(src: str, name: str, images: list[ImageRef]) -> str:
+    """Why a tree of one class is refused: every label would be 0, so a net learns
+    nothing; most often the classes are one level down (``photos/dataset/cat``)."""
+    folder = os.path.join(src, name)
+    inner = _inner_folders(folder, images)
+    hint = (f"; its folders {_some(inner)} may be the classes: read {folder}"
+            if len(inner) > 1 else "")
+    return (f"{src} holds one class folder, '{name}': a classifier needs two or more, one "
+            f"folder of images for each class{hint}")
+
+
+def _inner_folders(folder: str, images: list[ImageRef]) -> list[str]:
+    """The folders inside ``folder`` that hold its images, or [] when any image lies
+    in ``folder`` itself (then it is a class folder as meant)."""
+    places = [os.path.relpath(ref.path, folder).split(os.sep) for ref in images]
+    if any(len(place) == 1 for place in places):
+        return []
+    return sorted({place[0] for place in places})
 
 
 def _held_out(count: int, fraction: float, rng: np.random.Generator) -> set[int]:

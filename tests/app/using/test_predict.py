@@ -86,6 +86,58 @@ def test_any_size_and_colour_is_resized_and_cropped_like_the_stored_images(tmp_p
     assert (small[:, :, [0, 3]] < 255).all()
 
 
+def _left_half_white(mode: str = "L") -> Image.Image:
+    picture = np.zeros((8, 8), np.uint8)
+    picture[:, :4] = 255
+    return Image.fromarray(picture).convert(mode)
+
+
+def test_a_phone_photo_is_read_upright_as_make_data_stores_it(tmp_path):
+    """EXIF orientation 6 (turn 90 degrees clockwise to show): the left half of the
+    stored pixels is the top half of the photo as its owner sees it."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    _left_half_white("RGB").save(tmp_path / "phone.jpg", exif=exif, quality=100)
+    pixels = decode(tmp_path / "phone.jpg", 1, 8, 1.0, require_pillow("test"))[0]
+    assert pixels[:3].min() > 0.9 and pixels[5:].max() < 0.1
+
+
+def test_deep_grey_and_transparency_are_read_as_make_data_reads_them(tmp_path):
+    """A 16-bit grey PNG is scaled by its range (not clipped to white), and transparent
+    pixels are white (as a viewer shows them; make-data composites them so)."""
+    deep = np.asarray(_left_half_white()).astype(np.uint16) * 257 // 2  # mid grey and black
+    Image.fromarray(deep).save(tmp_path / "deep.png")
+    pixels = decode(tmp_path / "deep.png", 1, 8, 255.0, require_pillow("test"))[0]
+    np.testing.assert_allclose(pixels[:, 2], 127, atol=1)
+    np.testing.assert_allclose(pixels[:, 6], 0, atol=1)
+    clear = np.zeros((8, 8, 4), np.uint8)  # black, but wholly transparent
+    Image.fromarray(clear, "RGBA").save(tmp_path / "clear.png")
+    pixels = decode(tmp_path / "clear.png", 3, 8, 255.0, require_pillow("test"))
+    np.testing.assert_allclose(pixels, 255)
+
+
+def test_an_empty_file_in_a_folder_is_named_as_empty(run, tmp_path, capsys):
+    digit_pngs(tmp_path / "digits", count=1)
+    (tmp_path / "digits" / "empty.png").write_bytes(b"")
+    code, _, err = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits")
+    assert code == 0 and "empty.png: cannot read it as an image (an empty file (0 bytes))" in err
+
+
+def test_a_folder_is_read_as_make_data_reads_a_class_folder(run, tmp_path, capsys):
+    """Hidden files (the ``._0.png`` a Mac leaves beside ``0.png``) are left out as
+    make-data leaves them out; an image-named link loop or FIFO is skipped with a
+    warning, not dropped without a word (nor opened: a FIFO would block)."""
+    digit_pngs(tmp_path / "digits", count=1)
+    (tmp_path / "digits" / "._0.png").write_bytes(b"\0\5\26\7 resource fork")
+    (tmp_path / "digits" / "loop.png").symlink_to("loop.png")
+    os.mkfifo(tmp_path / "digits" / "fifo.pnm")
+    code, out, err = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits")
+    assert code == 0 and len(out.splitlines()) == 1 and "._0.png" not in err
+    assert "loop.png cannot be read (Too many levels of symbolic links)" in err
+    assert "fifo.pnm is a FIFO (named pipe), not a regular file" in err
+    assert "skipped 2" in err
+
+
 def test_one_image_on_a_net_of_two_shards_is_predicted(tmp_path, capsys):
     """The bundled hybrid net cuts a minibatch into two shards; one image is still one
     case (the engine's minibatch gets a copy of it, whose result is dropped)."""
@@ -137,10 +189,11 @@ def test_a_file_name_that_is_not_utf8_is_escaped_in_the_csv_and_on_the_terminal(
     assert out.splitlines()[1].startswith(f"{shown}  ")
 
 
-def test_class_names_that_are_not_utf8_are_escaped(run, tmp_path, capsys, monkeypatch):
+def test_class_names_that_are_not_utf8_are_escaped(tmp_path, capsys, monkeypatch):
     """A class folder named ``bad\\xffname`` gives make-data's ``batches.meta`` that label
     name (a lone surrogate for the byte); the CSV's header and the terminal show it
-    escaped (here on the digits, whose class 2 is given that name)."""
+    escaped (here on the digits, whose class 2 is given that name for the training
+    run and its use)."""
     real_init = DigitsProvider.__init__
 
     def renamed(self, options):
@@ -148,6 +201,8 @@ def test_class_names_that_are_not_utf8_are_escaped(run, tmp_path, capsys, monkey
         self.label_names[2] = os.fsdecode(b"bad\xffname")
 
     monkeypatch.setattr(DigitsProvider, "__init__", renamed)
+    run = train_digits(tmp_path / "run")
+    capsys.readouterr()
     digit_pngs(tmp_path / "digits", count=2)
     code, out, _ = run_main(capsys, "--load-file", run, "--predict", tmp_path / "digits",
                             "--predict-out", tmp_path / "p.csv", "--top", "10")

@@ -216,3 +216,14 @@ def test_a_batch_folder_without_sub_batches_is_not_a_batch(tmp_path):
     (tmp_path / "data_batch_1" / "notes.txt").write_text("x")
     with pytest.raises(DataError, match=r"the test range names batch 1 .*available batches: 0"):
         provider(tmp_path)
+
+
+def test_a_batch_folder_without_sub_batches_is_named_as_such(tmp_path):
+    """An interrupted copy leaves ``data_batch_0/`` empty: not 'a folder, not a regular
+    file' (a batch may be a folder), but a folder without the sub-batch files."""
+    set_with(tmp_path, encode_jpeg(class_images(np.array([0]), SIZE, 0)[0]))
+    for sub in (tmp_path / "data_batch_0").iterdir():
+        sub.unlink()
+    with pytest.raises(DataError, match=r"data_batch_0\), which is a folder without "
+                                        r"sub-batch files \(data_batch_0\.0, \.\.\.\)"):
+        provider(tmp_path)
