@@ -108,10 +108,11 @@ def test_runs_started_in_the_same_second_keep_their_own_event_files(tmp_path, mo
     from convnet.app.run.event_files import EventFiles
 
     monkeypatch.setattr(event_file_writer, "time", SimpleNamespace(time=lambda: 1.8e9))
+    warnings = []
     for run in range(2):
-        files = EventFiles(tmp_path)
+        files = EventFiles(tmp_path, warn=warnings.append)
         files.add({"cost": 1.0, "test_cost": 2.0, "error": 0.5, "test_error": 0.25 + run,
                    "learning_rate": 0.1, "inputs_per_sec": 100.0}, step=1)
         files.close()
-    assert len(list(tmp_path.iterdir())) == 2
+    assert len(list(tmp_path.iterdir())) == 2 and not warnings
     assert sorted(v for _, v in scalars(tmp_path)["error/test"]) == [0.25, 1.25]
