@@ -133,6 +133,7 @@ def test_a_rank_without_work_is_an_error(tmp_path):
     assert done.returncode == 2
     # every rank finds the error; whichever reports it first ends the others
     assert re.search(r"error: rank [0-3]: rank\(s\) 2, 3 would have no work", done.stderr)
+    assert "give --gpu" not in done.stderr  # more devices are not what it needs
     assert "Traceback" not in done.stderr
 
 
@@ -145,6 +146,9 @@ def test_too_few_devices_over_all_ranks_is_an_error(tmp_path):
                        "--mini", "128", "--print-plan"], cwd=tmp_path)
     assert done.returncode == 2
     assert "2 processes x --gpu 0 give 2 logical devices" in done.stderr
+    # --gpu is per process: each of the two lists two devices
+    assert ("give --gpu 0,1 in each of the 2 processes, or --gpu 0,0 for 2 logical devices "
+            "on device 0 in each of the 2 processes") in done.stderr
     assert "Traceback" not in done.stderr
 
 
