@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from convnet.app import bundled_example, launch
-from convnet.app.option_values import MAX_DEVICES
+from convnet.app.option_values import MAX_DEVICES, slow_device_text
 from convnet.app.checkpoint import CheckpointReader, find_checkpoint
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
@@ -296,7 +296,7 @@ def check_options(opts: RunOptions) -> None:
     processes = launch.process_count()
     if opts.slow_device is not None and (opts.slow_device[0] or 0) >= len(opts.gpu) * processes:
         each = f" for each of {processes} processes" if processes > 1 else ""
-        raise UsageError(f"--slow-device {opts.slow_device[0]}:...: --gpu lists "
+        raise UsageError(f"--slow-device {slow_device_text(opts.slow_device)}: --gpu lists "
                          f"{len(opts.gpu)} device(s){each}, numbered from 0")
     if opts.data_provider in ("digits", "dummy") and opts.data_path is not None:
         raise UsageError(f"the '{opts.data_provider}' data provider reads no files; "

@@ -130,7 +130,7 @@ def test_bad_values_exit_2_with_one_line(capsys, argv, fragment):
     (["--data-path", "/tmp"], "--data-provider"),
     (["--data-provider", "cifar"], "needs --data-path"),
     (["--data-provider", "digits", "--data-path", "/tmp"], "reads no files"),
-    (["--slow-device", "2:3"], "--gpu lists 2 device(s)"),
+    (["--slow-device", "2:3"], "--slow-device 2:3: --gpu lists 2 device(s)"),
     (["--sync", "async", "--profile"], "--profile times the operations of lockstep steps"),
 ])
 def test_options_that_do_not_go_together_exit_2(capsys, argv, fragment):
