@@ -68,12 +68,12 @@ def plan_across_ranks(net, gpus, minibatch: int, micro_batches: int = 1,
     except PlanError as error:
         error.message = f"{error.message} ({layout})"
         raise
-    used = {d for op in plan.ops for d in op.devices}
+    used = plan.used_devices
     idle = [r for r in range(cluster.size)
             if not any(cluster.rank_of(d) == r for d in used)]
     if idle:
         raise PlanError(f"rank(s) {', '.join(map(str, idle))} would have no work: the config "
-                        f"uses logical devices {', '.join(map(str, sorted(used)))}, and {layout}; "
+                        f"uses logical devices {', '.join(map(str, used))}, and {layout}; "
                         f"start fewer processes or list fewer devices in --gpu")
     return plan
 
