@@ -372,6 +372,7 @@ def check_auto_place(opts: RunOptions) -> None:
                          "--auto-place N too")
     if opts.auto_place is None:
         return
+    launch.require_one_process("--auto-place")  # the first thing to fix under mpiexec
     if opts.auto_place > len(opts.gpu):
         raise UsageError(f"--auto-place {opts.auto_place} places the net on {opts.auto_place} "
                          f"devices but --gpu lists {len(opts.gpu)}; give --gpu with at least "

@@ -152,6 +152,15 @@ def test_too_few_devices_over_all_ranks_is_an_error(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("args, option", [(["--print-plan", "--simulate"], "--simulate"),
+                                          (["--auto-place", "2"], "--auto-place")])
+def test_a_profile_under_mpiexec_is_refused_before_it_starts(tmp_path, args, option):
+    done = run_mpi(2, [CLI, "--gpu", "0", *args], cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"{option} runs in one process" in done.stderr
+    assert "profiling" not in done.stderr and "Traceback" not in done.stderr
+
+
 def test_print_plan_shows_the_processes(tmp_path):
     done = run_mpi(2, [CLI, "--gpu", "0", "--print-plan"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
