@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import time
 import traceback
 
 from convnet.errors import ConvnetError, PlanError, UsageError
@@ -30,6 +31,13 @@ from convnet.runtime.processes.communicator import DEFAULT_WAIT_LIMIT, Communica
 from convnet.stop_signals import STOP_EXITS
 
 _STOP_LINES = frozenset(line for _, line in STOP_EXITS.values())
+_STOP_CODES = frozenset(code for code, _ in STOP_EXITS.values())
+
+#: How long a rank other than 0 that a signal stopped waits before ending every process:
+#: a Ctrl-C in a terminal (or a scheduler's SIGTERM) reaches every rank, and rank 0 then
+#: says which checkpoint survived and draws log.png before it ends the run itself; a
+#: signal to that rank alone ends the run this much later.
+STOP_GRACE_SECONDS = 10.0
 
 _processes: tuple[Communicator, tuple[str, ...]] | None = None
 
@@ -167,6 +175,8 @@ def run_as_rank(main, argv, wait_limit: float | None = DEFAULT_WAIT_LIMIT) -> in
         rank_stderr.flush()
         sys.stdout, sys.stderr = stdout, stderr
     if code:
+        if comm.rank != 0 and code in _STOP_CODES:
+            time.sleep(STOP_GRACE_SECONDS)
         comm.abort(code)
     return code
 

@@ -17,7 +17,8 @@ import pytest
 
 from convnet.app.checkpoint import load_checkpoint
 from tests.support import ROOT
-from tests.support.mpi import env, mpiexec, needs_mpi, rank_pid, run_alone, run_mpi
+from tests.support.mpi import (env, mpiexec, needs_mpi, rank_pid, rank_pids, run_alone,
+                               run_mpi)
 
 pytestmark = needs_mpi
 
@@ -191,6 +192,33 @@ def test_the_memory_check_counts_only_each_processs_own_devices(tmp_path):
     assert done.returncode == 0, done.stderr
     memory = json.loads(done.stdout)["memory"]
     assert [pool["devices"] for pool in memory] == [[0]]  # rank 0's; device 1 is rank 1's
+
+
+def test_ctrl_c_to_every_rank_lets_rank_0_say_which_checkpoint_survived(tmp_path):
+    """A Ctrl-C in a terminal reaches every rank: the others leave rank 0 the time to name
+    the checkpoint and draw log.png before it ends the run (no half-written file left)."""
+    marker = uuid.uuid4().hex
+    job = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, CLI, "--gpu", "0",
+                            "--epochs", "1000", "--save-path", "K", "--no-progress"],
+                           cwd=tmp_path, env=env(CONVNET_TEST_RUN=marker),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        epochs = 0
+        while epochs < 2:  # the first epoch's checkpoint is saved before the second starts
+            line = job.stdout.readline()
+            assert line, job.stderr.read()
+            epochs += line.startswith("epoch ")
+        for pid in rank_pids(marker).values():
+            os.kill(pid, signal.SIGINT)
+        out, errors = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == 130, errors
+    assert "last saved: K/checkpoint.npz" in out + errors and "interrupted" in errors, errors
+    assert "Traceback" not in errors
+    assert not [p.name for p in (tmp_path / "K").iterdir() if p.name.endswith(".tmp")]
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
