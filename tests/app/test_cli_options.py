@@ -105,6 +105,8 @@ def test_cuda_convnet2_flag_values():
     (["--print-plan=xml"], "--print-plan"),
     (["--test-only", "maybe"], "--test-only"),
     (["--mini"], "expected one argument"),
+    (["--gpu", "-1,0"], "one that begins with '-' is written --gpu=VALUE"),
+    (["--gpu=-1,0"], "device numbers are >= 0, got '-1,0'"),
     (["--sync", "local:0"], "--sync: expected sync, local:K"),
     (["--sync", "local:"], "--sync"),
     (["--sync", "local:x"], "--sync"),
