@@ -131,7 +131,7 @@ def test_devices_that_no_layer_uses_are_named_and_not_counted_as_sharing(capsys)
                             "--test-range", "2")
     assert code == 0, err
     assert ("warning: logical device(s) 2 of the 3 that --gpu gives run no layer and stay "
-            "idle: the config's gpu= lists name 0, 1") in err
+            "idle: the config's gpu= lists name 0-1") in err
     assert ("share" in err) == (os.cpu_count() < 2)
 
 

@@ -41,9 +41,9 @@ def idle_devices_warning(plan: Plan) -> str | None:
     idle = sorted(set(range(plan.num_devices)) - set(plan.used_devices))
     if not idle:
         return None
-    return (f"logical device(s) {', '.join(map(str, idle))} of the {plan.num_devices} that "
-            f"--gpu gives run no layer and stay idle: the config's gpu= lists name "
-            f"{', '.join(map(str, plan.used_devices))}")
+    return (f"logical device(s) {format_range(idle)} of the {plan.num_devices} that --gpu "
+            f"gives run no layer and stay idle: the config's gpu= lists name "
+            f"{format_range(list(plan.used_devices))}")
 
 
 def device_line(backend: str, plan: Plan, ranks: tuple[int, tuple[str, ...]] | None = None) -> str:
