@@ -64,10 +64,17 @@ def run_names(configs: list[Path], modes: list[str] | None = None) -> list[str]:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Refuse the options that make no sense with --compare."""
+    """Refuse the options that make no sense with --compare, and a --sync mode given
+    twice."""
     for key, text in _NOT_WITH_COMPARE:
         if getattr(args, key):
             raise UsageError(f"--compare cannot be combined with {text}")
+    modes = args.sync or []
+    repeated = sorted({mode for mode in modes if modes.count(mode) > 1}, key=modes.index)
+    if repeated:  # two runs of one mode would share a name and a folder
+        spelling = " (async is async:4)" if "async:4" in repeated else ""
+        raise UsageError(f"--sync names {', '.join(repeated)} more than once{spelling}: "
+                         f"compare each mode once")
 
 
 def config_options(args: argparse.Namespace,
