@@ -12,7 +12,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from convnet.app.options import RunOptions, resolve_options
+from convnet.app.options import RunOptions, check_options, resolve_options
 from convnet.errors import UsageError
 from convnet.outputs import file_name_part
 
@@ -88,6 +88,8 @@ def config_options(args: argparse.Namespace,
     """
     modes = args.sync or [None]
     first = resolve_options(argparse.Namespace(**{**vars(args), "sync": modes[:1]}), pairs[0])
+    for mode in modes[1:]:  # each mode with the other options, as a run of it alone would be
+        check_options(replace(first, sync=mode))
     return [replace(first, layer_def=Path(layer_def), layer_params=Path(layer_params),
                     sync=mode or first.sync)
             for layer_def, layer_params in pairs for mode in modes]
