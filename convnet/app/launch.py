@@ -10,7 +10,7 @@ What each rank does: all ranks read the config, the data and (with
 ``--load-file``) the checkpoint themselves, so these must be on every
 machine; rank 0 alone prints, writes the log and the checkpoint (the others
 send it their share of the state first) and writes features.  The other
-ranks print nothing but their errors.  An error on any rank is printed as
+ranks print nothing but their errors and the line of a stop signal.  An error on any rank is printed as
 ``error: rank N: ...`` and ends every process of the run (MPI_Abort), so no
 rank waits forever for one that is gone.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import time
 import traceback
 
 from convnet.errors import ConvnetError, PlanError, UsageError
@@ -27,6 +28,16 @@ from convnet.plan.planner import make_plan
 from convnet.plan.schedules import DEFAULT_SCHEDULE
 from convnet.runtime.processes.cluster import Cluster, connect
 from convnet.runtime.processes.communicator import DEFAULT_WAIT_LIMIT, Communicator
+from convnet.stop_signals import STOP_EXITS
+
+_STOP_LINES = frozenset(line for _, line in STOP_EXITS.values())
+_STOP_CODES = frozenset(code for code, _ in STOP_EXITS.values())
+
+#: How long a rank other than 0 that a signal stopped waits before ending every process:
+#: a Ctrl-C in a terminal (or a scheduler's SIGTERM) reaches every rank, and rank 0 then
+#: says which checkpoint survived and draws log.png before it ends the run itself; a
+#: signal to that rank alone ends the run this much later.
+STOP_GRACE_SECONDS = 10.0
 
 _processes: tuple[Communicator, tuple[str, ...]] | None = None
 
@@ -65,12 +76,12 @@ def plan_across_ranks(net, gpus, minibatch: int, micro_batches: int = 1,
     except PlanError as error:
         error.message = f"{error.message} ({layout})"
         raise
-    used = {d for op in plan.ops for d in op.devices}
+    used = plan.used_devices
     idle = [r for r in range(cluster.size)
             if not any(cluster.rank_of(d) == r for d in used)]
     if idle:
         raise PlanError(f"rank(s) {', '.join(map(str, idle))} would have no work: the config "
-                        f"uses logical devices {', '.join(map(str, sorted(used)))}, and {layout}; "
+                        f"uses logical devices {', '.join(map(str, used))}, and {layout}; "
                         f"start fewer processes or list fewer devices in --gpu")
     return plan
 
@@ -93,29 +104,41 @@ def require_one_process(what: str) -> None:
 
 class _RankStderr(io.TextIOBase):
     """Standard error of one rank: ``error: ...`` lines become ``error: rank N: ...``;
-    with ``errors_only`` (ranks other than 0) every other line is dropped."""
+    with ``errors_only`` (ranks other than 0) every other line is dropped, except the
+    line of a stop signal (``rank N: terminated``), so a rank stopped on its own says so.
+
+    Text is passed on a whole line at a time (or at a flush, for a progress bar), so
+    that the lines several ranks print at once cannot interleave mid-line."""
 
     def __init__(self, target, rank: int, errors_only: bool):
         self._target = target
         self._rank = rank
         self._errors_only = errors_only
-        self._line_start = True
-        self._keep = not errors_only
+        self._pending = ""
 
     def write(self, text: str) -> int:
-        if self._line_start:
-            is_error = text.startswith("error: ")
-            self._keep = is_error or not self._errors_only
-            if is_error:
-                text = f"error: rank {self._rank}: {text[len('error: '):]}"
-        if text:
-            self._line_start = text.endswith("\n")
-        if self._keep:
-            self._target.write(text)
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        kept = [line for line in map(self._shown, lines) if line is not None]
+        if kept:
+            self._target.write("".join(line + "\n" for line in kept))
             self._target.flush()
         return len(text)
 
+    def _shown(self, line: str) -> str | None:
+        """The line as this rank shows it, or None where it stays quiet."""
+        if line.startswith("error: "):
+            return f"error: rank {self._rank}: {line[len('error: '):]}"
+        if not self._errors_only:
+            return line
+        if line in _STOP_LINES:
+            return f"rank {self._rank}: {line}"
+        return None
+
     def flush(self) -> None:
+        if self._pending and not self._errors_only:  # a progress bar redrawn in place
+            self._target.write(self._pending)
+            self._pending = ""
         self._target.flush()
 
     def isatty(self) -> bool:
@@ -137,7 +160,7 @@ def run_as_rank(main, argv, wait_limit: float | None = DEFAULT_WAIT_LIMIT) -> in
     if comm.size == 1:
         return main(argv)
     stdout, stderr = sys.stdout, sys.stderr
-    sys.stderr = _RankStderr(stderr, comm.rank, errors_only=comm.rank != 0)
+    sys.stderr = rank_stderr = _RankStderr(stderr, comm.rank, errors_only=comm.rank != 0)
     if comm.rank != 0:
         sys.stdout = open(os.devnull, "w")
     try:
@@ -149,8 +172,11 @@ def run_as_rank(main, argv, wait_limit: float | None = DEFAULT_WAIT_LIMIT) -> in
         traceback.print_exc(file=stderr)
         code = 1
     finally:
+        rank_stderr.flush()
         sys.stdout, sys.stderr = stdout, stderr
     if code:
+        if comm.rank != 0 and code in _STOP_CODES:
+            time.sleep(STOP_GRACE_SECONDS)
         comm.abort(code)
     return code
 

@@ -201,6 +201,12 @@ def slow_device(text: str) -> tuple[int | None, float]:
                                      f"'{text}'")
 
 
+def slow_device_text(value: tuple[int | None, float]) -> str:
+    """A :func:`slow_device` value as the command line writes it (``1:3``, ``any:2.5``)."""
+    device, factor = value
+    return f"{'any' if device is None else device}:{factor:g}"
+
+
 def layer_name(text: str) -> str:
     if not str(text).strip():
         raise argparse.ArgumentTypeError("expected a layer name")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from convnet.app import bundled_example, launch
-from convnet.app.option_values import MAX_DEVICES
+from convnet.app.option_values import MAX_DEVICES, slow_device_text
 from convnet.app.checkpoint import CheckpointReader, find_checkpoint
 from convnet.app.saved_options import Resume, check_saved_config_file, read_resume
 from convnet.config import parse_net
@@ -300,7 +300,7 @@ def check_options(opts: RunOptions) -> None:
     processes = launch.process_count()
     if opts.slow_device is not None and (opts.slow_device[0] or 0) >= len(opts.gpu) * processes:
         each = f" for each of {processes} processes" if processes > 1 else ""
-        raise UsageError(f"--slow-device {opts.slow_device[0]}:...: --gpu lists "
+        raise UsageError(f"--slow-device {slow_device_text(opts.slow_device)}: --gpu lists "
                          f"{len(opts.gpu)} device(s){each}, numbered from 0")
     if opts.data_provider in ("digits", "dummy") and opts.data_path is not None:
         raise UsageError(f"the '{opts.data_provider}' data provider reads no files; "
@@ -376,6 +376,7 @@ def check_auto_place(opts: RunOptions) -> None:
                          "--auto-place N too")
     if opts.auto_place is None:
         return
+    launch.require_one_process("--auto-place")  # the first thing to fix under mpiexec
     if opts.auto_place > len(opts.gpu):
         raise UsageError(f"--auto-place {opts.auto_place} places the net on {opts.auto_place} "
                          f"devices but --gpu lists {len(opts.gpu)}; give --gpu with at least "

@@ -26,6 +26,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from convnet.version import __version__
+from convnet.app.option_values import slow_device_text
 from convnet.app.options import RunOptions
 from convnet.errors import UsageError
 from convnet.filekind import not_a_regular_file
@@ -73,7 +74,9 @@ def run_description(opts: RunOptions, no_winograd: bool) -> dict[str, tuple[str,
             elif agree == "given":
                 out[option_name(name)] = (str(value is not None), _shown(value))
         else:
-            out[option_name(name)] = (_shown(value), _shown(value))
+            shown = (slow_device_text(value) if name == "slow_device" and value is not None
+                     else _shown(value))
+            out[option_name(name)] = (shown, shown)
     if opts.resume is None:
         out["the contents of --load-file"] = ("none", "none")
     else:

@@ -243,6 +243,12 @@ class Plan:
     def micro_of(self, piece: int) -> int:
         return piece // self.num_shards
 
+    @property
+    def used_devices(self) -> tuple[int, ...]:
+        """The logical devices that run an operation, in order; a ``--gpu`` entry that no
+        ``gpu=`` list names stays idle."""
+        return tuple(sorted({d for op in self.ops for d in op.devices}))
+
     def ops_for_device(self, device: int) -> list[Op]:
         """The operations that run on ``device``, in plan order."""
         return [op for op in self.ops if device in op.devices]

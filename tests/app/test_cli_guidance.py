@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from convnet.app.run.summary import cpu_cores
 from tests.support import ROOT
 from tests.support.cli import (DUMMY, EXAMPLES, assert_clean_error, checkpoint_arrays, ok,
                                run_cli, run_main)
@@ -109,13 +110,30 @@ def test_nothing_to_train_prints_no_checkpoint_line(tmp_path):
     assert "saved:" not in again.stdout
 
 
-def test_oversubscribed_cpu_devices_and_a_capped_minibatch_are_warned_about():
-    run = ok(run_cli(*DUMMY, "--gpu", ",".join(["0"] * (os.cpu_count() + 1)),
-                     "--mini", "1024", "--dummy-cases", "64", "--epochs", "1"))
+def test_oversubscribed_cpu_devices_and_a_capped_minibatch_are_warned_about(tmp_path):
+    count = os.cpu_count() + 1
+    mini, cases = 64 * count, 16 * count  # multiples of the replica count
+    layer_def = tmp_path / "wide.cfg"  # digits-data with a replica on every device
+    layer_def.write_text((EXAMPLES / "digits-data.cfg").read_text()
+                         .replace("gpu=0,1", f"gpu={','.join(map(str, range(count)))}"))
+    run = ok(run_cli(*DUMMY, "--layer-def", layer_def, "--layer-params",
+                     EXAMPLES / "digits-params.cfg", "--gpu", ",".join(["0"] * count),
+                     "--mini", mini, "--dummy-cases", cases, "--epochs", "1"))
     assert "logical CPU devices share" in run.stderr
-    assert ("--mini 1024 is larger than a data batch (64 cases)" in run.stderr
+    assert (f"--mini {mini} is larger than a data batch ({cases} cases)" in run.stderr
             and "--dummy-cases" in run.stderr)
-    assert "minibatch 64 cases (--mini 1024 capped at a data batch)" in run.stdout
+    assert f"minibatch {cases} cases (--mini {mini} capped at a data batch)" in run.stdout
+
+
+def test_devices_that_no_layer_uses_are_named_and_not_counted_as_sharing(capsys):
+    """--gpu 0,1,2 for the bundled two-device net: device 2 idles, and two busy devices
+    do not outnumber two cores."""
+    code, _, err = run_main(capsys, *DUMMY, "--gpu", "0,1,2", "--epochs", "1",
+                            "--test-range", "2")
+    assert code == 0, err
+    assert ("warning: logical device(s) 2 of the 3 that --gpu gives run no layer and stay "
+            "idle: the config's gpu= lists name 0-1") in err
+    assert ("share" in err) == (cpu_cores() < 2)
 
 
 def test_dummy_cases_sets_the_batch_size_and_only_for_dummy_data():

@@ -105,6 +105,8 @@ def test_cuda_convnet2_flag_values():
     (["--print-plan=xml"], "--print-plan"),
     (["--test-only", "maybe"], "--test-only"),
     (["--mini"], "expected one argument"),
+    (["--gpu", "-1,0"], "one that begins with '-' is written --gpu=VALUE"),
+    (["--gpu=-1,0"], "device numbers are >= 0, got '-1,0'"),
     (["--sync", "local:0"], "--sync: expected sync, local:K"),
     (["--sync", "local:"], "--sync"),
     (["--sync", "local:x"], "--sync"),
@@ -130,7 +132,7 @@ def test_bad_values_exit_2_with_one_line(capsys, argv, fragment):
     (["--data-path", "/tmp"], "--data-provider"),
     (["--data-provider", "cifar"], "needs --data-path"),
     (["--data-provider", "digits", "--data-path", "/tmp"], "reads no files"),
-    (["--slow-device", "2:3"], "--gpu lists 2 device(s)"),
+    (["--slow-device", "2:3"], "--slow-device 2:3: --gpu lists 2 device(s)"),
     (["--sync", "async", "--profile"], "--profile times the operations of lockstep steps"),
 ])
 def test_options_that_do_not_go_together_exit_2(capsys, argv, fragment):

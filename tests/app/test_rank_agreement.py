@@ -38,6 +38,7 @@ def _only_difference(rank0: dict, rank1: dict) -> str:
     ("--epochs", "2", "4"), ("--mini", "128", "64"), ("--seed", "0", "3"),
     ("--sync", "sync", "local:2"), ("--test-freq", "1", "2"),
     ("--train-range", "1-4", "1-3"), ("--max-test-err", "0.5", "0.4"),
+    ("--slow-device", "0:3", "any:2.5"),
 ])
 def test_a_differing_option_is_named_with_each_ranks_value(option, value0, value1):
     text = _only_difference(_described(option, value0), _described(option, value1))

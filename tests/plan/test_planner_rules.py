@@ -360,3 +360,10 @@ def test_layers_below_the_first_weight_layer_get_no_backward():
 def test_net_scheme_names(spec, scheme):
     net, plan = plan_of(spec + _head(spec[-1][0], spec[-1][3]))
     assert plan.scheme == scheme
+
+
+def test_used_devices_leave_out_what_no_gpu_list_names():
+    """--gpu gives 4 logical devices; layers on 1 and 3 only leave 0 and 2 idle."""
+    _, plan = plan_of([("fc1", "fc", ["data"], [3], 0), ("fc2", "fc", ["fc1"], [1], 0),
+                       *_head("fc2", gpu=[1])])
+    assert plan.num_devices == 4 and plan.used_devices == (1, 3)

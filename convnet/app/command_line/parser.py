@@ -54,6 +54,9 @@ class _Parser(argparse.ArgumentParser):
             hint = retired_flag_hint(unknown) or self._near_name(unknown)
             if hint:
                 message += f" ({hint})"
+        elif message.endswith(": expected one argument"):  # e.g. --gpu -1,0: read as an option
+            option = message[len("argument "):].split(":")[0].split("/")[-1]
+            message += f" (give a value; one that begins with '-' is written {option}=VALUE)"
         raise UsageError(f"{message} (see --help)")
 
     def _near_name(self, unknown: list[str]) -> str | None:

@@ -179,7 +179,7 @@ def measure_all(results: list[ConfigResult], options: list[RunOptions], planned,
 def comparison_warnings(results: list[ConfigResult], opts: RunOptions, provider) -> list[str]:
     """What would make the comparison mislead, known before any training."""
     warnings = equivalence_warnings(results)
-    devices = max(r.plan.num_devices for r in results)
+    devices = max(len(r.plan.used_devices) for r in results)
     shared = oversubscription_warning(choose_backend(opts.backend), devices)
     if shared:
         warnings.append(shared)

@@ -12,7 +12,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from convnet.app.options import RunOptions, resolve_options
+from convnet.app.options import RunOptions, check_options, resolve_options
 from convnet.errors import UsageError
 from convnet.outputs import file_name_part
 
@@ -64,10 +64,17 @@ def run_names(configs: list[Path], modes: list[str] | None = None) -> list[str]:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Refuse the options that make no sense with --compare."""
+    """Refuse the options that make no sense with --compare, and a --sync mode given
+    twice."""
     for key, text in _NOT_WITH_COMPARE:
         if getattr(args, key):
             raise UsageError(f"--compare cannot be combined with {text}")
+    modes = args.sync or []
+    repeated = sorted({mode for mode in modes if modes.count(mode) > 1}, key=modes.index)
+    if repeated:  # two runs of one mode would share a name and a folder
+        spelling = " (async is async:4)" if "async:4" in repeated else ""
+        raise UsageError(f"--sync names {', '.join(repeated)} more than once{spelling}: "
+                         f"compare each mode once")
 
 
 def config_options(args: argparse.Namespace,
@@ -81,6 +88,8 @@ def config_options(args: argparse.Namespace,
     """
     modes = args.sync or [None]
     first = resolve_options(argparse.Namespace(**{**vars(args), "sync": modes[:1]}), pairs[0])
+    for mode in modes[1:]:  # each mode with the other options, as a run of it alone would be
+        check_options(replace(first, sync=mode))
     return [replace(first, layer_def=Path(layer_def), layer_params=Path(layer_params),
                     sync=mode or first.sync)
             for layer_def, layer_params in pairs for mode in modes]

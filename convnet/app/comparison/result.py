@@ -96,7 +96,7 @@ class ConfigResult:
     @property
     def used_devices(self) -> list[int]:
         """The logical devices the plan puts any layer on, in order."""
-        return sorted({d for p in self.plan.layers.values() for d in p.devices})
+        return list(self.plan.used_devices)
 
     # ------------------------------------------------------------- planner
     @property

@@ -193,6 +193,7 @@ def measure_cost_models(opts: RunOptions, net: NetConfig, option: str = "--simul
                         quiet: bool = False, budget: float = PROFILE_BUDGET_SECONDS
                         ) -> tuple[CostModel, list[CostModel]]:
     """As :func:`measure_costs`, with the model of each round alone beside it."""
+    launch.require_one_process(option)  # before saying that a profile starts
     progress = Progress(f"{Path(opts.layer_def).name} for {option}", quiet=quiet)
     progress.say("starting (the net on one device; docs/SIMULATE.md)")
     with NetProfiler(opts, net, option, progress=progress) as profiler:

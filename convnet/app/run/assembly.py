@@ -197,18 +197,26 @@ def build_net_and_plan(opts: RunOptions, provider=None) -> tuple[NetConfig, Plan
             error.message = (f"{error.message}; the config uses {needed} logical devices, "
                              f"more than the {MAX_DEVICES} a run can have: give gpu= "
                              f"indices below {MAX_DEVICES}")
-        elif needed > len(opts.gpu):
-            spread = ",".join(map(str, range(needed)))
-            shared = ",".join([str(opts.gpu[0])] * needed)
-            error.message = (f"{error.message}; the config uses {needed} logical devices: give "
-                             f"--gpu {spread}, or --gpu {shared} for {needed} logical devices "
-                             f"on device {opts.gpu[0]}")
+        elif needed > len(opts.gpu) * launch.process_count():
+            error.message = f"{error.message}; {_device_list_hint(needed, opts.gpu[0])}"
         elif saved is not None and tuple(saved) != tuple(opts.gpu):
             error.message = (f"{error.message} (the checkpoint ran on --gpu "
                              f"{','.join(map(str, saved))}; its weights load on any device "
                              "list the config fits, and a device may be listed twice, "
                              "e.g. --gpu 0,0)")
         raise
+
+
+def _device_list_hint(needed: int, first_gpu: int) -> str:
+    """The ``--gpu`` lists that give a config its ``needed`` logical devices; under
+    mpiexec each process lists its share (``--gpu`` is per process, rank-major)."""
+    processes = launch.process_count()
+    per_process = -(-needed // processes)
+    spread = ",".join(map(str, range(per_process)))
+    shared = ",".join([str(first_gpu)] * per_process)
+    each = f" in each of the {processes} processes" if processes > 1 else ""
+    return (f"the config uses {needed} logical devices: give --gpu {spread}{each}, or "
+            f"--gpu {shared} for {per_process} logical devices on device {first_gpu}{each}")
 
 
 def host_buffers(opts: RunOptions) -> HostBuffers:

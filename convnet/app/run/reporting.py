@@ -15,8 +15,8 @@ from convnet.app.invocation import resume_command, shown_path
 from convnet.app.options import RunOptions
 from convnet.app.run.log import CSV_NAME, RunLog
 from convnet.app.run.log_plot import PNG_NAME as LOG_PNG
-from convnet.app.run.summary import (closing_summary, data_wait_line, oversubscription_warning,
-                                     start_banner, where_text)
+from convnet.app.run.summary import (closing_summary, data_wait_line, idle_devices_warning,
+                                     oversubscription_warning, start_banner, where_text)
 from convnet.optional import PLOT_INSTALL, has_matplotlib
 from convnet.plan.ops import Plan
 from convnet.runtime.devices.backends import choose_backend
@@ -39,9 +39,10 @@ def print_opening(log: RunLog, opts: RunOptions, plan: Plan, provider, batch_cas
     if opts.resume is not None:
         log.note(f"resuming {shown_path(opts.resume.checkpoint)} at "
                  f"{where_text(epoch, batch_index, len(provider.train_batches))}")
-    warning = oversubscription_warning(backend, plan.num_devices)
-    if warning:
-        log.warn(warning)
+    for warning in (idle_devices_warning(plan),
+                    oversubscription_warning(backend, len(plan.used_devices))):
+        if warning:
+            log.warn(warning)
     fits = batch_cases - batch_cases % plan.num_shards  # --mini is a multiple of the shards
     if opts.mini > batch_cases and fits:  # (a batch of fewer cases than shards is refused)
         more = " or more cases per batch (--dummy-cases)" if provider.name == "dummy" else ""

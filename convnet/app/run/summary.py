@@ -35,6 +35,17 @@ def oversubscription_warning(backend: str, num_devices: int) -> str | None:
             f"times and speedups measure that sharing, not the scheme")
 
 
+def idle_devices_warning(plan: Plan) -> str | None:
+    """A warning when ``--gpu`` gives logical devices that no layer's ``gpu=`` list names:
+    they stay idle (a longer list does not spread a config wider than its ``gpu=`` lists)."""
+    idle = sorted(set(range(plan.num_devices)) - set(plan.used_devices))
+    if not idle:
+        return None
+    return (f"logical device(s) {format_range(idle)} of the {plan.num_devices} that --gpu "
+            f"gives run no layer and stay idle: the config's gpu= lists name "
+            f"{format_range(list(plan.used_devices))}")
+
+
 def device_line(backend: str, plan: Plan, ranks: tuple[int, tuple[str, ...]] | None = None) -> str:
     """``logical -> physical`` for every device, in the backend's words; under mpiexec
     (``ranks``: devices per rank and every rank's host) with the rank and host of each,

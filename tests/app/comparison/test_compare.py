@@ -324,6 +324,12 @@ def test_default_gpu_list_fits_the_widest_config(tmp_path):
      "cannot be combined with --load-file"),
     (["--compare", "nowhere.cfg", "--layer-params", str(EXAMPLES / "digits-params.cfg")],
      "no such file nowhere.cfg"),
+    (["--compare", str(EXAMPLES / "digits-data.cfg"), "--layer-params",
+      str(EXAMPLES / "digits-params.cfg"), "--sync", "async", "sync", "async:4"],
+     "--sync names async:4 more than once (async is async:4): compare each mode once"),
+    (["--compare", str(EXAMPLES / "digits-data.cfg"), "--layer-params",
+      str(EXAMPLES / "digits-params.cfg"), "--sync", "sync", "async", "--micro-batches", "2"],
+     "--micro-batches 2 pipelines lockstep steps, and --sync async:4"),  # as a run alone
 ])
 def test_compare_usage_errors(argv, message, capsys):
     assert main(argv) == 2

@@ -17,7 +17,8 @@ import pytest
 
 from convnet.app.checkpoint import load_checkpoint
 from tests.support import ROOT
-from tests.support.mpi import env, mpiexec, needs_mpi, rank_pid, run_alone, run_mpi
+from tests.support.mpi import (env, mpiexec, needs_mpi, rank_pid, rank_pids, run_alone,
+                               run_mpi)
 
 pytestmark = needs_mpi
 
@@ -133,6 +134,7 @@ def test_a_rank_without_work_is_an_error(tmp_path):
     assert done.returncode == 2
     # every rank finds the error; whichever reports it first ends the others
     assert re.search(r"error: rank [0-3]: rank\(s\) 2, 3 would have no work", done.stderr)
+    assert "give --gpu" not in done.stderr  # more devices are not what it needs
     assert "Traceback" not in done.stderr
 
 
@@ -145,7 +147,19 @@ def test_too_few_devices_over_all_ranks_is_an_error(tmp_path):
                        "--mini", "128", "--print-plan"], cwd=tmp_path)
     assert done.returncode == 2
     assert "2 processes x --gpu 0 give 2 logical devices" in done.stderr
+    # --gpu is per process: each of the two lists two devices
+    assert ("give --gpu 0,1 in each of the 2 processes, or --gpu 0,0 for 2 logical devices "
+            "on device 0 in each of the 2 processes") in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args, option", [(["--print-plan", "--simulate"], "--simulate"),
+                                          (["--auto-place", "2"], "--auto-place")])
+def test_a_profile_under_mpiexec_is_refused_before_it_starts(tmp_path, args, option):
+    done = run_mpi(2, [CLI, "--gpu", "0", *args], cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"{option} runs in one process" in done.stderr
+    assert "profiling" not in done.stderr and "Traceback" not in done.stderr
 
 
 def test_print_plan_shows_the_processes(tmp_path):
@@ -178,6 +192,33 @@ def test_the_memory_check_counts_only_each_processs_own_devices(tmp_path):
     assert done.returncode == 0, done.stderr
     memory = json.loads(done.stdout)["memory"]
     assert [pool["devices"] for pool in memory] == [[0]]  # rank 0's; device 1 is rank 1's
+
+
+def test_ctrl_c_to_every_rank_lets_rank_0_say_which_checkpoint_survived(tmp_path):
+    """A Ctrl-C in a terminal reaches every rank: the others leave rank 0 the time to name
+    the checkpoint and draw log.png before it ends the run (no half-written file left)."""
+    marker = uuid.uuid4().hex
+    job = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, CLI, "--gpu", "0",
+                            "--epochs", "1000", "--save-path", "K", "--no-progress"],
+                           cwd=tmp_path, env=env(CONVNET_TEST_RUN=marker),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        epochs = 0
+        while epochs < 2:  # the first epoch's checkpoint is saved before the second starts
+            line = job.stdout.readline()
+            assert line, job.stderr.read()
+            epochs += line.startswith("epoch ")
+        for pid in rank_pids(marker).values():
+            os.kill(pid, signal.SIGINT)
+        out, errors = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == 130, errors
+    assert "last saved: K/checkpoint.npz" in out + errors and "interrupted" in errors, errors
+    assert "Traceback" not in errors
+    assert not [p.name for p in (tmp_path / "K").iterdir() if p.name.endswith(".tmp")]
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")

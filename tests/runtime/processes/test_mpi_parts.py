@@ -91,6 +91,46 @@ def test_rank_stream_names_the_rank_and_keeps_other_ranks_quiet():
     assert out0.getvalue() == "warning: kept\n"
 
 
+class _Writes(io.StringIO):
+    """A stream that records every write it gets."""
+
+    def __init__(self):
+        super().__init__()
+        self.writes = []
+
+    def write(self, text):
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_rank_stream_passes_each_line_in_one_write():
+    """print() writes a line and its newline apart; ranks that print at once must not
+    interleave mid-line, so the line goes on whole."""
+    out = _Writes()
+    print("error: it broke", file=_RankStderr(out, 1, errors_only=True))
+    assert out.writes == ["error: rank 1: it broke\n"]
+
+
+def test_a_rank_stopped_by_a_signal_says_so():
+    """A rank other than 0 stopped on its own (SIGTERM) names itself; its other lines
+    stay quiet."""
+    out = io.StringIO()
+    stream = _RankStderr(out, 1, errors_only=True)
+    print("resuming", file=stream)
+    print("terminated", file=stream)
+    assert out.getvalue() == "rank 1: terminated\n"
+
+
+def test_rank_0_progress_bar_is_drawn_at_each_flush():
+    out = _Writes()
+    stream = _RankStderr(out, 0, errors_only=False)
+    stream.write("\r 40%")
+    stream.flush()
+    stream.write("\r 80%")
+    stream.flush()
+    assert out.writes == ["\r 40%", "\r 80%"]
+
+
 def test_several_processes_without_mpi4py_is_a_clear_error(tmp_path):
     code = ("import sys; sys.modules['mpi4py'] = None; "
             "from convnet.app.command_line.main import main; sys.exit(main(['--print-plan']))")
