@@ -40,6 +40,7 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
         "contention_median": (statistics.median(costs.profile.contention.values())
                               if costs.profile.contention else 1.0),
         "profile_shard_size": costs.profile.shard_size,
+        "profile_small_shard_size": costs.profile.small_shard_size,
         "profile_rounds": costs.profile.rounds,
         "profile_run_share": costs.profile.run_share,
         "contention_measured": bool(costs.profile.contention),
@@ -90,8 +91,7 @@ def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
     [fitted] from measurements (a line through two profiled sizes, or the simulation
     built on them), or [assumed] (not measured here)."""
     kind, link, profile = costs.kind, costs.link, costs.profile
-    small = max(profile.shard_size / 2, 1)
-    lines = [f"compute: each operation timed at {small:g} and {profile.shard_size:g} cases "
+    lines = [f"compute: each operation timed at {profile.small_shard_size:g} and {profile.shard_size:g} cases "
              f"per shard, medians over {profile.rounds} round(s) [measured]; a line "
              f"through the two sizes gives it at {plan.shard_size:g} cases [fitted]"]
     if 1.0 - profile.run_share >= 0.005:  # what rounds to 1% or more

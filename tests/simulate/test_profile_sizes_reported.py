@@ -1,0 +1,26 @@
+"""The two minibatch sizes a --simulate profile times, as the report states them: the
+text, the JSON and the progress lines name the sizes really profiled, and a profile
+that could time only one size is refused before it starts."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support.cli import EXAMPLES, assert_clean_error, run_main
+
+SINGLE = ["--layer-def", EXAMPLES / "digits-single.cfg",
+          "--layer-params", EXAMPLES / "digits-params.cfg"]
+
+
+def test_an_odd_minibatch_is_reported_at_the_sizes_it_was_profiled_at(capsys):
+    """--mini 3 profiles 3 cases and 1 (half, rounded down): the text once said 1.5."""
+    code, out, err = run_main(capsys, *SINGLE, "--mini", "3", "--print-plan", "--simulate")
+    assert code == 0, err
+    assert "profiling at 3 and 1 cases" in err
+    assert "each operation timed at 1 and 3 cases per shard" in out
+    code, out, err = run_main(capsys, *SINGLE, "--mini", "3", "--print-plan=json",
+                              "--simulate")
+    assert code == 0, err
+    simulation = json.loads(out)["simulation"]
+    assert (simulation["profile_small_shard_size"], simulation["profile_shard_size"]) == (1, 3)
+
