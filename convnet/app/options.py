@@ -273,6 +273,10 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError(f"--profile-mini {opts.profile_mini} is larger than --mini "
                          f"{opts.mini}: the profile is extrapolated up to --mini, give "
                          f"--profile-mini {opts.mini} or less")
+    if opts.profile_mini == 1 and opts.mini > 1:
+        raise UsageError(f"--profile-mini 1 profiles one size only (1 case and its half, 1), "
+                         f"and the step at --mini {opts.mini} is extrapolated from a line "
+                         f"through two sizes: give --profile-mini 2 or more")
     needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims)
     if opts.data_provider in PROVIDER_OPTIONS["data_path"] and opts.data_path is None \
             and needs_data:

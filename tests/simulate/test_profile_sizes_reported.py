@@ -24,3 +24,11 @@ def test_an_odd_minibatch_is_reported_at_the_sizes_it_was_profiled_at(capsys):
     simulation = json.loads(out)["simulation"]
     assert (simulation["profile_small_shard_size"], simulation["profile_shard_size"]) == (1, 3)
 
+
+def test_a_profile_of_one_case_cannot_be_extrapolated_to_a_larger_minibatch(capsys):
+    """At --profile-mini 1 both profiled sizes are 1 case: no line through them, and every
+    operation would be read as a fixed cost, the step at --mini 64 as the step of one case."""
+    code, _, err = run_main(capsys, *SINGLE, "--mini", "64", "--profile-mini", "1",
+                            "--print-plan", "--simulate")
+    assert_clean_error((code, err), 2, "--profile-mini 1", "--profile-mini 2 or more")
+    assert "profiling" not in err
