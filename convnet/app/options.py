@@ -218,8 +218,11 @@ def _default_gpus(values: dict, bundled: bool) -> tuple[int, ...]:
 
 def tools_asked(opts: RunOptions) -> list[str]:
     """The options given that ask for something other than training, each of which the
-    run does instead of training (``--print-plan``, ``--test-only``, ``--predict``, ...)."""
+    run does instead of training (``--print-plan``, ``--test-only``, ``--predict``, ...;
+    ``--plan-graph`` without ``--print-plan`` plans as ``--print-plan`` does)."""
     return [name for name, on in (("--print-plan", opts.print_plan),
+                                  ("--plan-graph", opts.plan_graph is not None
+                                   and not opts.print_plan),
                                   ("--check-grads", opts.check_grads),
                                   ("--test-only", opts.test_only),
                                   ("--auto-place", opts.auto_place),
@@ -234,7 +237,7 @@ def check_options(opts: RunOptions) -> None:
     tools = tools_asked(opts)
     if len(tools) > 1:
         raise UsageError(f"{' and '.join(tools)} cannot be combined; give one of them")
-    if tools and tools != ["--print-plan"] and opts.init_from is not None:
+    if tools and tools[0] not in ("--print-plan", "--plan-graph") and opts.init_from is not None:
         raise UsageError(f"--init-from starts a training run; {tools[0]} uses a saved net "
                          "as it is: give --load-file CHECKPOINT instead")
     check_using_options(opts)
