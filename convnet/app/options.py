@@ -260,7 +260,8 @@ def check_options(opts: RunOptions) -> None:
                          "image size for centre and mirror views)")
     if opts.plan_graph is not None:
         refuse_an_input("--plan-graph", opts.plan_graph, opts)
-        refuse_existing(opts.plan_graph, opts.overwrite, keep="give another --plan-graph PNG")
+        check_output_file("--plan-graph", opts.plan_graph, opts.overwrite,
+                          keep="give another --plan-graph PNG")
     if opts.simulate and not opts.print_plan:
         raise UsageError("--simulate predicts the step of the printed plan: give --print-plan "
                          "too")
@@ -385,9 +386,5 @@ def check_auto_place(opts: RunOptions) -> None:
                          f"{opts.auto_place} devices (the first {opts.auto_place} are used), "
                          f"or leave --gpu out for {','.join(map(str, range(opts.auto_place)))}")
     out = auto_place_output(opts)
-    if out.is_dir():
-        raise UsageError(f"--auto-place-out: {out} is a folder; give a file name")
-    if not out.parent.is_dir():
-        raise UsageError(f"--auto-place-out: the folder {out.parent} does not exist")
     refuse_an_input("--auto-place-out", out, opts)
-    refuse_existing(out, opts.overwrite, keep="give another --auto-place-out FILE")
+    check_output_file("--auto-place-out", out, opts.overwrite)

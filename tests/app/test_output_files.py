@@ -277,3 +277,18 @@ def test_a_run_that_fails_first_leaves_no_features_folder(tmp_path, capsys, monk
     code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--write-features", "fc10",
                             "--feature-path", tmp_path / "file" / "feats")
     assert_clean_error((code, err), 1, "cannot create feature folder", "is not a folder")
+
+
+def test_the_plan_graph_is_a_file_in_a_folder_that_exists(tmp_path, capsys):
+    """A folder named as the picture is refused as a folder (it once offered --overwrite,
+    which then failed after printing the plan), and a missing folder is not made."""
+    for overwrite in ([], ["--overwrite"]):
+        code = main(["--print-plan", "--plan-graph", str(tmp_path), *overwrite])
+        out, err = capsys.readouterr()
+        assert_clean_error((code, err), 2, f"--plan-graph: {tmp_path} is a folder")
+        assert out == ""
+    missing = tmp_path / "missing" / "graph.png"
+    assert_clean_error((main(["--print-plan", "--plan-graph", str(missing)]),
+                        capsys.readouterr().err), 2,
+                       f"--plan-graph: the folder {missing.parent} does not exist")
+    assert not missing.parent.exists()
