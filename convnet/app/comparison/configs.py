@@ -27,6 +27,8 @@ _NOT_WITH_COMPARE = (
     ("write_features", "--write-features"),
     ("tensorboard", "--tensorboard (each config's log.csv and log.png are in its sub-folder "
                     "of --save-path)"),
+    ("auto_place", "--auto-place (run --auto-place on a config with --layer-def, then "
+                   "compare the file it writes with the others)"),
 )
 
 
@@ -64,10 +66,15 @@ def run_names(configs: list[Path], modes: list[str] | None = None) -> list[str]:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Refuse the options that make no sense with --compare."""
+    """Refuse the options that make no sense with --compare, and a comparison of one run
+    (one config under one --sync mode), which has nothing to be compared with."""
     for key, text in _NOT_WITH_COMPARE:
         if getattr(args, key):
             raise UsageError(f"--compare cannot be combined with {text}")
+    if len(args.compare or ()) == 1 and len(args.sync or ()) < 2:
+        raise UsageError(f"--compare needs two or more configs to compare (or several --sync "
+                         f"modes for one, e.g. --sync sync local:4); to train "
+                         f"{args.compare[0]} alone, give it as --layer-def")
 
 
 def config_options(args: argparse.Namespace,

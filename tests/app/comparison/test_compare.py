@@ -322,8 +322,17 @@ def test_default_gpu_list_fits_the_widest_config(tmp_path):
     (["--layer-params", "p", "--layer-params", "q"], "only --compare takes one per config"),
     (["--compare", "a.cfg", "--layer-params", "p", "--load-file", "x"],
      "cannot be combined with --load-file"),
-    (["--compare", "nowhere.cfg", "--layer-params", str(EXAMPLES / "digits-params.cfg")],
-     "no such file nowhere.cfg"),
+    (["--compare", "nowhere.cfg", str(EXAMPLES / "digits-single.cfg"), "--layer-params",
+      str(EXAMPLES / "digits-params.cfg")], "no such file nowhere.cfg"),
+    # one run has nothing to be compared with: it was trained, timed and called fastest
+    (["--compare", str(EXAMPLES / "digits-single.cfg"), "--layer-params",
+      str(EXAMPLES / "digits-params.cfg")], "--compare needs two or more configs"),
+    (["--compare", str(EXAMPLES / "digits-single.cfg"), "--layer-params",
+      str(EXAMPLES / "digits-params.cfg"), "--sync", "sync"], "or several --sync modes"),
+    # --auto-place was ignored: the configs were compared and nothing placed
+    (["--compare", str(EXAMPLES / "digits-single.cfg"), str(EXAMPLES / "digits-data.cfg"),
+      "--layer-params", str(EXAMPLES / "digits-params.cfg"), "--auto-place", "2"],
+     "cannot be combined with --auto-place"),
 ])
 def test_compare_usage_errors(argv, message, capsys):
     assert main(argv) == 2
