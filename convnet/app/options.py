@@ -241,6 +241,9 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError(f"--init-from starts a training run; {tools[0]} uses a saved net "
                          "as it is: give --load-file CHECKPOINT instead")
     check_using_options(opts)
+    for option, on in (("--simulate", opts.simulate), ("--auto-place", opts.auto_place)):
+        if on:  # the profile runs in this process: refused before anything is planned
+            launch.require_one_process(option)
     check_auto_place(opts)
     if opts.test_only and opts.resume is None:
         raise UsageError("--test-only evaluates a saved net: give --load-file CHECKPOINT too")

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from convnet.app import launch
 from tests.support.cli import EXAMPLES, assert_clean_error, run_main
 
 SINGLE = ["--layer-def", EXAMPLES / "digits-single.cfg",
@@ -32,3 +35,18 @@ def test_a_profile_of_one_case_cannot_be_extrapolated_to_a_larger_minibatch(caps
                             "--print-plan", "--simulate")
     assert_clean_error((code, err), 2, "--profile-mini 1", "--profile-mini 2 or more")
     assert "profiling" not in err
+
+
+@pytest.mark.parametrize("option, rest", [("--simulate", ["--print-plan"]),
+                                          ("--auto-place", ["2", "--gpu", "0,1"])])
+def test_a_profile_under_mpiexec_is_refused_before_anything_is_profiled(
+        capsys, monkeypatch, tmp_path, option, rest):
+    """Under mpiexec the refusal came after the profile had said it was starting (and,
+    for --auto-place, after every candidate was planned)."""
+    monkeypatch.setattr(launch, "process_count", lambda: 2)
+    monkeypatch.chdir(tmp_path)  # where --auto-place would write its file
+    code, out, err = run_main(capsys, *SINGLE, option, *rest)
+    assert_clean_error((code, err), 2, f"{option} runs in one process; start it without "
+                                       "mpiexec")
+    assert out == "" and "profiling" not in err
+    assert not list(tmp_path.iterdir())
