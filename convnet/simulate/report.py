@@ -93,7 +93,8 @@ def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
     kind, link, profile = costs.kind, costs.link, costs.profile
     lines = [f"compute: each operation timed at {profile.small_shard_size:g} and {profile.shard_size:g} cases "
              f"per shard, medians over {profile.rounds} round(s) [measured]; a line "
-             f"through the two sizes gives it at {plan.shard_size:g} cases [fitted]"]
+             f"through the two sizes gives it at {plan.piece_size:g} cases"
+             f"{' (one micro-batch)' if plan.micro_batches > 1 else ''} [fitted]"]
     if 1.0 - profile.run_share >= 0.005:  # what rounds to 1% or more
         lines.append(f"other work on the machine held a core for {1 - profile.run_share:.0%} "
                      f"of the time the profile could run (median over its blocks); each "

@@ -50,3 +50,14 @@ def test_a_profile_under_mpiexec_is_refused_before_anything_is_profiled(
                                        "mpiexec")
     assert out == "" and "profiling" not in err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_pipelined_plan_is_predicted_at_the_size_of_a_micro_batch(capsys):
+    """With --micro-batches 4 each operation runs on a quarter of the shard, and the text
+    said the line gave it at the whole shard's 32 cases."""
+    code, out, err = run_main(capsys, "--layer-def", EXAMPLES / "digits-pipeline.cfg",
+                              "--layer-params", EXAMPLES / "digits-params.cfg", "--gpu", "0,1",
+                              "--mini", "32", "--micro-batches", "4", "--print-plan",
+                              "--simulate")
+    assert code == 0, err
+    assert "a line through the two sizes gives it at 8 cases (one micro-batch) [fitted]" in out
