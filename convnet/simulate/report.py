@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+from convnet.config.layer_types.memory_rules import CPU_KERNELS, KernelMemory
 from convnet.config.model import NetConfig
 from convnet.plan.ops import Plan
 from convnet.plan.report import byte_unit, device_totals
@@ -14,16 +15,24 @@ from convnet.simulate.schedule import Simulation
 SPLIT = ("compute", "copy", "allreduce", "idle")
 
 
-def peak_memory(plan: Plan, net: NetConfig, costs: CostModel) -> list[int]:
-    """Bytes each device holds at most: the plan's peak estimate (convnet.plan.memory),
-    with one copy of the weights for the layers whose replicas share it in the run
-    predicted (synchronous, in one process, on the host's workers)."""
-    shared = shared_weight_layers(plan, net, sliced_in_one_memory=lambda devices:
-                                  costs.shares_cores, synchronous=True, processes=1)
-    return [t.peak_bytes for t in device_totals(plan, net, shared)]
+def peak_memory(plan: Plan, net: NetConfig, costs: CostModel, precision: str = "fp32",
+                shared: frozenset[str] | None = None,
+                kernels: KernelMemory = CPU_KERNELS) -> list[int]:
+    """Bytes each device holds at most: the plan's peak estimate (convnet.plan.memory) in
+    ``precision``, with one copy of the weights for the ``shared`` layers: as the run
+    shares them where the caller knows (the run's own devices: its --sync and backend,
+    and ``kernels``, what they allocate), else as a synchronous run in one process on the
+    predicted devices would (on the host's workers; not on devices of their own)."""
+    if shared is None:
+        shared = shared_weight_layers(plan, net, sliced_in_one_memory=lambda devices:
+                                      costs.shares_cores, synchronous=True, processes=1)
+    return [t.peak_bytes for t in device_totals(plan, net, shared, kernels, precision)]
 
 
-def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig) -> dict:
+def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig,
+                       peaks: list[int] | None = None) -> dict:
+    """The JSON of the prediction; ``peaks``: each device's peak memory (:func:`peak_memory`
+    of the run, else of a synchronous float32 run)."""
     link, host = costs.link, costs.profile.host
     return {
         "device_kind": costs.kind.name,
@@ -51,7 +60,7 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
         "images_per_second": sim.images_per_second,
         "devices": [{"device": s.device, **{k: getattr(s, k) for k in SPLIT},
                      "peak_memory_bytes": peak}
-                    for s, peak in zip(sim.devices, peak_memory(plan, net, costs))],
+                    for s, peak in zip(sim.devices, peaks or peak_memory(plan, net, costs))],
     }
 
 
@@ -112,13 +121,15 @@ def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
     return lines
 
 
-def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig) -> str:
+def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig,
+                    peaks: list[int] | None = None) -> str:
+    """The text of the prediction (``peaks`` as for :func:`simulation_summary`)."""
     lines = ["Simulation (one training step)"]
     lines += [f"  {line}" for line in figure_lines(costs, plan)]
     lines.append(f"  predicted step {_ms(sim.step_seconds)} ms, {sim.images_per_second:,.0f} "
                  f"images/s (minibatch {plan.minibatch}) [fitted: simulated from the figures "
                  "above]")
-    peaks = peak_memory(plan, net, costs)
+    peaks = peaks or peak_memory(plan, net, costs)
     unit, size = byte_unit(peaks)
     rows = [[str(s.device)] + [_ms(getattr(s, k)) for k in SPLIT] + [f"{peak / size:.1f}"]
             for s, peak in zip(sim.devices, peaks)]

@@ -61,3 +61,18 @@ def test_a_pipelined_plan_is_predicted_at_the_size_of_a_micro_batch(capsys):
                               "--simulate")
     assert code == 0, err
     assert "a line through the two sizes gives it at 8 cases (one micro-batch) [fitted]" in out
+
+
+def test_the_predicted_peak_memory_is_the_plans_own_peak(capsys):
+    """Under --sync local:4 each replica keeps its own weights, and under bf16 the step
+    holds 2-byte activations: the plan's totals said so, while the simulation's peak
+    column beside them gave the --sync sync, float32 figures."""
+    code, out, err = run_main(capsys, "--layer-def", EXAMPLES / "digits-data.cfg",
+                              "--layer-params", EXAMPLES / "digits-params.cfg", "--gpu", "0,1",
+                              "--mini", "16", "--sync", "local:4", "--precision", "bf16",
+                              "--print-plan=json", "--simulate")
+    assert code == 0, err
+    plan = json.loads(out)
+    peaks = [device["peak_bytes"] for device in plan["totals"]]
+    assert peaks[0] == peaks[1]  # each replica its own weights and momentum
+    assert [device["peak_memory_bytes"] for device in plan["simulation"]["devices"]] == peaks
