@@ -29,10 +29,27 @@ def peak_memory(plan: Plan, net: NetConfig, costs: CostModel, precision: str = "
     return [t.peak_bytes for t in device_totals(plan, net, shared, kernels, precision)]
 
 
+def unmodelled_text(modes: dict[str, str]) -> str | None:
+    """What the prediction leaves out of a run whose replicated layers (``modes``: layer
+    -> ``sync``, ``local:K`` or ``async:S``) do not all all-reduce every step: the
+    simulator models the synchronous step only; None when they all do."""
+    apart: dict[str, list[str]] = {}
+    for layer, mode in modes.items():
+        if mode != "sync":
+            apart.setdefault(mode, []).append(layer)
+    if not apart:
+        return None
+    groups = "; ".join(f"{mode} ({', '.join(layers)})" for mode, layers in apart.items())
+    return (f"not modelled: {groups}; the step is predicted as under --sync sync, every "
+            "replicated layer all-reduced every step")
+
+
 def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig,
-                       peaks: list[int] | None = None) -> dict:
+                       peaks: list[int] | None = None,
+                       modes: dict[str, str] | None = None) -> dict:
     """The JSON of the prediction; ``peaks``: each device's peak memory (:func:`peak_memory`
-    of the run, else of a synchronous float32 run)."""
+    of the run, else of a synchronous float32 run); ``modes``: the run's replicated
+    layers' sync modes (``not_modelled``: :func:`unmodelled_text`)."""
     link, host = costs.link, costs.profile.host
     return {
         "device_kind": costs.kind.name,
@@ -58,6 +75,7 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
         "profiled_step_seconds": costs.profile.step_seconds,
         "step_seconds": sim.step_seconds,
         "images_per_second": sim.images_per_second,
+        "not_modelled": unmodelled_text(modes or {}),
         "devices": [{"device": s.device, **{k: getattr(s, k) for k in SPLIT},
                      "peak_memory_bytes": peak}
                     for s, peak in zip(sim.devices, peaks or peak_memory(plan, net, costs))],
@@ -122,13 +140,18 @@ def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
 
 
 def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig,
-                    peaks: list[int] | None = None) -> str:
-    """The text of the prediction (``peaks`` as for :func:`simulation_summary`)."""
+                    peaks: list[int] | None = None,
+                    modes: dict[str, str] | None = None) -> str:
+    """The text of the prediction (``peaks`` and ``modes`` as for
+    :func:`simulation_summary`)."""
     lines = ["Simulation (one training step)"]
     lines += [f"  {line}" for line in figure_lines(costs, plan)]
     lines.append(f"  predicted step {_ms(sim.step_seconds)} ms, {sim.images_per_second:,.0f} "
                  f"images/s (minibatch {plan.minibatch}) [fitted: simulated from the figures "
                  "above]")
+    unmodelled = unmodelled_text(modes or {})
+    if unmodelled is not None:
+        lines.append(f"  {unmodelled}")
     peaks = peaks or peak_memory(plan, net, costs)
     unit, size = byte_unit(peaks)
     rows = [[str(s.device)] + [_ms(getattr(s, k)) for k in SPLIT] + [f"{peak / size:.1f}"]

@@ -76,3 +76,18 @@ def test_the_predicted_peak_memory_is_the_plans_own_peak(capsys):
     peaks = [device["peak_bytes"] for device in plan["totals"]]
     assert peaks[0] == peaks[1]  # each replica its own weights and momentum
     assert [device["peak_memory_bytes"] for device in plan["simulation"]["devices"]] == peaks
+    assert plan["simulation"]["not_modelled"].startswith("not modelled: local:4 (conv1, ")
+
+
+def test_a_prediction_under_local_sgd_says_it_is_of_the_synchronous_step(capsys):
+    """The simulator models --sync sync only (--compare prints n/a for the others), and
+    --print-plan --simulate --sync local:4 printed a step with an all-reduce every step,
+    all-reduce time and all, without saying so."""
+    code, out, err = run_main(capsys, "--layer-def", EXAMPLES / "digits-data.cfg",
+                              "--layer-params", EXAMPLES / "digits-params.cfg", "--gpu", "0,1",
+                              "--mini", "16", "--sync", "local:4", "--print-plan", "--simulate")
+    assert code == 0, err
+    block = out.split("Simulation (one training step)\n", 1)[1]
+    assert ("  not modelled: local:4 (conv1, conv2, fca, fcb, fc10); the step is "
+            "predicted as under --sync sync, every replicated layer all-reduced every step"
+            in block.splitlines())

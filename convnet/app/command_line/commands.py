@@ -171,7 +171,7 @@ def plan_report_text(report: PlanReport) -> str:
         sections.append(tables_text(report.tables, net, report.tables_source))
     if report.sim is not None:
         sections.append(simulation_text(report.sim, report.costs, plan, net,
-                                        report.sim_peaks))
+                                        report.sim_peaks, layer_syncs(opts.sync, plan, net)))
     return "\n\n".join(sections)
 
 
@@ -193,7 +193,7 @@ def plan_report_json(report: PlanReport) -> dict:
     summary["winograd_layers"] = report.winograd
     if report.sim is not None:
         summary["simulation"] = simulation_summary(report.sim, report.costs, plan, net,
-                                                   report.sim_peaks)
+                                                   report.sim_peaks, summary["layer_sync"])
     if report.tables:
         summary["rand_sparse"] = {"source": report.tables_source,
                                   "tables": tables_summary(report.tables, net)}
