@@ -16,6 +16,11 @@ from convnet.app.options import RunOptions, resolve_options
 from convnet.errors import UsageError
 from convnet.outputs import file_name_part
 
+#: The picture and the table a --compare with --save-path writes into it (beside a
+#: folder per run, which is never named so).
+PICTURE_NAME = "compare.png"
+TABLE_NAME = "compare.txt"
+
 #: Options that make no sense with --compare, and why.
 _NOT_WITH_COMPARE = (
     ("layer_def", "--layer-def (the configs are the files given to --compare)"),
@@ -53,9 +58,9 @@ def config_pairs(args: argparse.Namespace) -> list[tuple[Path, Path]]:
 
 def run_names(configs: list[Path], modes: list[str] | None = None) -> list[str]:
     """A short unique name per run: the config's file name without .cfg (and #2, #3 on
-    repeats), with the ``--sync`` mode after it (``-local4``) when several are compared;
-    in the order of :func:`config_options`."""
-    names, seen = [], {}
+    repeats, and for a name of the comparison's own files), with the ``--sync`` mode after
+    it (``-local4``) when several are compared; in the order of :func:`config_options`."""
+    names, seen = [], {PICTURE_NAME: 1, TABLE_NAME: 1}
     for path in configs:
         stem = file_name_part(Path(path).stem)  # "...cfg" is named "..": not a folder name
         seen[stem] = seen.get(stem, 0) + 1

@@ -352,6 +352,13 @@ def test_params_shared_or_paired_and_names_unique():
     assert config_pairs(args) == [(Path("a.cfg"), Path("p.cfg")), (Path("b.cfg"), Path("q.cfg"))]
 
 
+def test_no_run_is_named_as_the_comparisons_own_files():
+    """A config named compare.png.cfg was saved in SAVE_PATH/compare.png, a folder, and
+    after every config had trained the picture could not be written there."""
+    assert run_names([Path("compare.png.cfg"), Path("x/compare.txt.cfg"), Path("a.cfg")]) \
+        == ["compare.png#2", "compare.txt#2", "a"]
+
+
 # ------------------------------------------------------ ImageNet configs on dummy data
 def test_imagenet_reference_configs_compare_on_small_dummy_images(tmp_path):
     """2gpu-data against 2gpu-model on 3x52x52 dummy images (the smallest size that plans),
@@ -387,6 +394,13 @@ def test_imagenet_reference_configs_compare_on_small_dummy_images(tmp_path):
     table = parse_tables("\n".join(printed))[0]
     assert [r["scheme"] for r in table] == ["data", "model"]
     assert picture.read_bytes()[:8] == PNG_SIGNATURE
+
+def test_no_run_is_named_as_the_comparisons_own_files():
+    """A config named compare.png.cfg was saved in SAVE_PATH/compare.png, a folder, and
+    after every config had trained the picture could not be written there."""
+    assert run_names([Path("compare.png.cfg"), Path("x/compare.txt.cfg"), Path("a.cfg")]) \
+        == ["compare.png#2", "compare.txt#2", "a"]
+
 
 
 def test_imagenet_configs_plan_down_to_52_pixels():
