@@ -11,6 +11,7 @@ import pytest
 from convnet.app import launch
 from tests.support.cli import EXAMPLES, assert_clean_error, run_main
 
+REFERENCE = EXAMPLES / "cuda-convnet2"
 SINGLE = ["--layer-def", EXAMPLES / "digits-single.cfg",
           "--layer-params", EXAMPLES / "digits-params.cfg"]
 
@@ -91,3 +92,20 @@ def test_a_prediction_under_local_sgd_says_it_is_of_the_synchronous_step(capsys)
     assert ("  not modelled: local:4 (conv1, conv2, fca, fcb, fc10); the step is "
             "predicted as under --sync sync, every replicated layer all-reduced every step"
             in block.splitlines())
+
+
+def test_a_net_profiled_as_placed_needs_a_half_minibatch_of_a_case_per_shard(capsys):
+    """The 4-GPU data-model net runs only as placed (its pass layers need distinct
+    devices), so it is profiled in 4 shards, at --mini and half of it: at --mini 4 the half,
+    2 cases, could not be cut into 4 shards, and the command ended with an error about a
+    minibatch of 2 cases that the user never gave."""
+    name = "imagenet-4gpu-data-model"
+    code, _, err = run_main(capsys, "--layer-def", REFERENCE / f"layers-{name}.cfg",
+                            "--layer-params", REFERENCE / f"layer-params-{name}.cfg",
+                            "--data-dims", "3x52x52", "--num-classes", "1000", "--mini", "4",
+                            "--print-plan", "--simulate")
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        "error: --simulate profiles this net as it is placed (it cannot run on one device), "
+        "in 4 shards, at 4 cases and half of it, 2, which has fewer cases than shards: give "
+        "--mini 8 or more")
