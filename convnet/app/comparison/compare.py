@@ -111,8 +111,8 @@ def compare(args: argparse.Namespace, out=print, provider=None,
                     args.rounds or DEFAULT_ROUNDS, out, verbose=bool(args.verbose))
         if predict:
             out("predicting each config's step with the simulator (docs/SIMULATE.md)")
-            predict_steps(results, options, planned,
-                          first_minibatch(provider, options[0].mini))
+            warnings += predict_steps(results, options, planned,
+                                      first_minibatch(provider, options[0].mini))
         table = comparison_table(results, warnings, DEFAULT_MIN_LEAD if args.min_lead is None
                                  else args.min_lead)
         out("")

@@ -41,6 +41,10 @@ def first_minibatch(opts: RunOptions) -> list:
     return [column[:opts.mini] for column in batch]
 
 
+class TooFewCasesToProfile(UsageError):
+    """A net profiled as placed whose smaller profile size has fewer cases than shards."""
+
+
 def profiled_plan(opts: RunOptions, net: NetConfig, cases: int):
     """(net, plan, devices) to profile: every layer on the first device of ``opts.gpu``,
     or, where the planner refuses that (pass layers need distinct devices), the net as
@@ -96,7 +100,7 @@ class NetProfiler:
                 enough = 2 * plan.num_shards
                 least = (f"--profile-mini {enough}" if opts.profile_mini and opts.mini >= enough
                          else f"--mini {enough}")
-                raise UsageError(f"{option} profiles this net as it is placed (it cannot run "
+                raise TooFewCasesToProfile(f"{option} profiles this net as it is placed (it cannot run "
                                  f"on one device), in {plan.num_shards} shards, at {self.cases} "
                                  f"cases and half of it, {half}, which has fewer cases than "
                                  f"shards: give {least} or more")
