@@ -284,7 +284,8 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError(f"--profile-mini 1 profiles one size only (1 case and its half, 1), "
                          f"and the step at --mini {opts.mini} is extrapolated from a line "
                          f"through two sizes: give --profile-mini 2 or more")
-    needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims)
+    needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims
+                      and not opts.simulate)  # --simulate profiles on the data
     if opts.data_provider in PROVIDER_OPTIONS["data_path"] and opts.data_path is None \
             and needs_data:
         raise UsageError(f"the '{opts.data_provider}' data provider needs --data-path DIR")

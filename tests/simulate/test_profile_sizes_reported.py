@@ -109,3 +109,12 @@ def test_a_net_profiled_as_placed_needs_a_half_minibatch_of_a_case_per_shard(cap
         "error: --simulate profiles this net as it is placed (it cannot run on one device), "
         "in 4 shards, at 4 cases and half of it, 2, which has fewer cases than shards: give "
         "--mini 8 or more")
+
+
+def test_a_profile_without_its_data_is_refused_before_it_starts(capsys):
+    """--data-dims lets --print-plan plan without the data, but the profile of --simulate
+    trains on it: the refusal came from the profile, after it had said it was starting."""
+    code, _, err = run_main(capsys, *SINGLE, "--data-provider", "cifar", "--data-dims",
+                            "1x8x8", "--num-classes", "10", "--print-plan", "--simulate")
+    assert_clean_error((code, err), 2, "the 'cifar' data provider needs --data-path DIR")
+    assert "profiling" not in err
