@@ -76,7 +76,11 @@ def check_args(args: argparse.Namespace) -> None:
     for key, text in _NOT_WITH_COMPARE:
         if getattr(args, key):
             raise UsageError(f"--compare cannot be combined with {text}")
-    if len(args.compare or ()) == 1 and len(args.sync or ()) < 2:
+    modes = list(args.sync or ())
+    twice = next((mode for i, mode in enumerate(modes) if mode in modes[:i]), None)
+    if twice is not None:
+        raise UsageError(f"--sync names {twice} twice: give each mode once")
+    if len(args.compare or ()) == 1 and len(modes) < 2:
         raise UsageError(f"--compare needs two or more configs to compare (or several --sync "
                          f"modes for one, e.g. --sync sync local:4); to train "
                          f"{args.compare[0]} alone, give it as --layer-def")

@@ -329,6 +329,14 @@ def test_default_gpu_list_fits_the_widest_config(tmp_path):
       str(EXAMPLES / "digits-params.cfg")], "--compare needs two or more configs"),
     (["--compare", str(EXAMPLES / "digits-single.cfg"), "--layer-params",
       str(EXAMPLES / "digits-params.cfg"), "--sync", "sync"], "or several --sync modes"),
+    # the second run of a mode given twice was refused after the first had trained, for a
+    # log in a temporary folder
+    (["--compare", str(EXAMPLES / "digits-single.cfg"), str(EXAMPLES / "digits-data.cfg"),
+      "--layer-params", str(EXAMPLES / "digits-params.cfg"), "--sync", "local:4", "sync",
+      "local:4"], "--sync names local:4 twice"),
+    (["--compare", str(EXAMPLES / "digits-single.cfg"), "--layer-params",
+      str(EXAMPLES / "digits-params.cfg"), "--sync", "async", "async:4"],
+     "--sync names async:4 twice"),
     # --auto-place was ignored: the configs were compared and nothing placed
     (["--compare", str(EXAMPLES / "digits-single.cfg"), str(EXAMPLES / "digits-data.cfg"),
       "--layer-params", str(EXAMPLES / "digits-params.cfg"), "--auto-place", "2"],
