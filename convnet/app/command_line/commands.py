@@ -326,4 +326,8 @@ def check_gradients(opts: RunOptions) -> int:
         raise ConvnetError(f"--check-grads is not available in this installation "
                            f"(convnet.runtime.gradcheck cannot be imported: {error})") from None
     net, _ = assembly.build_net_and_plan(opts)
+    if opts.resume is not None:  # the saved config's net; its weights play no part
+        print(f"warning: --check-grads checks the net of {opts.resume.checkpoint} at random "
+              f"weights and data (--seed {opts.seed}), not at the weights it saved",
+              file=sys.stderr)
     return 0 if check_net_gradients(net, seed=opts.seed, report=print) else 1
