@@ -97,8 +97,7 @@ def is_root() -> bool:
 
 
 def require_one_process(what: str) -> None:
-    comm, _ = processes()
-    if comm.size > 1:
+    if process_count() > 1:
         raise UsageError(f"{what} runs in one process; start it without mpiexec")
 
 

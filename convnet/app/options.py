@@ -222,8 +222,11 @@ def _default_gpus(values: dict, bundled: bool) -> tuple[int, ...]:
 
 def tools_asked(opts: RunOptions) -> list[str]:
     """The options given that ask for something other than training, each of which the
-    run does instead of training (``--print-plan``, ``--test-only``, ``--predict``, ...)."""
+    run does instead of training (``--print-plan``, ``--test-only``, ``--predict``, ...;
+    ``--plan-graph`` without ``--print-plan`` plans as ``--print-plan`` does)."""
     return [name for name, on in (("--print-plan", opts.print_plan),
+                                  ("--plan-graph", opts.plan_graph is not None
+                                   and not opts.print_plan),
                                   ("--check-grads", opts.check_grads),
                                   ("--test-only", opts.test_only),
                                   ("--auto-place", opts.auto_place),
@@ -238,10 +241,13 @@ def check_options(opts: RunOptions) -> None:
     tools = tools_asked(opts)
     if len(tools) > 1:
         raise UsageError(f"{' and '.join(tools)} cannot be combined; give one of them")
-    if tools and tools != ["--print-plan"] and opts.init_from is not None:
+    if tools and tools[0] not in ("--print-plan", "--plan-graph") and opts.init_from is not None:
         raise UsageError(f"--init-from starts a training run; {tools[0]} uses a saved net "
                          "as it is: give --load-file CHECKPOINT instead")
     check_using_options(opts)
+    for option, on in (("--simulate", opts.simulate), ("--auto-place", opts.auto_place)):
+        if on:  # the profile runs in this process: refused before anything is planned
+            launch.require_one_process(option)
     check_auto_place(opts)
     if opts.test_only and opts.resume is None:
         raise UsageError("--test-only evaluates a saved net: give --load-file CHECKPOINT too")
@@ -261,7 +267,8 @@ def check_options(opts: RunOptions) -> None:
                          "image size for centre and mirror views)")
     if opts.plan_graph is not None:
         refuse_an_input("--plan-graph", opts.plan_graph, opts)
-        refuse_existing(opts.plan_graph, opts.overwrite, keep="give another --plan-graph PNG")
+        check_output_file("--plan-graph", opts.plan_graph, opts.overwrite,
+                          keep="give another --plan-graph PNG")
     if opts.simulate and not opts.print_plan:
         raise UsageError("--simulate predicts the step of the printed plan: give --print-plan "
                          "too")
@@ -277,7 +284,12 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError(f"--profile-mini {opts.profile_mini} is larger than --mini "
                          f"{opts.mini}: the profile is extrapolated up to --mini, give "
                          f"--profile-mini {opts.mini} or less")
-    needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims)
+    if opts.profile_mini == 1 and opts.mini > 1:
+        raise UsageError(f"--profile-mini 1 profiles one size only (1 case and its half, 1), "
+                         f"and the step at --mini {opts.mini} is extrapolated from a line "
+                         f"through two sizes: give --profile-mini 2 or more")
+    needs_data = not ((opts.print_plan or opts.check_grads) and opts.data_dims
+                      and not opts.simulate)  # --simulate profiles on the data
     if opts.data_provider in PROVIDER_OPTIONS["data_path"] and opts.data_path is None \
             and needs_data:
         raise UsageError(f"the '{opts.data_provider}' data provider needs --data-path DIR")
@@ -376,16 +388,11 @@ def check_auto_place(opts: RunOptions) -> None:
                          "--auto-place N too")
     if opts.auto_place is None:
         return
-    launch.require_one_process("--auto-place")  # the first thing to fix under mpiexec
     if opts.auto_place > len(opts.gpu):
         raise UsageError(f"--auto-place {opts.auto_place} places the net on {opts.auto_place} "
                          f"devices but --gpu lists {len(opts.gpu)}; give --gpu with at least "
                          f"{opts.auto_place} devices (the first {opts.auto_place} are used), "
                          f"or leave --gpu out for {','.join(map(str, range(opts.auto_place)))}")
     out = auto_place_output(opts)
-    if out.is_dir():
-        raise UsageError(f"--auto-place-out: {out} is a folder; give a file name")
-    if not out.parent.is_dir():
-        raise UsageError(f"--auto-place-out: the folder {out.parent} does not exist")
     refuse_an_input("--auto-place-out", out, opts)
-    refuse_existing(out, opts.overwrite, keep="give another --auto-place-out FILE")
+    check_output_file("--auto-place-out", out, opts.overwrite)

@@ -240,6 +240,9 @@ def plan_text(plan: Plan, net: NetConfig, shared: frozenset[str] = frozenset(),
                                       zip(fields, units)] for t in totals]
     lines += _table(rows, ["device", "physical"] + [f"{name} ({unit})" for name, (unit, _) in
                                                     zip(names, units)])
+    lines += ["peak memory: the weights and momentum, the weight gradients held at the peak "
+              "and the activation memory then; param memory counts every weight gradient, "
+              "so the peak can be less than param + activation memory"]
     notes = plan.notes + frozen_notes(plan)
     if notes:
         lines += ["", "Notes"] + [f"  - {n}" for n in notes]

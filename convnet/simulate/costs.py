@@ -111,6 +111,9 @@ class ComputeProfile:
     #: the medians with this one's (convnet.app.prediction.side_by_side)
     earlier_profiles: int = 0
     run_share: float = 1.0  # the median share of its runnable time a profiled thread ran
+    #: cases per shard of the smaller profiled minibatch (what the report says was timed:
+    #: half the larger rounded down, not always half the larger's shard)
+    small_shard_size: float = 0.0
 
     @classmethod
     def fit(cls, small: tuple[float, list], big: tuple[float, list], host: HostFigures,
@@ -138,7 +141,7 @@ class ComputeProfile:
                                     for seconds, timings in steps2)
         return cls(c2, costs, host, [seconds for seconds, _ in steps2],
                    update_overhead=overhead, dispatch=dispatch,
-                   step_overhead=max(outside, 0.0))
+                   step_overhead=max(outside, 0.0), small_shard_size=c1)
 
 
 @dataclass

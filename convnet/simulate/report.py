@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+from convnet.config.layer_types.memory_rules import CPU_KERNELS, KernelMemory
 from convnet.config.model import NetConfig
 from convnet.plan.ops import Plan
 from convnet.plan.report import byte_unit, device_totals
@@ -14,16 +15,41 @@ from convnet.simulate.schedule import Simulation
 SPLIT = ("compute", "copy", "allreduce", "idle")
 
 
-def peak_memory(plan: Plan, net: NetConfig, costs: CostModel) -> list[int]:
-    """Bytes each device holds at most: the plan's peak estimate (convnet.plan.memory),
-    with one copy of the weights for the layers whose replicas share it in the run
-    predicted (synchronous, in one process, on the host's workers)."""
-    shared = shared_weight_layers(plan, net, sliced_in_one_memory=lambda devices:
-                                  costs.shares_cores, synchronous=True, processes=1)
-    return [t.peak_bytes for t in device_totals(plan, net, shared)]
+def peak_memory(plan: Plan, net: NetConfig, costs: CostModel, precision: str = "fp32",
+                shared: frozenset[str] | None = None,
+                kernels: KernelMemory = CPU_KERNELS) -> list[int]:
+    """Bytes each device holds at most: the plan's peak estimate (convnet.plan.memory) in
+    ``precision``, with one copy of the weights for the ``shared`` layers: as the run
+    shares them where the caller knows (the run's own devices: its --sync and backend,
+    and ``kernels``, what they allocate), else as a synchronous run in one process on the
+    predicted devices would (on the host's workers; not on devices of their own)."""
+    if shared is None:
+        shared = shared_weight_layers(plan, net, sliced_in_one_memory=lambda devices:
+                                      costs.shares_cores, synchronous=True, processes=1)
+    return [t.peak_bytes for t in device_totals(plan, net, shared, kernels, precision)]
 
 
-def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig) -> dict:
+def unmodelled_text(modes: dict[str, str]) -> str | None:
+    """What the prediction leaves out of a run whose replicated layers (``modes``: layer
+    -> ``sync``, ``local:K`` or ``async:S``) do not all all-reduce every step: the
+    simulator models the synchronous step only; None when they all do."""
+    apart: dict[str, list[str]] = {}
+    for layer, mode in modes.items():
+        if mode != "sync":
+            apart.setdefault(mode, []).append(layer)
+    if not apart:
+        return None
+    groups = "; ".join(f"{mode} ({', '.join(layers)})" for mode, layers in apart.items())
+    return (f"not modelled: {groups}; the step is predicted as under --sync sync, every "
+            "replicated layer all-reduced every step")
+
+
+def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig,
+                       peaks: list[int] | None = None,
+                       modes: dict[str, str] | None = None) -> dict:
+    """The JSON of the prediction; ``peaks``: each device's peak memory (:func:`peak_memory`
+    of the run, else of a synchronous float32 run); ``modes``: the run's replicated
+    layers' sync modes (``not_modelled``: :func:`unmodelled_text`)."""
     link, host = costs.link, costs.profile.host
     return {
         "device_kind": costs.kind.name,
@@ -40,6 +66,7 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
         "contention_median": (statistics.median(costs.profile.contention.values())
                               if costs.profile.contention else 1.0),
         "profile_shard_size": costs.profile.shard_size,
+        "profile_small_shard_size": costs.profile.small_shard_size,
         "profile_rounds": costs.profile.rounds,
         "profile_run_share": costs.profile.run_share,
         "contention_measured": bool(costs.profile.contention),
@@ -48,9 +75,10 @@ def simulation_summary(sim: Simulation, costs: CostModel, plan: Plan, net: NetCo
         "profiled_step_seconds": costs.profile.step_seconds,
         "step_seconds": sim.step_seconds,
         "images_per_second": sim.images_per_second,
+        "not_modelled": unmodelled_text(modes or {}),
         "devices": [{"device": s.device, **{k: getattr(s, k) for k in SPLIT},
                      "peak_memory_bytes": peak}
-                    for s, peak in zip(sim.devices, peak_memory(plan, net, costs))],
+                    for s, peak in zip(sim.devices, peaks or peak_memory(plan, net, costs))],
     }
 
 
@@ -90,10 +118,10 @@ def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
     [fitted] from measurements (a line through two profiled sizes, or the simulation
     built on them), or [assumed] (not measured here)."""
     kind, link, profile = costs.kind, costs.link, costs.profile
-    small = max(profile.shard_size / 2, 1)
-    lines = [f"compute: each operation timed at {small:g} and {profile.shard_size:g} cases "
+    lines = [f"compute: each operation timed at {profile.small_shard_size:g} and {profile.shard_size:g} cases "
              f"per shard, medians over {profile.rounds} round(s) [measured]; a line "
-             f"through the two sizes gives it at {plan.shard_size:g} cases [fitted]"]
+             f"through the two sizes gives it at {plan.piece_size:g} cases"
+             f"{' (one micro-batch)' if plan.micro_batches > 1 else ''} [fitted]"]
     if 1.0 - profile.run_share >= 0.005:  # what rounds to 1% or more
         lines.append(f"other work on the machine held a core for {1 - profile.run_share:.0%} "
                      f"of the time the profile could run (median over its blocks); each "
@@ -111,13 +139,20 @@ def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
     return lines
 
 
-def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig) -> str:
+def simulation_text(sim: Simulation, costs: CostModel, plan: Plan, net: NetConfig,
+                    peaks: list[int] | None = None,
+                    modes: dict[str, str] | None = None) -> str:
+    """The text of the prediction (``peaks`` and ``modes`` as for
+    :func:`simulation_summary`)."""
     lines = ["Simulation (one training step)"]
     lines += [f"  {line}" for line in figure_lines(costs, plan)]
     lines.append(f"  predicted step {_ms(sim.step_seconds)} ms, {sim.images_per_second:,.0f} "
                  f"images/s (minibatch {plan.minibatch}) [fitted: simulated from the figures "
                  "above]")
-    peaks = peak_memory(plan, net, costs)
+    unmodelled = unmodelled_text(modes or {})
+    if unmodelled is not None:
+        lines.append(f"  {unmodelled}")
+    peaks = peaks or peak_memory(plan, net, costs)
     unit, size = byte_unit(peaks)
     rows = [[str(s.device)] + [_ms(getattr(s, k)) for k in SPLIT] + [f"{peak / size:.1f}"]
             for s, peak in zip(sim.devices, peaks)]

@@ -67,7 +67,8 @@ def test_pictures_without_matplotlib_name_the_plot_extra(tmp_path):
                                "--plan-graph", tmp_path / "g.png", env=env), 1,
                        "--plan-graph draws with matplotlib", "pip install -e '.[plot]'")
     assert_clean_error(run_cli("--compare", EXAMPLES / "digits-single.cfg",
-                               "--layer-params", EXAMPLES / "digits-params.cfg",
+                               EXAMPLES / "digits-data.cfg", "--layer-params",
+                               EXAMPLES / "digits-params.cfg",
                                "--save-path", tmp_path / "c", env=env), 1,
                        "'plot' extra")
     assert not (tmp_path / "c").exists()  # refused before any training

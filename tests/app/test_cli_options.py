@@ -228,3 +228,13 @@ def test_unknown_option_from_the_real_command():
     proc = run_cli("--no-such-option", "1")
     assert_clean_error(proc, 2, "--no-such-option")
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("tool", [["--check-grads"], ["--auto-place", "2"], ["--test-only"]])
+def test_the_plan_graph_does_not_stand_in_for_another_tool(capsys, tmp_path, tool):
+    """--plan-graph alone plans and draws; with --check-grads or --auto-place it once drew
+    the graph and skipped the tool asked for, with exit 0."""
+    png = tmp_path / "graph.png"
+    assert_clean_error(call(capsys, *tool, "--plan-graph", png), 2,
+                       f"--plan-graph and {tool[0]} cannot be combined")
+    assert not png.exists()

@@ -16,8 +16,8 @@ from convnet.app.command_line.main import main
 from convnet.app.run.folder import LOCK_NAME, claim_run_folder
 from convnet.errors import CheckpointError, UsageError
 from convnet.optional import has_matplotlib
-from tests.support.cli import (DUMMY, SINGLE_DEF, SINGLE_PARAMS, assert_clean_error, ok,
-                               run_cli, run_main)
+from tests.support.cli import (DUMMY, EXAMPLES, SINGLE_DEF, SINGLE_PARAMS, assert_clean_error,
+                               ok, run_cli, run_main)
 
 needs_matplotlib = pytest.mark.skipif(not has_matplotlib(), reason="draws a PNG")
 VICTIM_TEXT = "not the run's to write\n"
@@ -277,3 +277,40 @@ def test_a_run_that_fails_first_leaves_no_features_folder(tmp_path, capsys, monk
     code, _, err = run_main(capsys, *DUMMY, "--epochs", "1", "--write-features", "fc10",
                             "--feature-path", tmp_path / "file" / "feats")
     assert_clean_error((code, err), 1, "cannot create feature folder", "is not a folder")
+
+
+def test_the_plan_graph_is_a_file_in_a_folder_that_exists(tmp_path, capsys):
+    """A folder named as the picture is refused as a folder (it once offered --overwrite,
+    which then failed after printing the plan), and a missing folder is not made."""
+    for overwrite in ([], ["--overwrite"]):
+        code = main(["--print-plan", "--plan-graph", str(tmp_path), *overwrite])
+        out, err = capsys.readouterr()
+        assert_clean_error((code, err), 2, f"--plan-graph: {tmp_path} is a folder")
+        assert out == ""
+    missing = tmp_path / "missing" / "graph.png"
+    assert_clean_error((main(["--print-plan", "--plan-graph", str(missing)]),
+                        capsys.readouterr().err), 2,
+                       f"--plan-graph: the folder {missing.parent} does not exist")
+    assert not missing.parent.exists()
+
+
+def test_the_auto_place_params_file_is_checked_before_the_profile(tmp_path, capsys,
+                                                                  monkeypatch):
+    """The layer-params file --auto-place may write beside its layer-def file was checked
+    only once the net was profiled and ranked, and with --overwrite it replaced the
+    --layer-params file the run read when the names coincided."""
+    monkeypatch.chdir(tmp_path)
+    params = tmp_path / "y-params.cfg"
+    params.write_text((EXAMPLES / "digits-hybrid-params.cfg").read_text())
+    hybrid = ["--layer-def", EXAMPLES / "digits-hybrid.cfg", "--auto-place", "2"]
+    code, out, err = run_main(capsys, *hybrid, "--layer-params", params,
+                              "--auto-place-out", "y.cfg", "--overwrite")
+    assert_clean_error((code, err), 2, f"--auto-place-out {params.name}", "--layer-params "
+                       "this run reads")
+    assert out == "" and "profiling" not in err and not (tmp_path / "y.cfg").exists()
+    assert params.read_text() == (EXAMPLES / "digits-hybrid-params.cfg").read_text()
+    (tmp_path / "z-params.cfg").write_text("earlier\n")
+    code, out, err = run_main(capsys, *hybrid, "--layer-params", params,
+                              "--auto-place-out", "z.cfg")
+    assert_clean_error((code, err), 2, "z-params.cfg exists", "--overwrite")
+    assert out == "" and "profiling" not in err

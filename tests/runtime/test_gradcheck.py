@@ -112,3 +112,20 @@ def test_example_config_passes():
     assert ok, "\n".join(lines)
     assert len(lines) == 2 + sum(1 for l in net if not l.is_data)
     assert np.all([" OK " in ln for ln in lines[1:-1]])
+
+
+def test_a_saved_run_is_checked_at_random_weights_and_says_so(tmp_path, capsys):
+    """--check-grads --load-file RUN checks the saved config's net at random weights and
+    data (--seed), as without it; it printed the same figures without saying that the
+    checkpoint's weights played no part."""
+    from tests.support.cli import DUMMY, SINGLE_DEF, SINGLE_PARAMS, run_main
+
+    run = tmp_path / "run"
+    code, _, err = run_main(capsys, "--layer-def", SINGLE_DEF, "--layer-params", SINGLE_PARAMS,
+                            *DUMMY, "--epochs", "1", "--save-path", run)
+    assert code == 0, err
+    code, out, err = run_main(capsys, "--load-file", run, "--check-grads")
+    assert code == 0, err
+    assert "gradient check passed" in out
+    assert (f"warning: --check-grads checks the net of {run / 'checkpoint.npz'} at random "
+            "weights and data (--seed 0), not at the weights it saved") in err

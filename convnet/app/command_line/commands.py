@@ -42,7 +42,7 @@ from convnet.runtime.sync.replica_plans import async_replica_devices
 from convnet.runtime.devices.backends import choose_backend
 from convnet.runtime.sync.local_replicas import apart_periods
 from convnet.runtime.step.tasks import exchanges_per_step, local_periods
-from convnet.simulate.report import simulation_summary, simulation_text
+from convnet.simulate.report import peak_memory, simulation_summary, simulation_text
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -117,6 +117,7 @@ class PlanReport:
     winograd: list[str]
     costs: object | None  # --simulate's measured costs
     sim: object | None  # and its prediction
+    sim_peaks: list[int] | None  # and each device's peak memory on the devices predicted
     tables: dict
     tables_source: str | None
     kernels: object
@@ -141,8 +142,12 @@ def plan_report(opts: RunOptions, net: NetConfig, plan: Plan) -> PlanReport:
     sim = costs.predict(plan) if costs is not None else None
     tables, tables_source = run_tables(opts, net, plan)
     kernels = CUDA_KERNELS if backend == "cuda" else CPU_KERNELS  # what they allocate
+    # on the devices profiled, the run's own peaks (its --sync's sharing, its kernels)
+    sim_peaks = (None if costs is None else
+                 peak_memory(plan, net, costs, opts.precision) if costs.kind.assumed else
+                 peak_memory(plan, net, costs, opts.precision, shared, kernels))
     return PlanReport(opts, net, plan, cluster, shared, data, pools, winograd, costs, sim,
-                      tables, tables_source, kernels)
+                      sim_peaks, tables, tables_source, kernels)
 
 
 def plan_report_text(report: PlanReport) -> str:
@@ -165,7 +170,8 @@ def plan_report_text(report: PlanReport) -> str:
     if report.tables:
         sections.append(tables_text(report.tables, net, report.tables_source))
     if report.sim is not None:
-        sections.append(simulation_text(report.sim, report.costs, plan, net))
+        sections.append(simulation_text(report.sim, report.costs, plan, net,
+                                        report.sim_peaks, layer_syncs(opts.sync, plan, net)))
     return "\n\n".join(sections)
 
 
@@ -186,7 +192,8 @@ def plan_report_json(report: PlanReport) -> dict:
                                   **asdict(report.data)}
     summary["winograd_layers"] = report.winograd
     if report.sim is not None:
-        summary["simulation"] = simulation_summary(report.sim, report.costs, plan, net)
+        summary["simulation"] = simulation_summary(report.sim, report.costs, plan, net,
+                                                   report.sim_peaks, summary["layer_sync"])
     if report.tables:
         summary["rand_sparse"] = {"source": report.tables_source,
                                   "tables": tables_summary(report.tables, net)}
@@ -319,4 +326,8 @@ def check_gradients(opts: RunOptions) -> int:
         raise ConvnetError(f"--check-grads is not available in this installation "
                            f"(convnet.runtime.gradcheck cannot be imported: {error})") from None
     net, _ = assembly.build_net_and_plan(opts)
+    if opts.resume is not None:  # the saved config's net; its weights play no part
+        print(f"warning: --check-grads checks the net of {opts.resume.checkpoint} at random "
+              f"weights and data (--seed {opts.seed}), not at the weights it saved",
+              file=sys.stderr)
     return 0 if check_net_gradients(net, seed=opts.seed, report=print) else 1

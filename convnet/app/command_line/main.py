@@ -22,6 +22,7 @@ import argparse
 import sys
 
 from convnet.app.command_line.parser import build_parser
+from convnet.app.command_line.reader_gone import lines_stop_work_goes_on
 from convnet.app.option_values import rank_timeout
 from convnet.app.run.signals import stop_handlers
 from convnet.errors import ConvnetError, OutOfMemoryError
@@ -48,7 +49,7 @@ def _early_rank_timeout(argv: list[str] | None) -> float | None:
 
 
 def _main(argv: list[str] | None) -> int:
-    with stop_handlers():
+    with stop_handlers(), lines_stop_work_goes_on():
         try:
             args = build_parser().parse_args(argv)
             # Imported here, not above: training loads numpy and the devices, which

@@ -29,7 +29,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from convnet.app.comparison.configs import check_args, config_options, config_pairs, run_names
+from convnet.app.comparison.configs import (PICTURE_NAME, TABLE_NAME, check_args,
+                                            config_options, config_pairs, run_names)
 from convnet.app.comparison.measure import (PROFILE_STEPS, first_minibatch, profile,
                                             train_config, trained_line)
 from convnet.app.comparison.plot import write_comparison_png
@@ -54,10 +55,6 @@ from convnet.plan.report import device_totals
 from convnet.runtime.devices.backends import choose_backend
 from convnet.runtime.step.tasks import local_periods
 
-
-#: The picture and the table a --compare with --save-path writes into it.
-PICTURE_NAME = "compare.png"
-TABLE_NAME = "compare.txt"
 
 
 def compare(args: argparse.Namespace, out=print, provider=None,
@@ -114,8 +111,8 @@ def compare(args: argparse.Namespace, out=print, provider=None,
                     args.rounds or DEFAULT_ROUNDS, out, verbose=bool(args.verbose))
         if predict:
             out("predicting each config's step with the simulator (docs/SIMULATE.md)")
-            predict_steps(results, options, planned,
-                          first_minibatch(provider, options[0].mini))
+            warnings += predict_steps(results, options, planned,
+                                      first_minibatch(provider, options[0].mini))
         table = comparison_table(results, warnings, DEFAULT_MIN_LEAD if args.min_lead is None
                                  else args.min_lead)
         out("")

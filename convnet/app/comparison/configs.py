@@ -16,6 +16,11 @@ from convnet.app.options import RunOptions, check_options, resolve_options
 from convnet.errors import UsageError
 from convnet.outputs import file_name_part
 
+#: The picture and the table a --compare with --save-path writes into it (beside a
+#: folder per run, which is never named so).
+PICTURE_NAME = "compare.png"
+TABLE_NAME = "compare.txt"
+
 #: Options that make no sense with --compare, and why.
 _NOT_WITH_COMPARE = (
     ("layer_def", "--layer-def (the configs are the files given to --compare)"),
@@ -27,6 +32,8 @@ _NOT_WITH_COMPARE = (
     ("write_features", "--write-features"),
     ("tensorboard", "--tensorboard (each config's log.csv and log.png are in its sub-folder "
                     "of --save-path)"),
+    ("auto_place", "--auto-place (run --auto-place on a config with --layer-def, then "
+                   "compare the file it writes with the others)"),
 )
 
 
@@ -51,9 +58,9 @@ def config_pairs(args: argparse.Namespace) -> list[tuple[Path, Path]]:
 
 def run_names(configs: list[Path], modes: list[str] | None = None) -> list[str]:
     """A short unique name per run: the config's file name without .cfg (and #2, #3 on
-    repeats), with the ``--sync`` mode after it (``-local4``) when several are compared;
-    in the order of :func:`config_options`."""
-    names, seen = [], {}
+    repeats, and for a name of the comparison's own files), with the ``--sync`` mode after
+    it (``-local4``) when several are compared; in the order of :func:`config_options`."""
+    names, seen = [], {PICTURE_NAME: 1, TABLE_NAME: 1}
     for path in configs:
         stem = file_name_part(Path(path).stem)  # "...cfg" is named "..": not a folder name
         seen[stem] = seen.get(stem, 0) + 1
@@ -64,8 +71,9 @@ def run_names(configs: list[Path], modes: list[str] | None = None) -> list[str]:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Refuse the options that make no sense with --compare, and a --sync mode given
-    twice."""
+    """Refuse the options that make no sense with --compare, a --sync mode given
+    twice, and a comparison of one run (one config under one --sync mode), which has
+    nothing to be compared with."""
     for key, text in _NOT_WITH_COMPARE:
         if getattr(args, key):
             raise UsageError(f"--compare cannot be combined with {text}")
@@ -75,6 +83,10 @@ def check_args(args: argparse.Namespace) -> None:
         spelling = " (async is async:4)" if "async:4" in repeated else ""
         raise UsageError(f"--sync names {', '.join(repeated)} more than once{spelling}: "
                          f"compare each mode once")
+    if len(args.compare or ()) == 1 and len(modes) < 2:
+        raise UsageError(f"--compare needs two or more configs to compare (or several --sync "
+                         f"modes for one, e.g. --sync sync local:4); to train "
+                         f"{args.compare[0]} alone, give it as --layer-def")
 
 
 def config_options(args: argparse.Namespace,

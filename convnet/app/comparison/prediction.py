@@ -10,7 +10,7 @@ another ``--sync`` mode get none.
 
 from __future__ import annotations
 
-from convnet.app.prediction.simulation import NetProfiler
+from convnet.app.prediction.simulation import NetProfiler, TooFewCasesToProfile
 from convnet.config.model import all_synchronous, on_one_device
 
 
@@ -19,18 +19,27 @@ from convnet.config.model import all_synchronous, on_one_device
 PREDICTION_ROUNDS = 2
 
 
-def predict_steps(results, options, planned, batch: list) -> None:
-    """Fill ``predicted_seconds`` of every synchronous config of ``results`` that trained."""
-    models: list[tuple[dict, object]] = []  # (the net on one device, its cost model)
+def predict_steps(results, options, planned, batch: list) -> list[str]:
+    """Fill ``predicted_seconds`` of every synchronous config of ``results`` that trained;
+    returns why any such config has none (its net cannot be profiled at this minibatch),
+    for the warnings under the table."""
+    models: list[tuple[dict, object]] = []  # (the net on one device, its cost model or None)
+    notes = []
     for result, opts, (net, plan) in zip(results, options, planned):
         if result.sync != "sync" or result.failure:
             continue
         single = on_one_device(all_synchronous(net)).layers
-        model = next((m for layers, m in models if layers == single), None)
-        if model is None:
-            with NetProfiler(opts, net, "--compare", batch=batch) as profiler:
-                for _ in range(PREDICTION_ROUNDS):
-                    profiler.round()
-                model = profiler.cost_model()
+        known = [m for layers, m in models if layers == single]
+        model = known[0] if known else None
+        if not known:
+            try:
+                with NetProfiler(opts, net, "--compare", batch=batch) as profiler:
+                    for _ in range(PREDICTION_ROUNDS):
+                        profiler.round()
+                    model = profiler.cost_model()
+            except TooFewCasesToProfile as error:
+                notes.append(f"{result.name} has no predicted ms: {error}")
             models.append((single, model))
-        result.predicted_seconds = model.predict(plan).step_seconds
+        if model is not None:
+            result.predicted_seconds = model.predict(plan).step_seconds
+    return notes

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from convnet.app.run import assembly
-from convnet.app.options import RunOptions, auto_place_output
+from convnet.app.options import RunOptions, auto_place_output, refuse_an_input
 from convnet.app.prediction.simulation import measure_cost_models
 from convnet.app.run.memory_fit import memory_pools, weight_sharing
 from convnet.config.gpu_lines import set_gpu_lines, set_key_lines
@@ -194,6 +194,12 @@ def ranking_text(ranking: Ranking) -> str:
 def run(opts: RunOptions) -> int:
     """Rank the placements, print the table and write the best one."""
     out = auto_place_output(opts)
+    params_out = params_output(opts, out)
+    # checked before the profile, though written only where the chosen periods differ
+    refuse_an_input("--auto-place-out", params_out, opts)
+    refuse_existing(params_out, opts.overwrite,
+                    keep="give another --auto-place-out FILE (its layer-params file, written "
+                         "where the chosen update periods differ from yours, goes beside it)")
     net = assembly.load_net_for(opts)
     ranking = rank(opts, net)
     print(f"Placements of {opts.layer_def} on {opts.auto_place} devices (--gpu "
@@ -202,12 +208,10 @@ def run(opts: RunOptions) -> int:
     print(ranking_text(ranking))
     best = ranking.ranked[0]
     periods = changed_periods(net, best)
-    params_out = params_output(opts, out)
     layer_def = set_gpu_lines(read_text(str(opts.layer_def)), str(opts.layer_def),
                               best.candidate.gpus)
     files = [(out, layer_def.encode())]
     if periods:
-        refuse_existing(params_out, opts.overwrite, keep="give another --auto-place-out FILE")
         files.append((params_out, set_key_lines(read_text(str(opts.layer_params)),
                                                 str(opts.layer_params), "updatePeriod",
                                                 {name: str(u) for name, u in periods.items()}

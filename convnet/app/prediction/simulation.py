@@ -19,7 +19,7 @@ from convnet.app import launch
 from convnet.app.run import assembly
 from convnet.app.options import RunOptions
 from convnet.config.model import NetConfig, all_synchronous, on_one_device
-from convnet.errors import PlanError
+from convnet.errors import PlanError, UsageError
 from convnet.plan.placements import Candidate, placed_layers
 from convnet.plan.planner import make_plan
 from convnet.runtime.devices.backends import choose_backend
@@ -39,6 +39,10 @@ def first_minibatch(opts: RunOptions) -> list:
     provider = assembly.make_data_provider(opts)
     batch = provider.get_batch(provider.train_batches[0], train=True, epoch=1)
     return [column[:opts.mini] for column in batch]
+
+
+class TooFewCasesToProfile(UsageError):
+    """A net profiled as placed whose smaller profile size has fewer cases than shards."""
 
 
 def profiled_plan(opts: RunOptions, net: NetConfig, cases: int):
@@ -91,6 +95,15 @@ class NetProfiler:
             batch = [column[:size] for column in batch]
             self.cases = len(batch[0])
             single, plan, gpus = profiled_plan(opts, net, self.cases)
+            half = max(self.cases // 2, 1)
+            if half < plan.num_shards:  # the second profiled size has a case per shard
+                enough = 2 * plan.num_shards
+                least = (f"--profile-mini {enough}" if opts.profile_mini and opts.mini >= enough
+                         else f"--mini {enough}")
+                raise TooFewCasesToProfile(f"{option} profiles this net as it is placed (it cannot run "
+                                 f"on one device), in {plan.num_shards} shards, at {self.cases} "
+                                 f"cases and half of it, {half}, which has fewer cases than "
+                                 f"shards: give {least} or more")
             host = measure_host()
             self._cpu = choose_backend(opts.backend) == "cpu"
             self._executor = assembly.make_executor(
@@ -193,7 +206,6 @@ def measure_cost_models(opts: RunOptions, net: NetConfig, option: str = "--simul
                         quiet: bool = False, budget: float = PROFILE_BUDGET_SECONDS
                         ) -> tuple[CostModel, list[CostModel]]:
     """As :func:`measure_costs`, with the model of each round alone beside it."""
-    launch.require_one_process(option)  # before saying that a profile starts
     progress = Progress(f"{Path(opts.layer_def).name} for {option}", quiet=quiet)
     progress.say("starting (the net on one device; docs/SIMULATE.md)")
     with NetProfiler(opts, net, option, progress=progress) as profiler:

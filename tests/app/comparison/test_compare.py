@@ -322,8 +322,25 @@ def test_default_gpu_list_fits_the_widest_config(tmp_path):
     (["--layer-params", "p", "--layer-params", "q"], "only --compare takes one per config"),
     (["--compare", "a.cfg", "--layer-params", "p", "--load-file", "x"],
      "cannot be combined with --load-file"),
-    (["--compare", "nowhere.cfg", "--layer-params", str(EXAMPLES / "digits-params.cfg")],
-     "no such file nowhere.cfg"),
+    (["--compare", "nowhere.cfg", str(EXAMPLES / "digits-single.cfg"), "--layer-params",
+      str(EXAMPLES / "digits-params.cfg")], "no such file nowhere.cfg"),
+    # one run has nothing to be compared with: it was trained, timed and called fastest
+    (["--compare", str(EXAMPLES / "digits-single.cfg"), "--layer-params",
+      str(EXAMPLES / "digits-params.cfg")], "--compare needs two or more configs"),
+    (["--compare", str(EXAMPLES / "digits-single.cfg"), "--layer-params",
+      str(EXAMPLES / "digits-params.cfg"), "--sync", "sync"], "or several --sync modes"),
+    # the second run of a mode given twice was refused after the first had trained, for a
+    # log in a temporary folder
+    (["--compare", str(EXAMPLES / "digits-single.cfg"), str(EXAMPLES / "digits-data.cfg"),
+      "--layer-params", str(EXAMPLES / "digits-params.cfg"), "--sync", "local:4", "sync",
+      "local:4"], "--sync names local:4 more than once"),
+    (["--compare", str(EXAMPLES / "digits-single.cfg"), "--layer-params",
+      str(EXAMPLES / "digits-params.cfg"), "--sync", "async", "async:4"],
+     "--sync names async:4 more than once (async is async:4)"),
+    # --auto-place was ignored: the configs were compared and nothing placed
+    (["--compare", str(EXAMPLES / "digits-single.cfg"), str(EXAMPLES / "digits-data.cfg"),
+      "--layer-params", str(EXAMPLES / "digits-params.cfg"), "--auto-place", "2"],
+     "cannot be combined with --auto-place"),
     (["--compare", str(EXAMPLES / "digits-data.cfg"), "--layer-params",
       str(EXAMPLES / "digits-params.cfg"), "--sync", "async", "sync", "async:4"],
      "--sync names async:4 more than once (async is async:4): compare each mode once"),
@@ -347,6 +364,13 @@ def test_params_shared_or_paired_and_names_unique():
     args = build_parser().parse_args(["--compare", "a.cfg", "b.cfg", "--layer-params", "p.cfg",
                                       "--layer-params", "q.cfg"])
     assert config_pairs(args) == [(Path("a.cfg"), Path("p.cfg")), (Path("b.cfg"), Path("q.cfg"))]
+
+
+def test_no_run_is_named_as_the_comparisons_own_files():
+    """A config named compare.png.cfg was saved in SAVE_PATH/compare.png, a folder, and
+    after every config had trained the picture could not be written there."""
+    assert run_names([Path("compare.png.cfg"), Path("x/compare.txt.cfg"), Path("a.cfg")]) \
+        == ["compare.png#2", "compare.txt#2", "a"]
 
 
 # ------------------------------------------------------ ImageNet configs on dummy data
@@ -384,6 +408,13 @@ def test_imagenet_reference_configs_compare_on_small_dummy_images(tmp_path):
     table = parse_tables("\n".join(printed))[0]
     assert [r["scheme"] for r in table] == ["data", "model"]
     assert picture.read_bytes()[:8] == PNG_SIGNATURE
+
+def test_no_run_is_named_as_the_comparisons_own_files():
+    """A config named compare.png.cfg was saved in SAVE_PATH/compare.png, a folder, and
+    after every config had trained the picture could not be written there."""
+    assert run_names([Path("compare.png.cfg"), Path("x/compare.txt.cfg"), Path("a.cfg")]) \
+        == ["compare.png#2", "compare.txt#2", "a"]
+
 
 
 def test_imagenet_configs_plan_down_to_52_pixels():
