@@ -13,7 +13,6 @@ that are not UTF-8 are shown escaped in both (:mod:`~convnet.app.using.shown_nam
 from __future__ import annotations
 
 import csv
-import errno
 import io
 import sys
 
@@ -59,32 +58,23 @@ def run_predict(opts: RunOptions) -> int:
         if opts.predict_out is None:
             predict_files(saved, files, image_module, rows=None)
             return 0
-        lines_cut = False  # the reader of the lines went away (``| head``)
-
-        def write_csv(out) -> None:
-            nonlocal lines_cut
-            lines_cut = predict_files(saved, files, image_module, rows=out.write)
-
         try:
-            write_output(opts.predict_out, write_csv)
+            write_output(opts.predict_out, lambda out: predict_files(
+                saved, files, image_module, rows=out.write))
         except OSError as error:
             raise DataError(f"cannot write {opts.predict_out}: {error.strerror}") from None
         print(f"wrote the probabilities of every class to {opts.predict_out}", file=sys.stderr)
-        if lines_cut:  # the command line ends as after any broken pipe (exit status 0)
-            raise BrokenPipeError(errno.EPIPE, "the reader of the lines went away")
         return 0
     finally:
         saved.close()
 
 
-def predict_files(saved: SavedNet, files, image_module, rows) -> bool:
-    """Print each image's top classes (and hand CSV lines to ``rows`` when given).
-
-    With ``rows``, a reader of the lines that goes away (``| head -3``) does not cost
-    the CSV: the lines stop and every image is still predicted and written; returns
-    whether the lines were cut so."""
+def predict_files(saved: SavedNet, files, image_module, rows) -> None:
+    """Print each image's top classes (and hand CSV lines to ``rows`` when given).  A
+    reader of the lines that goes away (``| head -3``) does not cost the CSV: the
+    command line's streams then drop the lines and every image is still predicted and
+    written (:mod:`convnet.app.command_line.reader_gone`)."""
     opts = saved.opts
-    printing = True
     names = saved.label_names
     skipped = []
     if rows is not None:
@@ -105,7 +95,7 @@ def predict_files(saved: SavedNet, files, image_module, rows) -> bool:
                 probs = saved.probabilities(saved.provider.test_cases_from_pixels(raw))
                 for path, p in zip(good, probs):
                     line = f"{shown_name(str(path))}  {top_classes_text(p, names, opts.top)}"
-                    printing = printing and _print_line(bar, line, keep_going=rows is not None)
+                    bar.write(line, file=sys.stdout)
                 if rows is not None:
                     rows(csv_rows(good, probs))
             bar.update(min(step, len(files) - start))
@@ -117,16 +107,3 @@ def predict_files(saved: SavedNet, files, image_module, rows) -> bool:
               file=sys.stderr)
     if not done:
         raise DataError("no image could be read")
-    return not printing
-
-
-def _print_line(bar, line: str, keep_going: bool) -> bool:
-    """Print ``line`` on stdout (above the progress bar); False when its reader has gone
-    and ``keep_going`` (else the broken pipe is raised)."""
-    try:
-        bar.write(line, file=sys.stdout)
-        return True
-    except BrokenPipeError:
-        if not keep_going:
-            raise
-        return False
