@@ -96,14 +96,14 @@ class NetProfiler:
             self.cases = len(batch[0])
             single, plan, gpus = profiled_plan(opts, net, self.cases)
             half = max(self.cases // 2, 1)
-            if half < plan.num_shards:  # the second profiled size has a case per shard
+            if half < plan.num_shards:  # the smaller profiled size needs a case per shard
                 enough = 2 * plan.num_shards
                 least = (f"--profile-mini {enough}" if opts.profile_mini and opts.mini >= enough
                          else f"--mini {enough}")
-                raise TooFewCasesToProfile(f"{option} profiles this net as it is placed (it cannot run "
-                                 f"on one device), in {plan.num_shards} shards, at {self.cases} "
-                                 f"cases and half of it, {half}, which has fewer cases than "
-                                 f"shards: give {least} or more")
+                raise TooFewCasesToProfile(
+                    f"{option} profiles this net as it is placed (it cannot run on one "
+                    f"device), in {plan.num_shards} shards, at {self.cases} cases and half "
+                    f"of it, {half}, which has fewer cases than shards: give {least} or more")
             host = measure_host()
             self._cpu = choose_backend(opts.backend) == "cpu"
             self._executor = assembly.make_executor(
