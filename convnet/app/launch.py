@@ -10,9 +10,9 @@ What each rank does: all ranks read the config, the data and (with
 ``--load-file``) the checkpoint themselves, so these must be on every
 machine; rank 0 alone prints, writes the log and the checkpoint (the others
 send it their share of the state first) and writes features.  The other
-ranks print nothing but their errors and the line of a stop signal.  An error on any rank is printed as
-``error: rank N: ...`` and ends every process of the run (MPI_Abort), so no
-rank waits forever for one that is gone.
+ranks print nothing but their errors and the line of a stop signal.  An error on any
+rank is printed as ``error: rank N: ...`` and ends every process of the run
+(MPI_Abort), so no rank waits forever for one that is gone.
 """
 
 from __future__ import annotations

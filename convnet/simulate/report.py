@@ -118,8 +118,8 @@ def figure_lines(costs: CostModel, plan: Plan) -> list[str]:
     [fitted] from measurements (a line through two profiled sizes, or the simulation
     built on them), or [assumed] (not measured here)."""
     kind, link, profile = costs.kind, costs.link, costs.profile
-    lines = [f"compute: each operation timed at {profile.small_shard_size:g} and {profile.shard_size:g} cases "
-             f"per shard, medians over {profile.rounds} round(s) [measured]; a line "
+    lines = [f"compute: each operation timed at {profile.small_shard_size:g} and "
+             f"{profile.shard_size:g} cases per shard, medians over {profile.rounds} round(s) [measured]; a line "
              f"through the two sizes gives it at {plan.piece_size:g} cases"
              f"{' (one micro-batch)' if plan.micro_batches > 1 else ''} [fitted]"]
     if 1.0 - profile.run_share >= 0.005:  # what rounds to 1% or more

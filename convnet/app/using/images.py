@@ -6,8 +6,8 @@ one decoder the engine uses for image files.  An image becomes a raw case the wa
 a stored data set was made: read as make-data reads a photo
 (:func:`convnet.data.photos.convert.upright_image`: upright by its EXIF orientation,
 transparency on white, 16-bit grey scaled by its range), converted to grey or RGB as
-the provider's channel count says, its short side resized to the stored size S (bicubic, antialiased),
-the centre S x S square kept, and its 0..255 values scaled to the provider's pixel
+the provider's channel count says, its short side resized to the stored size S
+(bicubic, antialiased), the centre S x S square kept, and its 0..255 values scaled to the provider's pixel
 units (``pixel_max``: 255 for CIFAR-style batches, 1 for digits).  The provider
 then does what it does to any test case (mean, centre crop or views).
 """
